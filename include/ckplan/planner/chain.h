@@ -1,0 +1,55 @@
+#pragma once
+/// A chain of stages: the only thing profiling hands to planning.
+///
+/// Stages are numbered 0..L-1; the loss is stage L (no forward time). The
+/// value x_k is the input of stage k (x_0 the chain input, x_{k+1} the output
+/// of stage k); a stage run with autograd keeps `saved_bytes` (its output
+/// included) until its backward.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace ckplan {
+
+struct Stage {
+  std::string name;
+  double fwd_ms = 0;            ///< forward time, with or without autograd
+  double bwd_ms = 0;            ///< backward time
+  int64_t out_bytes = 0;        ///< the stage's output (the next stage's input)
+  int64_t saved_bytes = 0;      ///< kept for backward when run with autograd, output included
+  int64_t fwd_tmp_bytes = 0;    ///< transient peak above input and output during forward
+  int64_t bwd_tmp_bytes = 0;    ///< transient peak above what backward holds and makes
+  /// For a chain cut from a profile: the module paths the stage covers and
+  /// its op range [first_op, last_op]; empty / -1 for a plain chain.
+  std::vector<std::string> modules;
+  int first_op = -1;
+  int last_op = -1;
+};
+
+struct Chain {
+  int64_t input_bytes = 0;      ///< x_0, the chain input
+  std::vector<Stage> stages;
+  double loss_bwd_ms = 0;       ///< the loss's backward (its forward time is 0)
+  int64_t loss_bwd_tmp_bytes = 0;
+
+  /// L, the number of stages without the loss.
+  int length() const { return static_cast<int>(stages.size()); }
+  /// x_k for k in 0..L+1: the input of stage k; x_{L+1} (the loss output) is 0.
+  int64_t InputBytes(int k) const;
+  /// Time of one forward and one backward of every stage, plus the loss:
+  /// the time of a step without recomputation.
+  double NoRecomputeTimeMs() const;
+};
+
+/// Reads a chain from a parsed `ckplan.chain/1` document. `file` names the
+/// source in errors. Throws BadInput naming the field for a wrong schema,
+/// missing fields, negative or non-finite numbers.
+Chain ChainFromJson(const nlohmann::json& doc, const std::string& file);
+
+/// Writes the `ckplan.chain/1` document for `chain`.
+nlohmann::json ChainToJson(const Chain& chain);
+
+}  // namespace ckplan

@@ -1,0 +1,27 @@
+#pragma once
+/// What `ckplan solve` and `ckplan report` read: a chain file, or a profile
+/// that is cut into a chain. Dispatches on the document's "schema".
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "ckplan/planner/chain.h"
+#include "ckplan/planner/plan.h"
+#include "ckplan/planner/profile.h"
+
+namespace ckplan {
+
+struct PlannerInput {
+  bool from_profile = false;
+  Chain chain;
+  FixedMemory fixed;        ///< zero for a chain
+  nlohmann::json source;    ///< written into plans: where the chain came from
+  Profile profile;          ///< when from_profile
+};
+
+/// Reads `path`. For a profile, the fixed part of the step is parameters,
+/// buffers, gradients and `optimizer` state. Throws BadInput naming the file.
+PlannerInput LoadPlannerInput(const std::string& path, const std::string& optimizer);
+
+}  // namespace ckplan

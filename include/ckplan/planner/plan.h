@@ -1,0 +1,90 @@
+#pragma once
+/// Making a plan for a chain and a budget (any algorithm), and the plan JSON
+/// contract (`ckplan.plan/1`).
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "ckplan/planner/chain.h"
+#include "ckplan/planner/schedule.h"
+#include "ckplan/planner/simulator.h"
+#include "ckplan/planner/units.h"
+
+namespace ckplan {
+
+enum class Algorithm { kOptimal, kNone, kEvery, kEveryN, kSqrt };
+
+/// `optimal`, `none`, `every`, `every-n`, `sqrt`.
+const char* AlgorithmName(Algorithm algorithm);
+/// Throws BadInput quoting `name` if unknown.
+Algorithm ParseAlgorithm(const std::string& name);
+
+/// What the training step holds besides the chain: parameters, buffers,
+/// gradients and optimizer state. Zero for a plain chain.
+struct FixedMemory {
+  int64_t param_bytes = 0;
+  int64_t buffer_bytes = 0;
+  int64_t grad_bytes = 0;
+  int64_t optimizer_bytes = 0;
+  std::string optimizer = "none";
+  int64_t total() const { return param_bytes + buffer_bytes + grad_bytes + optimizer_bytes; }
+};
+
+/// Optimizer state per parameter byte: none/sgd 0, momentum 1, adam 2.
+/// Throws BadInput for an unknown name.
+FixedMemory FixedMemoryFor(int64_t param_bytes, int64_t buffer_bytes, const std::string& optimizer);
+
+struct PlanRequest {
+  Algorithm algorithm = Algorithm::kOptimal;
+  int64_t budget_bytes = 0;
+  UnitStyle style = UnitStyle::kBinary;  ///< how the user wrote the budget
+  int slots = 500;
+  int every_n = 2;        ///< for kEveryN
+  int threads = 1;
+  bool sweep = false;     ///< keep the optimal memory/time curve
+};
+
+struct CurvePoint {
+  int64_t budget_bytes;   ///< total, fixed part included
+  double time_ms;
+};
+
+struct Plan {
+  Algorithm algorithm = Algorithm::kOptimal;
+  int every_n = 0;                     ///< segment length for every-n / sqrt
+  int64_t budget_bytes = 0;            ///< the whole step
+  FixedMemory fixed;                   ///< subtracted from the budget
+  int slots = 0;                       ///< optimal only
+  int64_t slot_bytes = 0;              ///< optimal only
+  bool feasible = false;
+  int64_t min_budget_bytes = 0;        ///< smallest budget that works (whole step)
+  Schedule schedule;                   ///< empty when infeasible
+  std::vector<int> checkpointed_stages;
+  SimulationResult simulation;         ///< of the chain alone, in bytes
+  double time_ms = 0;                  ///< predicted step time
+  double no_recompute_ms = 0;
+  int64_t peak_bytes = 0;              ///< predicted peak of the whole step
+  std::vector<CurvePoint> curve;       ///< optimal with sweep: finite points
+  double overhead_pct() const;
+};
+
+/// Makes the plan. For kOptimal, the DP over `slots` memory slots of
+/// floor((budget - fixed) / slots) bytes. The schedule is checked by the
+/// simulator (throws Error(kVerifyFailed) if it fails, which is a bug). An
+/// infeasible budget is not an error: feasible is false and
+/// min_budget_bytes says what would work.
+Plan MakePlan(const Chain& chain, const FixedMemory& fixed, const PlanRequest& request);
+
+/// The smallest budget (whole step) for which the optimal algorithm with
+/// `slots` slots is feasible.
+int64_t MinimumOptimalBudget(const Chain& chain, const FixedMemory& fixed, int slots);
+
+/// The `ckplan.plan/1` document. `source` says where the chain came from
+/// (`{"kind":"chain","path":..}` or, for a profile, the model's sha256 and
+/// inputs, so that `ckplan run` can refuse a plan made for another model).
+nlohmann::json PlanToJson(const Plan& plan, const Chain& chain, const nlohmann::json& source);
+
+}  // namespace ckplan

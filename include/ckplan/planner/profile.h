@@ -1,0 +1,68 @@
+#pragma once
+/// The profile contract (`ckplan.profile/1`): what `ckplan profile` measured
+/// on a model, op by op. Written by the profiler, read by the planner.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace ckplan {
+
+/// A tensor of the forward graph (parameters excluded).
+struct TensorRecord {
+  int id = 0;
+  std::vector<int64_t> shape;
+  std::string dtype;        ///< `float32`, `int64`, ...
+  int64_t bytes = 0;        ///< of its storage (shared storages: see `storage`)
+  int producer = -1;        ///< op id, or -1 for a model input
+  int storage = -1;         ///< tensors with the same storage id share memory (views, in-place)
+  bool kept = false;        ///< still allocated when the forward ends
+};
+
+/// One op of the forward graph, in execution order.
+struct OpRecord {
+  int id = 0;
+  std::string kind;         ///< `aten::conv2d`
+  std::string module;       ///< `layer1.0.conv1`; empty for the top-level module
+  std::vector<int> inputs;  ///< tensor ids (parameters excluded)
+  std::vector<int> outputs;
+  bool inplace = false;     ///< writes its first input in place (`aten::relu_`)
+  int64_t saved_bytes = 0;  ///< allocated by this op and still alive when the forward ends
+  int64_t fwd_tmp_bytes = 0;  ///< transient peak above its outputs during its forward
+  int64_t bwd_tmp_bytes = 0;  ///< transient peak during its backward
+  double fwd_ms = 0;
+  double bwd_ms = 0;
+};
+
+struct ProfileTotals {
+  int64_t param_bytes = 0;
+  int64_t buffer_bytes = 0;
+  int64_t input_bytes = 0;
+  int64_t saved_bytes = 0;  ///< kept for backward, parameters and inputs excluded, storages once
+  int64_t output_bytes = 0;
+  double fwd_ms = 0;
+  double bwd_ms = 0;
+  int64_t peak_bytes = 0;   ///< measured peak of the whole forward+backward
+};
+
+struct Profile {
+  nlohmann::json model;        ///< {"path", "sha256", "inputs": [...]}
+  nlohmann::json environment;  ///< {"libtorch", "threads", "device", "reps", ...}
+  ProfileTotals totals;
+  std::vector<TensorRecord> tensors;  ///< indexed by id
+  std::vector<OpRecord> ops;          ///< indexed by id, in execution order
+  std::vector<int> inputs;            ///< tensor ids of the model inputs
+  std::vector<int> outputs;           ///< tensor ids of the model outputs
+};
+
+/// Reads and validates a `ckplan.profile/1` document (ids in range, ops in
+/// execution order, producers before consumers). Throws BadInput naming the
+/// file and field.
+Profile ProfileFromJson(const nlohmann::json& doc, const std::string& file);
+
+/// Writes the `ckplan.profile/1` document, with the op graph's edges.
+nlohmann::json ProfileToJson(const Profile& profile);
+
+}  // namespace ckplan

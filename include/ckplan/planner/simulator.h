@@ -1,0 +1,40 @@
+#pragma once
+/// Replays a schedule over a chain, in bytes, without LibTorch: its peak
+/// memory and time. Independent of the solver; every plan is checked by it.
+///
+/// Memory model (the one the solver's recurrence is safe for):
+/// - stored values: act[k] (input of stage k, x_k), saved[i] (what stage i
+///   keeps with autograd, saved_bytes, containing act[i+1]), grad[k] (the
+///   gradient of act[k], x_k). Initially act[0].
+/// - fwd_nograd_keep i / fwd_nograd i: needs act[i]; peak = stored + x_{i+1}
+///   + fwd_tmp_i; adds act[i+1]; fwd_nograd drops a stored act[i] after.
+/// - fwd_grad i: needs act[i]; peak = stored + max(saved_i, x_{i+1} +
+///   fwd_tmp_i); adds saved[i].
+/// - loss: needs act[L]; peak = stored + x_L + loss bwd_tmp; adds grad[L],
+///   drops act[L].
+/// - bwd i: needs saved[i], grad[i+1] and act[i]; peak = stored + x_i +
+///   bwd_tmp_i; drops saved[i], grad[i+1], act[i]; adds grad[i].
+/// A step is complete when every backward and the loss ran exactly once.
+
+#include <cstdint>
+#include <vector>
+
+#include "ckplan/planner/chain.h"
+#include "ckplan/planner/schedule.h"
+
+namespace ckplan {
+
+struct SimulationResult {
+  int64_t peak_bytes = 0;                 ///< highest memory at any moment
+  double time_ms = 0;                     ///< sum of the operations' times
+  int64_t live_after_forward_bytes = 0;   ///< stored when the loss starts
+  std::vector<int64_t> stored_after_bytes;  ///< per operation: stored after it
+  std::vector<int64_t> peak_during_bytes;   ///< per operation: peak during it
+};
+
+/// Simulates `schedule` on `chain`. Throws Error(kVerifyFailed) naming the
+/// operation for a schedule that reads a value it dropped (or never made),
+/// names a stage out of range, or is incomplete.
+SimulationResult Simulate(const Chain& chain, const Schedule& schedule);
+
+}  // namespace ckplan

@@ -1,0 +1,33 @@
+#pragma once
+/// Byte quantities as people write them: `24GB`, `24GiB`, `512MiB`, `1.5e9`.
+
+#include <cstdint>
+#include <string>
+
+namespace ckplan {
+
+/// How a byte count was written, so answers can use the same style.
+enum class UnitStyle { kDecimal, kBinary };
+
+struct ByteQuantity {
+  int64_t bytes = 0;
+  UnitStyle style = UnitStyle::kDecimal;
+};
+
+/// Parses `24GB` (10^9), `24GiB` (2^30), `512MiB`, `1.5e9`, `1000`, with an
+/// optional `B` and unit letters in any case (`kB`, `KiB`, `M`, `MB`, `G`...).
+/// Throws BadInput quoting `text` for anything else, and for zero or negative
+/// values. Fractional byte counts are rounded down.
+ByteQuantity ParseBytes(const std::string& text, const std::string& what = "budget");
+
+/// Formats bytes for people: `2.61 GiB` (binary) or `2.80 GB` (decimal);
+/// below 1 KB/KiB, `123 B`. `round_up` rounds the last digit up, so that a
+/// printed minimum is never below the true one.
+std::string FormatBytes(int64_t bytes, UnitStyle style = UnitStyle::kBinary,
+                        bool round_up = false);
+
+/// The same quantity in the form ParseBytes accepts without spaces
+/// (`2.61GiB`), rounded up to 3 significant decimals.
+std::string FormatBytesCompact(int64_t bytes, UnitStyle style);
+
+}  // namespace ckplan

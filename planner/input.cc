@@ -1,0 +1,38 @@
+#include "ckplan/planner/input.h"
+
+#include "ckplan/planner/error.h"
+#include "ckplan/planner/json_io.h"
+#include "ckplan/planner/stages.h"
+
+namespace ckplan {
+
+PlannerInput LoadPlannerInput(const std::string& path, const std::string& optimizer) {
+  nlohmann::json doc = ReadJsonFile(path);
+  if (!doc.is_object() || !doc.contains("schema") || !doc["schema"].is_string()) {
+    throw BadInput(path + ": field 'schema': missing (expected \"ckplan.chain/1\" or \"ckplan.profile/1\")");
+  }
+  std::string schema = doc["schema"].get<std::string>();
+  PlannerInput input;
+  if (schema == "ckplan.chain/1") {
+    input.chain = ChainFromJson(doc, path);
+    input.fixed = FixedMemoryFor(0, 0, "none");
+    input.fixed.grad_bytes = 0;
+    input.source = {{"kind", "chain"}, {"path", path}};
+    return input;
+  }
+  if (schema == "ckplan.profile/1") {
+    input.from_profile = true;
+    input.profile = ProfileFromJson(doc, path);
+    input.chain = ChainFromProfile(input.profile);
+    input.fixed = FixedMemoryFor(input.profile.totals.param_bytes, input.profile.totals.buffer_bytes, optimizer);
+    input.source = {{"kind", "profile"}, {"path", path}};
+    const nlohmann::json& model = input.profile.model;
+    if (model.contains("sha256")) input.source["model_sha256"] = model["sha256"];
+    if (model.contains("path")) input.source["model_path"] = model["path"];
+    if (model.contains("inputs")) input.source["inputs"] = model["inputs"];
+    return input;
+  }
+  throw BadInput(path + ": field 'schema': expected \"ckplan.chain/1\" or \"ckplan.profile/1\", got \"" + schema + "\"");
+}
+
+}  // namespace ckplan

@@ -1,0 +1,216 @@
+#include "ckplan/planner/plan.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <nlohmann/json.hpp>
+
+#include "ckplan/planner/baselines.h"
+#include "ckplan/planner/error.h"
+#include "ckplan/planner/solver.h"
+
+namespace ckplan {
+
+const char* AlgorithmName(Algorithm algorithm) {
+  switch (algorithm) {
+    case Algorithm::kOptimal: return "optimal";
+    case Algorithm::kNone: return "none";
+    case Algorithm::kEvery: return "every";
+    case Algorithm::kEveryN: return "every-n";
+    case Algorithm::kSqrt: return "sqrt";
+  }
+  return "?";
+}
+
+Algorithm ParseAlgorithm(const std::string& name) {
+  for (Algorithm a : {Algorithm::kOptimal, Algorithm::kNone, Algorithm::kEvery,
+                      Algorithm::kEveryN, Algorithm::kSqrt}) {
+    if (name == AlgorithmName(a)) return a;
+  }
+  throw BadInput("unknown algorithm '" + name + "' (use optimal, none, every, every-n or sqrt)");
+}
+
+FixedMemory FixedMemoryFor(int64_t param_bytes, int64_t buffer_bytes, const std::string& optimizer) {
+  FixedMemory fixed;
+  fixed.param_bytes = param_bytes;
+  fixed.buffer_bytes = buffer_bytes;
+  fixed.optimizer = optimizer;
+  fixed.grad_bytes = param_bytes;
+  if (optimizer == "none" || optimizer == "sgd") {
+    fixed.optimizer_bytes = 0;
+  } else if (optimizer == "momentum") {
+    fixed.optimizer_bytes = param_bytes;
+  } else if (optimizer == "adam") {
+    fixed.optimizer_bytes = 2 * param_bytes;
+  } else {
+    throw BadInput("unknown optimizer '" + optimizer + "' (use none, sgd, momentum or adam)");
+  }
+  return fixed;
+}
+
+double Plan::overhead_pct() const {
+  if (no_recompute_ms <= 0) return 0;
+  return (time_ms - no_recompute_ms) / no_recompute_ms * 100.0;
+}
+
+namespace {
+
+// The slot size and slot count used for an activation budget.
+struct SlotGrid {
+  int64_t slot_bytes;
+  int64_t memory_slots;
+};
+
+SlotGrid GridFor(int64_t chain_budget_bytes, int slots) {
+  if (chain_budget_bytes <= 0) return {1, -1};
+  if (chain_budget_bytes < slots) return {1, chain_budget_bytes};
+  return {chain_budget_bytes / slots, slots};
+}
+
+bool OptimalFeasible(const Chain& chain, int64_t chain_budget_bytes, int slots) {
+  SlotGrid grid = GridFor(chain_budget_bytes, slots);
+  if (grid.memory_slots < 0) return false;
+  return MinimumMemory(Discretize(chain, grid.slot_bytes)) <= grid.memory_slots;
+}
+
+}  // namespace
+
+int64_t MinimumOptimalBudget(const Chain& chain, const FixedMemory& fixed, int slots) {
+  // Exact sizes give a lower bound; rounding to slots only adds. Search up
+  // from it for the first feasible budget (to 0.01%).
+  int64_t lower = MinimumMemory(Discretize(chain, 1));
+  if (OptimalFeasible(chain, lower, slots)) return fixed.total() + lower;
+  int64_t upper = lower;
+  int64_t step = std::max<int64_t>(lower / 64, 1);
+  while (!OptimalFeasible(chain, upper, slots)) {
+    lower = upper;
+    upper += step;
+    step *= 2;
+  }
+  while (upper - lower > std::max<int64_t>(upper / 10000, 1)) {
+    int64_t middle = lower + (upper - lower) / 2;
+    if (OptimalFeasible(chain, middle, slots)) {
+      upper = middle;
+    } else {
+      lower = middle;
+    }
+  }
+  return fixed.total() + upper;
+}
+
+Plan MakePlan(const Chain& chain, const FixedMemory& fixed, const PlanRequest& request) {
+  if (request.slots < 1) throw BadInput("invalid --slots " + std::to_string(request.slots) + ": must be at least 1");
+  Plan plan;
+  plan.algorithm = request.algorithm;
+  plan.budget_bytes = request.budget_bytes;
+  plan.fixed = fixed;
+  plan.no_recompute_ms = chain.NoRecomputeTimeMs();
+  const int length = chain.length();
+  const int64_t chain_budget = request.budget_bytes - fixed.total();
+
+  if (request.algorithm != Algorithm::kOptimal) {
+    switch (request.algorithm) {
+      case Algorithm::kNone: plan.schedule = NoCheckpointSchedule(length); break;
+      case Algorithm::kEvery:
+        plan.every_n = 1;
+        plan.schedule = EveryNSchedule(length, 1);
+        break;
+      case Algorithm::kEveryN:
+        if (request.every_n < 1) throw BadInput("invalid --every " + std::to_string(request.every_n) + ": must be at least 1");
+        plan.every_n = request.every_n;
+        plan.schedule = EveryNSchedule(length, request.every_n);
+        break;
+      case Algorithm::kSqrt:
+        plan.every_n = SqrtSegmentLength(length);
+        plan.schedule = SqrtSchedule(length);
+        break;
+      default: break;
+    }
+    plan.simulation = Simulate(chain, plan.schedule);
+    plan.time_ms = plan.simulation.time_ms;
+    plan.peak_bytes = fixed.total() + plan.simulation.peak_bytes;
+    plan.min_budget_bytes = plan.peak_bytes;
+    plan.feasible = plan.peak_bytes <= request.budget_bytes;
+    plan.checkpointed_stages = CheckpointedStages(plan.schedule, length);
+    return plan;
+  }
+
+  plan.slots = request.slots;
+  plan.min_budget_bytes = MinimumOptimalBudget(chain, fixed, request.slots);
+  SlotGrid grid = GridFor(chain_budget, request.slots);
+  plan.slot_bytes = grid.slot_bytes;
+  if (grid.memory_slots < 0) return plan;
+  DiscreteChain discrete = Discretize(chain, grid.slot_bytes);
+  OptimalSolution solution = SolveOptimal(discrete, grid.memory_slots, request.threads);
+  if (request.sweep) {
+    for (size_t m = 0; m < solution.curve_ms.size(); ++m) {
+      if (solution.curve_ms[m] < kInfinity) {
+        plan.curve.push_back({fixed.total() + static_cast<int64_t>(m) * grid.slot_bytes, solution.curve_ms[m]});
+      }
+    }
+  }
+  if (!solution.feasible) return plan;
+  plan.feasible = true;
+  plan.schedule = std::move(solution.schedule);
+  plan.time_ms = solution.time_ms;
+  plan.simulation = Simulate(chain, plan.schedule);
+  plan.peak_bytes = fixed.total() + plan.simulation.peak_bytes;
+  plan.checkpointed_stages = CheckpointedStages(plan.schedule, length);
+  if (plan.simulation.peak_bytes > chain_budget) {
+    throw Error(ExitCode::kVerifyFailed,
+                "internal check failed: the optimal schedule simulates to " +
+                    std::to_string(plan.simulation.peak_bytes) + " B, above the activation budget " +
+                    std::to_string(chain_budget) + " B");
+  }
+  const double tolerance = 1e-9 * std::max(1.0, std::fabs(plan.time_ms));
+  if (std::fabs(plan.simulation.time_ms - plan.time_ms) > tolerance) {
+    throw Error(ExitCode::kVerifyFailed, "internal check failed: simulated time differs from the solver's");
+  }
+  return plan;
+}
+
+nlohmann::json PlanToJson(const Plan& plan, const Chain& chain, const nlohmann::json& source) {
+  nlohmann::json stages = nlohmann::json::array();
+  std::vector<bool> checkpointed(static_cast<size_t>(chain.length()), false);
+  for (int i : plan.checkpointed_stages) checkpointed[static_cast<size_t>(i)] = true;
+  for (int i = 0; i < chain.length(); ++i) {
+    const Stage& s = chain.stages[static_cast<size_t>(i)];
+    nlohmann::json stage = {{"index", i}, {"name", s.name}, {"checkpointed", checkpointed[static_cast<size_t>(i)]}};
+    if (!s.modules.empty()) stage["modules"] = s.modules;
+    if (s.first_op >= 0) {
+      stage["first_op"] = s.first_op;
+      stage["last_op"] = s.last_op;
+    }
+    stages.push_back(std::move(stage));
+  }
+  nlohmann::json doc = {
+      {"schema", "ckplan.plan/1"},
+      {"algorithm", AlgorithmName(plan.algorithm)},
+      {"source", source},
+      {"budget_bytes", plan.budget_bytes},
+      {"fixed", {{"param_bytes", plan.fixed.param_bytes},
+                 {"buffer_bytes", plan.fixed.buffer_bytes},
+                 {"grad_bytes", plan.fixed.grad_bytes},
+                 {"optimizer_bytes", plan.fixed.optimizer_bytes},
+                 {"optimizer", plan.fixed.optimizer},
+                 {"total_bytes", plan.fixed.total()}}},
+      {"activation_budget_bytes", plan.budget_bytes - plan.fixed.total()},
+      {"stages", std::move(stages)},
+      {"checkpointed_stages", plan.checkpointed_stages},
+      {"schedule", ScheduleToJson(plan.schedule)},
+      {"predicted", {{"peak_bytes", plan.peak_bytes},
+                     {"time_ms", plan.time_ms},
+                     {"overhead_pct", plan.overhead_pct()},
+                     {"no_recompute_ms", plan.no_recompute_ms},
+                     {"live_after_forward_bytes", plan.fixed.total() + plan.simulation.live_after_forward_bytes}}},
+      {"min_budget_bytes", plan.min_budget_bytes},
+  };
+  if (plan.algorithm == Algorithm::kOptimal) {
+    doc["slots"] = plan.slots;
+    doc["slot_bytes"] = plan.slot_bytes;
+  }
+  if (plan.every_n > 0) doc["every_n"] = plan.every_n;
+  return doc;
+}
+
+}  // namespace ckplan

@@ -1,0 +1,144 @@
+#include "ckplan/planner/profile.h"
+
+#include <boost/graph/adjacency_list.hpp>
+#include <boost/graph/topological_sort.hpp>
+
+#include "ckplan/planner/error.h"
+#include "ckplan/planner/json_io.h"
+
+namespace ckplan {
+
+namespace {
+
+std::vector<int> ReadIds(const JsonReader& array, int limit) {
+  std::vector<int> ids;
+  for (size_t i = 0; i < array.ArraySize(); ++i) {
+    int64_t id = array.Item(i).Integer();
+    if (id < 0 || id >= limit) array.Item(i).Fail("tensor id out of range");
+    ids.push_back(static_cast<int>(id));
+  }
+  return ids;
+}
+
+}  // namespace
+
+Profile ProfileFromJson(const nlohmann::json& doc, const std::string& file) {
+  JsonReader root(doc, file);
+  root.ExpectObject();
+  std::string schema = root.Field("schema").String();
+  if (schema != "ckplan.profile/1") {
+    root.Field("schema").Fail("expected \"ckplan.profile/1\", got \"" + schema + "\"");
+  }
+  Profile p;
+  root.Field("model").ExpectObject();
+  p.model = root.Field("model").node();
+  if (root.Has("environment")) p.environment = root.Field("environment").node();
+
+  JsonReader totals = root.Field("totals");
+  p.totals.param_bytes = totals.Field("param_bytes").NonNegativeBytes();
+  p.totals.buffer_bytes = totals.Field("buffer_bytes").NonNegativeBytes();
+  p.totals.input_bytes = totals.Field("input_bytes").NonNegativeBytes();
+  p.totals.saved_bytes = totals.Field("saved_bytes").NonNegativeBytes();
+  p.totals.output_bytes = totals.Field("output_bytes").NonNegativeBytes();
+  p.totals.fwd_ms = totals.Field("fwd_ms").NonNegativeNumber();
+  p.totals.bwd_ms = totals.Field("bwd_ms").NonNegativeNumber();
+  p.totals.peak_bytes = totals.Field("peak_bytes").NonNegativeBytes();
+
+  JsonReader tensors = root.Field("tensors");
+  const int tensor_count = static_cast<int>(tensors.ArraySize());
+  JsonReader ops = root.Field("ops");
+  const int op_count = static_cast<int>(ops.ArraySize());
+  if (op_count == 0) ops.Fail("a profile needs at least one op");
+  for (int t = 0; t < tensor_count; ++t) {
+    JsonReader r = tensors.Item(static_cast<size_t>(t));
+    TensorRecord rec;
+    rec.id = static_cast<int>(r.Field("id").Integer());
+    if (rec.id != t) r.Field("id").Fail("tensor ids must be 0.." + std::to_string(tensor_count - 1) + " in order");
+    JsonReader shape = r.Field("shape");
+    for (size_t k = 0; k < shape.ArraySize(); ++k) rec.shape.push_back(shape.Item(k).NonNegativeBytes());
+    rec.dtype = r.Field("dtype").String();
+    rec.bytes = r.Field("bytes").NonNegativeBytes();
+    rec.producer = static_cast<int>(r.Field("producer").Integer());
+    if (rec.producer < -1 || rec.producer >= op_count) r.Field("producer").Fail("op id out of range");
+    rec.storage = r.Has("storage") ? static_cast<int>(r.Field("storage").Integer()) : t;
+    rec.kept = r.Has("kept") ? r.Field("kept").Bool() : false;
+    p.tensors.push_back(std::move(rec));
+  }
+  for (int o = 0; o < op_count; ++o) {
+    JsonReader r = ops.Item(static_cast<size_t>(o));
+    OpRecord op;
+    op.id = static_cast<int>(r.Field("id").Integer());
+    if (op.id != o) r.Field("id").Fail("op ids must be 0.." + std::to_string(op_count - 1) + " in execution order");
+    op.kind = r.Field("kind").String();
+    op.module = r.Field("module").String();
+    op.inputs = ReadIds(r.Field("inputs"), tensor_count);
+    op.outputs = ReadIds(r.Field("outputs"), tensor_count);
+    op.inplace = r.Has("inplace") ? r.Field("inplace").Bool() : false;
+    op.saved_bytes = r.Field("saved_bytes").NonNegativeBytes();
+    op.fwd_tmp_bytes = r.Field("fwd_tmp_bytes").NonNegativeBytes();
+    op.bwd_tmp_bytes = r.Field("bwd_tmp_bytes").NonNegativeBytes();
+    op.fwd_ms = r.Field("fwd_ms").NonNegativeNumber();
+    op.bwd_ms = r.Field("bwd_ms").NonNegativeNumber();
+    for (int t : op.inputs) {
+      int producer = p.tensors[static_cast<size_t>(t)].producer;
+      if (producer >= o && !(op.inplace && producer == o)) {
+        r.Field("inputs").Fail("tensor " + std::to_string(t) + " is used before op " +
+                               std::to_string(producer) + " makes it");
+      }
+    }
+    p.ops.push_back(std::move(op));
+  }
+  p.inputs = ReadIds(root.Field("inputs"), tensor_count);
+  p.outputs = ReadIds(root.Field("outputs"), tensor_count);
+
+  // The op graph must be acyclic: checked with Boost.Graph over the edges.
+  using Graph = boost::adjacency_list<boost::vecS, boost::vecS, boost::directedS>;
+  Graph graph(static_cast<size_t>(op_count));
+  for (const OpRecord& op : p.ops) {
+    for (int t : op.inputs) {
+      int producer = p.tensors[static_cast<size_t>(t)].producer;
+      if (producer >= 0 && producer != op.id) boost::add_edge(static_cast<size_t>(producer), static_cast<size_t>(op.id), graph);
+    }
+  }
+  std::vector<size_t> order;
+  try {
+    boost::topological_sort(graph, std::back_inserter(order));
+  } catch (const boost::not_a_dag&) {
+    throw BadInput(file + ": field 'ops': the op graph has a cycle");
+  }
+  return p;
+}
+
+nlohmann::json ProfileToJson(const Profile& p) {
+  nlohmann::json tensors = nlohmann::json::array();
+  for (const TensorRecord& t : p.tensors) {
+    tensors.push_back({{"id", t.id}, {"shape", t.shape}, {"dtype", t.dtype}, {"bytes", t.bytes},
+                       {"producer", t.producer}, {"storage", t.storage}, {"kept", t.kept}});
+  }
+  nlohmann::json ops = nlohmann::json::array();
+  nlohmann::json edges = nlohmann::json::array();
+  for (const OpRecord& op : p.ops) {
+    ops.push_back({{"id", op.id}, {"kind", op.kind}, {"module", op.module}, {"inputs", op.inputs},
+                   {"outputs", op.outputs}, {"inplace", op.inplace}, {"saved_bytes", op.saved_bytes},
+                   {"fwd_tmp_bytes", op.fwd_tmp_bytes}, {"bwd_tmp_bytes", op.bwd_tmp_bytes},
+                   {"fwd_ms", op.fwd_ms}, {"bwd_ms", op.bwd_ms}});
+    for (int t : op.inputs) {
+      int producer = p.tensors[static_cast<size_t>(t)].producer;
+      edges.push_back({{"from", producer}, {"to", op.id}, {"tensor", t}});
+    }
+  }
+  return {{"schema", "ckplan.profile/1"},
+          {"model", p.model},
+          {"environment", p.environment},
+          {"totals", {{"param_bytes", p.totals.param_bytes}, {"buffer_bytes", p.totals.buffer_bytes},
+                      {"input_bytes", p.totals.input_bytes}, {"saved_bytes", p.totals.saved_bytes},
+                      {"output_bytes", p.totals.output_bytes}, {"fwd_ms", p.totals.fwd_ms},
+                      {"bwd_ms", p.totals.bwd_ms}, {"peak_bytes", p.totals.peak_bytes}}},
+          {"inputs", p.inputs},
+          {"outputs", p.outputs},
+          {"tensors", std::move(tensors)},
+          {"ops", std::move(ops)},
+          {"edges", std::move(edges)}};
+}
+
+}  // namespace ckplan

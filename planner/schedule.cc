@@ -1,0 +1,75 @@
+#include "ckplan/planner/schedule.h"
+
+#include <nlohmann/json.hpp>
+
+#include "ckplan/planner/json_io.h"
+
+namespace ckplan {
+
+namespace {
+constexpr OpKind kAllKinds[] = {OpKind::kForwardKeepInput, OpKind::kForwardNoGrad,
+                                OpKind::kForwardGrad, OpKind::kLoss, OpKind::kBackward};
+}
+
+const char* OpKindName(OpKind kind) {
+  switch (kind) {
+    case OpKind::kForwardKeepInput: return "fwd_nograd_keep";
+    case OpKind::kForwardNoGrad: return "fwd_nograd";
+    case OpKind::kForwardGrad: return "fwd_grad";
+    case OpKind::kLoss: return "loss";
+    case OpKind::kBackward: return "bwd";
+  }
+  return "?";
+}
+
+std::string Describe(const Operation& op) {
+  if (op.kind == OpKind::kLoss) return "loss";
+  return std::string(OpKindName(op.kind)) + " " + std::to_string(op.stage);
+}
+
+nlohmann::json ScheduleToJson(const Schedule& schedule) {
+  nlohmann::json ops = nlohmann::json::array();
+  for (const Operation& op : schedule) ops.push_back({{"op", OpKindName(op.kind)}, {"stage", op.stage}});
+  return ops;
+}
+
+Schedule ScheduleFromJson(const nlohmann::json& node, const std::string& file,
+                          const std::string& path) {
+  JsonReader ops(node, file, path);
+  Schedule schedule;
+  for (size_t i = 0; i < ops.ArraySize(); ++i) {
+    JsonReader item = ops.Item(i);
+    std::string name = item.Field("op").String();
+    bool known = false;
+    Operation op{OpKind::kLoss, 0};
+    for (OpKind kind : kAllKinds) {
+      if (name == OpKindName(kind)) {
+        op.kind = kind;
+        known = true;
+      }
+    }
+    if (!known) item.Field("op").Fail("unknown operation \"" + name + "\"");
+    int64_t stage = item.Field("stage").Integer();
+    if (stage < 0 || stage > 1000000) item.Field("stage").Fail("out of range");
+    op.stage = static_cast<int>(stage);
+    schedule.push_back(op);
+  }
+  return schedule;
+}
+
+std::vector<int> CheckpointedStages(const Schedule& schedule, int length) {
+  std::vector<bool> recomputed(static_cast<size_t>(length), false);
+  for (const Operation& op : schedule) {
+    if ((op.kind == OpKind::kForwardKeepInput || op.kind == OpKind::kForwardNoGrad) &&
+        op.stage >= 0 && op.stage < length) {
+      recomputed[static_cast<size_t>(op.stage)] = true;
+    }
+  }
+  std::vector<int> stages;
+  for (int i = 0; i < length; ++i) {
+    if (recomputed[static_cast<size_t>(i)]) stages.push_back(i);
+  }
+  return stages;
+}
+
+}  // namespace ckplan

@@ -1,0 +1,129 @@
+#include "ckplan/planner/simulator.h"
+
+#include <algorithm>
+#include <string>
+
+#include "ckplan/planner/error.h"
+
+namespace ckplan {
+
+SimulationResult Simulate(const Chain& chain, const Schedule& schedule) {
+  const int length = chain.length();
+  const size_t n = static_cast<size_t>(length) + 2;
+  std::vector<bool> act(n, false), saved(n, false), grad(n, false);
+  std::vector<int> backward_runs(n, 0);
+  auto x = [&](int k) { return chain.InputBytes(k); };
+
+  SimulationResult result;
+  int64_t stored = x(0);
+  act[0] = true;
+  result.peak_bytes = stored;
+  bool forward_done = false;
+
+  for (size_t index = 0; index < schedule.size(); ++index) {
+    const Operation& op = schedule[index];
+    const int i = op.stage;
+    auto fail = [&](const std::string& why) {
+      return Error(ExitCode::kVerifyFailed,
+                   "schedule op " + std::to_string(index) + " (" + Describe(op) + "): " + why);
+    };
+    const int max_stage = op.kind == OpKind::kLoss ? length : length - 1;
+    if (i < 0 || i > max_stage || (op.kind == OpKind::kLoss && i != length)) {
+      throw fail("stage out of range 0.." + std::to_string(max_stage));
+    }
+    const size_t u = static_cast<size_t>(i);
+    // act[i] is readable when stored alone or inside saved[i-1].
+    auto input_available = [&] { return act[u] || (i > 0 && saved[u - 1]); };
+    int64_t peak = stored;
+
+    switch (op.kind) {
+      case OpKind::kForwardKeepInput:
+      case OpKind::kForwardNoGrad: {
+        if (!input_available()) throw fail("reads the input of stage " + std::to_string(i) + ", which is not stored");
+        const Stage& s = chain.stages[u];
+        peak = stored + s.out_bytes + s.fwd_tmp_bytes;
+        if (!act[u + 1]) {
+          act[u + 1] = true;
+          stored += s.out_bytes;
+        }
+        if (op.kind == OpKind::kForwardNoGrad && act[u]) {
+          act[u] = false;
+          stored -= x(i);
+        }
+        break;
+      }
+      case OpKind::kForwardGrad: {
+        if (!input_available()) throw fail("reads the input of stage " + std::to_string(i) + ", which is not stored");
+        const Stage& s = chain.stages[u];
+        peak = stored + std::max(s.saved_bytes, s.out_bytes + s.fwd_tmp_bytes);
+        if (saved[u]) throw fail("stage " + std::to_string(i) + " is already stored with autograd");
+        saved[u] = true;
+        stored += s.saved_bytes;
+        break;
+      }
+      case OpKind::kLoss: {
+        if (!input_available()) throw fail("reads the chain output, which is not stored");
+        if (backward_runs[u] > 0) throw fail("the loss runs twice");
+        peak = stored + x(length) + chain.loss_bwd_tmp_bytes;
+        result.live_after_forward_bytes = stored;
+        grad[u] = true;
+        stored += x(length);
+        if (act[u]) {
+          act[u] = false;
+          stored -= x(length);
+        }
+        backward_runs[u]++;
+        forward_done = true;
+        break;
+      }
+      case OpKind::kBackward: {
+        const Stage& s = chain.stages[u];
+        if (!saved[u]) throw fail("needs what stage " + std::to_string(i) + " saved with autograd, which is not stored");
+        if (!grad[u + 1]) throw fail("needs the gradient of the output of stage " + std::to_string(i) + ", which is not there");
+        if (!input_available()) throw fail("needs the input of stage " + std::to_string(i) + ", which is not stored");
+        if (backward_runs[u] > 0) throw fail("the backward of stage " + std::to_string(i) + " runs twice");
+        peak = stored + x(i) + s.bwd_tmp_bytes;
+        saved[u] = false;
+        stored -= s.saved_bytes;
+        grad[u + 1] = false;
+        stored -= x(i + 1);
+        if (act[u]) {
+          act[u] = false;
+          stored -= x(i);
+        }
+        grad[u] = true;
+        stored += x(i);
+        backward_runs[u]++;
+        break;
+      }
+    }
+    switch (op.kind) {
+      case OpKind::kForwardKeepInput:
+      case OpKind::kForwardNoGrad:
+      case OpKind::kForwardGrad:
+        result.time_ms += chain.stages[u].fwd_ms;
+        break;
+      case OpKind::kLoss:
+        result.time_ms += chain.loss_bwd_ms;
+        break;
+      case OpKind::kBackward:
+        result.time_ms += chain.stages[u].bwd_ms;
+        break;
+    }
+    result.peak_bytes = std::max(result.peak_bytes, peak);
+    result.stored_after_bytes.push_back(stored);
+    result.peak_during_bytes.push_back(peak);
+  }
+  if (!forward_done) {
+    throw Error(ExitCode::kVerifyFailed, "schedule is incomplete: the loss never runs");
+  }
+  for (int i = 0; i < length; ++i) {
+    if (backward_runs[static_cast<size_t>(i)] != 1) {
+      throw Error(ExitCode::kVerifyFailed,
+                  "schedule is incomplete: no backward for stage " + std::to_string(i));
+    }
+  }
+  return result;
+}
+
+}  // namespace ckplan

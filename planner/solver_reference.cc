@@ -1,0 +1,164 @@
+#include "ckplan/planner/solver.h"
+
+#include <algorithm>
+#include <functional>
+
+#include "ckplan/planner/error.h"
+
+namespace ckplan {
+
+DiscreteChain Discretize(const Chain& chain, int64_t slot_bytes) {
+  if (slot_bytes <= 0) throw Error(ExitCode::kInternal, "slot size must be positive");
+  auto up = [slot_bytes](int64_t bytes) { return (bytes + slot_bytes - 1) / slot_bytes; };
+  const int length = chain.length();
+  DiscreteChain d;
+  d.length = length;
+  d.x.resize(static_cast<size_t>(length) + 2, 0);
+  d.xbar.resize(static_cast<size_t>(length) + 2, 0);
+  for (int k = 0; k <= length + 1; ++k) d.x[static_cast<size_t>(k)] = up(chain.InputBytes(k));
+  for (int k = 1; k <= length; ++k) d.xbar[static_cast<size_t>(k)] = up(chain.stages[static_cast<size_t>(k - 1)].saved_bytes);
+  for (const Stage& s : chain.stages) {
+    d.fwd.push_back(s.fwd_ms);
+    d.bwd.push_back(s.bwd_ms);
+    d.fwd_tmp.push_back(up(s.fwd_tmp_bytes));
+    d.bwd_tmp.push_back(up(s.bwd_tmp_bytes));
+  }
+  d.fwd.push_back(0);
+  d.bwd.push_back(chain.loss_bwd_ms);
+  d.fwd_tmp.push_back(0);
+  d.bwd_tmp.push_back(up(chain.loss_bwd_tmp_bytes));
+  return d;
+}
+
+namespace {
+
+// The base case's memory need: stage i with autograd, then its backward.
+int64_t BaseNeed(const DiscreteChain& c, int i) {
+  const size_t u = static_cast<size_t>(i);
+  return std::max(c.x[u] + c.x[u + 1] + c.xbar[u + 1] + c.bwd_tmp[u],
+                  c.x[u + 1] + c.xbar[u + 1] + c.fwd_tmp[u]);
+}
+
+// The floor for l > i: every forward of i..l-1 while the gradient of x_{l+1} is held.
+int64_t FloorNeed(const DiscreteChain& c, int i, int l) {
+  const size_t u = static_cast<size_t>(i);
+  int64_t need = c.x[u + 1] + c.fwd_tmp[u];
+  for (int k = i + 1; k < l; ++k) {
+    const size_t v = static_cast<size_t>(k);
+    need = std::max(need, c.x[v] + c.x[v + 1] + c.fwd_tmp[v]);
+  }
+  return c.x[static_cast<size_t>(l) + 1] + need;
+}
+
+}  // namespace
+
+int64_t MinimumMemory(const DiscreteChain& c) {
+  const int n = c.length + 1;
+  std::vector<int64_t> mm(static_cast<size_t>(n) * n, 0);
+  auto at = [&](int i, int l) -> int64_t& { return mm[static_cast<size_t>(i) * n + l]; };
+  for (int i = 0; i < n; ++i) at(i, i) = BaseNeed(c, i);
+  for (int d = 1; d < n; ++d) {
+    for (int i = 0; i + d < n; ++i) {
+      const int l = i + d;
+      int64_t best = std::max(BaseNeed(c, i), c.xbar[static_cast<size_t>(i) + 1] + at(i + 1, l));
+      for (int j = i + 1; j <= l; ++j) {
+        best = std::min(best, std::max(c.x[static_cast<size_t>(j)] + at(j, l), at(i, j - 1)));
+      }
+      at(i, l) = std::max(FloorNeed(c, i, l), best);
+    }
+  }
+  return c.x[0] + at(0, c.length);
+}
+
+int64_t NoRecomputeMemory(const DiscreteChain& c) {
+  // Always choosing (b): stage i with autograd, its saved values held below.
+  int64_t need = BaseNeed(c, c.length);
+  for (int i = c.length - 1; i >= 0; --i) {
+    need = std::max({BaseNeed(c, i), FloorNeed(c, i, c.length),
+                     c.xbar[static_cast<size_t>(i) + 1] + need});
+  }
+  return c.x[0] + need;
+}
+
+OptimalSolution SolveOptimalReference(const DiscreteChain& c, int64_t memory_slots) {
+  OptimalSolution solution;
+  const int length = c.length;
+  const int n = length + 1;
+  const int64_t top = memory_slots - c.x[0];
+  solution.curve_ms.assign(static_cast<size_t>(std::max<int64_t>(memory_slots, 0)) + 1, kInfinity);
+  if (top < 0) return solution;
+  const size_t cells = static_cast<size_t>(top + 1) * n * n;
+  std::vector<double> opt(cells, kInfinity);
+  std::vector<int32_t> what(cells, 0);  // j > 0: leaf (a) at j; -1: chain (b)
+  auto index = [n](int64_t m, int i, int l) {
+    return (static_cast<size_t>(m) * n + static_cast<size_t>(i)) * n + static_cast<size_t>(l);
+  };
+
+  for (int64_t m = 0; m <= top; ++m) {
+    for (int i = 0; i < n; ++i) {
+      if (m >= BaseNeed(c, i)) opt[index(m, i, i)] = c.fwd[static_cast<size_t>(i)] + c.bwd[static_cast<size_t>(i)];
+    }
+    for (int d = 1; d < n; ++d) {
+      for (int i = 0; i + d < n; ++i) {
+        const int l = i + d;
+        if (m < FloorNeed(c, i, l)) continue;
+        double best_leaf = kInfinity;
+        int best_j = -1;
+        double forward_sum = 0;
+        for (int j = i + 1; j <= l; ++j) {
+          forward_sum += c.fwd[static_cast<size_t>(j) - 1];
+          const int64_t xj = c.x[static_cast<size_t>(j)];
+          if (m < xj) continue;
+          double value = forward_sum + opt[index(m - xj, j, l)] + opt[index(m, i, j - 1)];
+          if (best_j < 0 || value < best_leaf) {
+            best_leaf = value;
+            best_j = j;
+          }
+        }
+        double chain_value = kInfinity;
+        const int64_t xbar = c.xbar[static_cast<size_t>(i) + 1];
+        if (m >= xbar) chain_value = opt[index(m, i, i)] + opt[index(m - xbar, i + 1, l)];
+        if (best_j >= 0 && best_leaf <= chain_value) {
+          opt[index(m, i, l)] = best_leaf;
+          what[index(m, i, l)] = best_j;
+        } else {
+          opt[index(m, i, l)] = chain_value;
+          what[index(m, i, l)] = -1;
+        }
+      }
+    }
+    solution.curve_ms[static_cast<size_t>(m + c.x[0])] = opt[index(m, 0, length)];
+  }
+
+  solution.time_ms = opt[index(top, 0, length)];
+  solution.feasible = solution.time_ms < kInfinity;
+  if (!solution.feasible) return solution;
+
+  std::function<void(int64_t, int, int)> read_back = [&](int64_t m, int i, int l) {
+    if (i == l) {
+      if (i == length) {
+        solution.schedule.push_back({OpKind::kLoss, i});
+      } else {
+        solution.schedule.push_back({OpKind::kForwardGrad, i});
+        solution.schedule.push_back({OpKind::kBackward, i});
+      }
+      return;
+    }
+    const int choice = what[index(m, i, l)];
+    if (choice < 0) {
+      solution.schedule.push_back({OpKind::kForwardGrad, i});
+      read_back(m - c.xbar[static_cast<size_t>(i) + 1], i + 1, l);
+      solution.schedule.push_back({OpKind::kBackward, i});
+    } else {
+      const int j = choice;
+      solution.schedule.push_back({OpKind::kForwardKeepInput, i});
+      for (int k = i + 1; k < j; ++k) solution.schedule.push_back({OpKind::kForwardNoGrad, k});
+      read_back(m - c.x[static_cast<size_t>(j)], j, l);
+      read_back(m, i, j - 1);
+    }
+  };
+  read_back(top, 0, length);
+  return solution;
+}
+
+}  // namespace ckplan

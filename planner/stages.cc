@@ -1,0 +1,293 @@
+#include "ckplan/planner/stages.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "ckplan/planner/error.h"
+
+namespace ckplan {
+namespace {
+
+std::vector<std::string> Split(const std::string& path) {
+  std::vector<std::string> parts;
+  if (path.empty()) return parts;
+  size_t start = 0;
+  while (true) {
+    size_t dot = path.find('.', start);
+    parts.push_back(path.substr(start, dot == std::string::npos ? std::string::npos : dot - start));
+    if (dot == std::string::npos) break;
+    start = dot + 1;
+  }
+  return parts;
+}
+
+std::string Join(const std::vector<std::string>& parts, size_t count) {
+  std::string out;
+  for (size_t i = 0; i < count && i < parts.size(); ++i) {
+    if (i) out += ".";
+    out += parts[i];
+  }
+  return out;
+}
+
+// Liveness of the op graph: for each tensor its last consumer (N for a model
+// output), and for each cut position the storages crossing it.
+class Liveness {
+ public:
+  explicit Liveness(const Profile& p) : profile_(p) {
+    const int n = static_cast<int>(p.ops.size());
+    last_use_.assign(p.tensors.size(), -1);
+    for (const OpRecord& op : p.ops) {
+      for (int t : op.inputs) last_use_[static_cast<size_t>(t)] = std::max(last_use_[static_cast<size_t>(t)], op.id);
+    }
+    for (int t : p.outputs) last_use_[static_cast<size_t>(t)] = n;
+    // A storage lives while any tensor on it is still to be used.
+    for (const TensorRecord& t : p.tensors) {
+      int& last = storage_last_use_[t.storage];
+      last = std::max(last, last_use_[static_cast<size_t>(t.id)]);
+      auto first = storage_producer_.find(t.storage);
+      if (first == storage_producer_.end() || t.producer < first->second) storage_producer_[t.storage] = t.producer;
+      storage_bytes_[t.storage] = std::max(storage_bytes_[t.storage], t.bytes);
+    }
+  }
+
+  // Storages produced before `position` (not model inputs) used at or after it.
+  std::set<int> Crossing(int position) const {
+    std::set<int> storages;
+    for (const auto& [storage, producer] : storage_producer_) {
+      if (producer < 0 || producer >= position) continue;
+      if (storage_last_use_.at(storage) >= position) storages.insert(storage);
+    }
+    return storages;
+  }
+
+  int64_t Bytes(const std::set<int>& storages) const {
+    int64_t total = 0;
+    for (int s : storages) total += storage_bytes_.at(s);
+    return total;
+  }
+
+  int64_t StorageBytes(int storage) const { return storage_bytes_.at(storage); }
+  int StorageProducer(int storage) const { return storage_producer_.at(storage); }
+  int StorageLastUse(int storage) const { return storage_last_use_.at(storage); }
+  int LastUse(int tensor) const { return last_use_[static_cast<size_t>(tensor)]; }
+
+ private:
+  const Profile& profile_;
+  std::vector<int> last_use_;
+  std::map<int, int> storage_last_use_;
+  std::map<int, int> storage_producer_;
+  std::map<int, int64_t> storage_bytes_;
+};
+
+struct Segment {
+  int first;
+  int last;
+  size_t depth;  // module path components shared by all its ops
+};
+
+class Cutter {
+ public:
+  Cutter(const Profile& p) : profile_(p), liveness_(p) {
+    for (const OpRecord& op : p.ops) paths_.push_back(Split(op.module));
+  }
+
+  std::vector<StageCut> Run() {
+    const int n = static_cast<int>(profile_.ops.size());
+    Refine({0, n - 1, 0}, /*is_root=*/true);
+    std::sort(cuts_.begin(), cuts_.end());
+    cuts_.erase(std::unique(cuts_.begin(), cuts_.end()), cuts_.end());
+    std::vector<StageCut> stages;
+    int first = 0;
+    for (int position : cuts_) {
+      stages.push_back(MakeStage(first, position - 1));
+      first = position;
+    }
+    stages.push_back(MakeStage(first, n - 1));
+    return stages;
+  }
+
+ private:
+  int CrossingCount(int position) const {
+    if (position <= 0 || position >= static_cast<int>(profile_.ops.size())) return 1;
+    return static_cast<int>(liveness_.Crossing(position).size());
+  }
+
+  // The key of an op at `depth`: its path component there, "" if it sits
+  // directly in the module at that depth.
+  std::string Key(int op, size_t depth) const {
+    const auto& parts = paths_[static_cast<size_t>(op)];
+    return depth < parts.size() ? parts[depth] : std::string();
+  }
+
+  void Refine(Segment segment, bool is_root) {
+    if (segment.first == segment.last) return;
+    // Runs of consecutive ops with the same child key.
+    std::vector<Segment> children;
+    int start = segment.first;
+    for (int op = segment.first + 1; op <= segment.last + 1; ++op) {
+      if (op > segment.last || Key(op, segment.depth) != Key(start, segment.depth) ||
+          Key(start, segment.depth).empty()) {
+        children.push_back({start, op - 1, segment.depth + 1});
+        start = op;
+      }
+    }
+    if (children.size() == 1) {
+      // A wrapper module: look one level down, unless the ops sit directly here.
+      if (Key(segment.first, segment.depth).empty()) return;
+      Refine(children[0], is_root);
+      return;
+    }
+    if (!is_root) {
+      int own = std::max(CrossingCount(segment.first), CrossingCount(segment.last + 1));
+      for (size_t c = 1; c < children.size(); ++c) {
+        if (CrossingCount(children[c].first) > own) return;  // would add live tensors
+      }
+    }
+    for (size_t c = 1; c < children.size(); ++c) {
+      int position = children[c].first;
+      if (!profile_.ops[static_cast<size_t>(position)].inplace) cuts_.push_back(position);
+    }
+    for (const Segment& child : children) {
+      if (!Key(child.first, segment.depth).empty()) Refine(child, false);
+    }
+  }
+
+  StageCut MakeStage(int first, int last) const {
+    StageCut stage{first, last, "", {}};
+    // Modules covered: the distinct paths at the finest level that is whole
+    // within the stage, in order.
+    std::vector<std::string> prefix = paths_[static_cast<size_t>(first)];
+    for (int op = first; op <= last; ++op) {
+      const auto& parts = paths_[static_cast<size_t>(op)];
+      size_t common = 0;
+      while (common < prefix.size() && common < parts.size() && prefix[common] == parts[common]) ++common;
+      prefix.resize(common);
+    }
+    if (!prefix.empty()) {
+      stage.name = Join(prefix, prefix.size());
+      // Whole module only if no op outside the stage belongs to it.
+      bool whole = true;
+      for (size_t op = 0; op < paths_.size() && whole; ++op) {
+        if (static_cast<int>(op) >= first && static_cast<int>(op) <= last) continue;
+        const auto& parts = paths_[op];
+        if (parts.size() >= prefix.size() && std::equal(prefix.begin(), prefix.end(), parts.begin())) whole = false;
+      }
+      if (whole) stage.modules.push_back(stage.name);
+    } else {
+      for (int op = first; op <= last; ++op) {
+        const auto& parts = paths_[static_cast<size_t>(op)];
+        std::string top = parts.empty() ? std::string() : parts[0];
+        if (!top.empty() && (stage.modules.empty() || stage.modules.back() != top)) stage.modules.push_back(top);
+      }
+      std::string first_name = paths_[static_cast<size_t>(first)].empty() ? profile_.ops[static_cast<size_t>(first)].kind
+                                                                          : Join(paths_[static_cast<size_t>(first)], 1);
+      std::string last_name = paths_[static_cast<size_t>(last)].empty() ? profile_.ops[static_cast<size_t>(last)].kind
+                                                                        : Join(paths_[static_cast<size_t>(last)], 1);
+      stage.name = first_name == last_name ? first_name : first_name + ".." + last_name;
+    }
+    return stage;
+  }
+
+  const Profile& profile_;
+  Liveness liveness_;
+  std::vector<std::vector<std::string>> paths_;
+  std::vector<int> cuts_;
+};
+
+}  // namespace
+
+CutLoad CutLoadAt(const Profile& profile, int position) {
+  Liveness liveness(profile);
+  std::set<int> crossing = liveness.Crossing(position);
+  return {liveness.Bytes(crossing), static_cast<int>(crossing.size())};
+}
+
+std::vector<StageCut> CutStages(const Profile& profile) {
+  if (profile.ops.empty()) throw BadInput("profile has no ops");
+  return Cutter(profile).Run();
+}
+
+Chain ChainFromProfile(const Profile& profile) {
+  std::vector<StageCut> cuts = CutStages(profile);
+  Liveness liveness(profile);
+  const int n = static_cast<int>(profile.ops.size());
+  Chain chain;
+  chain.input_bytes = profile.totals.input_bytes;
+  std::map<int, bool> storage_kept;
+  for (const TensorRecord& t : profile.tensors) storage_kept[t.storage] = storage_kept[t.storage] || t.kept;
+
+  for (const StageCut& cut : cuts) {
+    Stage stage;
+    stage.name = cut.name;
+    stage.modules = cut.modules;
+    stage.first_op = cut.first_op;
+    stage.last_op = cut.last_op;
+    std::set<int> out;
+    if (cut.last_op + 1 < n) {
+      out = liveness.Crossing(cut.last_op + 1);
+    } else {
+      for (int t : profile.outputs) out.insert(profile.tensors[static_cast<size_t>(t)].storage);
+    }
+    stage.out_bytes = liveness.Bytes(out);
+    int64_t produced_out = 0;
+    for (int s : out) {
+      int producer = liveness.StorageProducer(s);
+      if (producer >= cut.first_op && producer <= cut.last_op) produced_out += liveness.StorageBytes(s);
+    }
+    int64_t saved = 0;
+    for (int op = cut.first_op; op <= cut.last_op; ++op) {
+      const OpRecord& rec = profile.ops[static_cast<size_t>(op)];
+      stage.fwd_ms += rec.fwd_ms;
+      stage.bwd_ms += rec.bwd_ms;
+      saved += rec.saved_bytes;
+    }
+    for (int s : out) {
+      int producer = liveness.StorageProducer(s);
+      if (producer >= cut.first_op && producer <= cut.last_op && !storage_kept[s]) saved += liveness.StorageBytes(s);
+    }
+    stage.saved_bytes = saved;
+
+    // Transient peaks, replaying the stage's tensors' lifetimes: without
+    // autograd storages die at their last use in the stage; with autograd
+    // the kept ones stay.
+    int64_t peak_above_out = 0;
+    int64_t bwd_tmp = 0;
+    std::map<int, int64_t> live_nograd, live_grad;
+    for (int op = cut.first_op; op <= cut.last_op; ++op) {
+      const OpRecord& rec = profile.ops[static_cast<size_t>(op)];
+      for (int t : rec.outputs) {
+        int s = profile.tensors[static_cast<size_t>(t)].storage;
+        if (liveness.StorageProducer(s) != op) continue;  // in place or a view
+        live_nograd[s] = liveness.StorageBytes(s);
+        live_grad[s] = liveness.StorageBytes(s);
+      }
+      int64_t sum_nograd = 0, sum_grad = 0;
+      for (const auto& kv : live_nograd) sum_nograd += kv.second;
+      for (const auto& kv : live_grad) sum_grad += kv.second;
+      peak_above_out = std::max(peak_above_out, std::max(sum_nograd, sum_grad) + rec.fwd_tmp_bytes - produced_out);
+      for (auto it = live_nograd.begin(); it != live_nograd.end();) {
+        bool dies = liveness.StorageLastUse(it->first) <= op && out.count(it->first) == 0;
+        it = dies ? live_nograd.erase(it) : std::next(it);
+      }
+      for (auto it = live_grad.begin(); it != live_grad.end();) {
+        bool dies = liveness.StorageLastUse(it->first) <= op && out.count(it->first) == 0 && !storage_kept[it->first];
+        it = dies ? live_grad.erase(it) : std::next(it);
+      }
+      // Backward of this op: gradients of its outputs and inputs, plus its own transient.
+      int64_t grads = 0;
+      for (int t : rec.inputs) grads += profile.tensors[static_cast<size_t>(t)].bytes;
+      for (int t : rec.outputs) grads += profile.tensors[static_cast<size_t>(t)].bytes;
+      bwd_tmp = std::max(bwd_tmp, grads + rec.bwd_tmp_bytes);
+    }
+    stage.fwd_tmp_bytes = std::max<int64_t>(0, peak_above_out);
+    stage.bwd_tmp_bytes = bwd_tmp;
+    chain.stages.push_back(std::move(stage));
+  }
+  chain.loss_bwd_ms = 0;
+  chain.loss_bwd_tmp_bytes = 0;
+  return chain;
+}
+
+}  // namespace ckplan

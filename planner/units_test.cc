@@ -1,0 +1,44 @@
+#include "ckplan/planner/units.h"
+
+#include <doctest/doctest.h>
+
+#include "ckplan/planner/error.h"
+
+using namespace ckplan;
+
+TEST_CASE("budgets parse in decimal and binary units") {
+  CHECK(ParseBytes("24GB").bytes == 24000000000LL);
+  CHECK(ParseBytes("24GB").style == UnitStyle::kDecimal);
+  CHECK(ParseBytes("24GiB").bytes == 24LL << 30);
+  CHECK(ParseBytes("24GiB").style == UnitStyle::kBinary);
+  CHECK(ParseBytes("512MiB").bytes == 512LL << 20);
+  CHECK(ParseBytes("1.5e9").bytes == 1500000000LL);
+  CHECK(ParseBytes("123456").bytes == 123456);
+  CHECK(ParseBytes("2.5gib").bytes == 2684354560LL);
+  CHECK(ParseBytes("10 MB").bytes == 10000000);
+  CHECK(ParseBytes("64KiB").bytes == 65536);
+}
+
+TEST_CASE("bad budgets are errors that quote the text") {
+  for (const char* bad : {"", "abc", "24XB", "0", "-5GB", "0GiB", "nan", "inf", "1e30", "GB", "24 G B"}) {
+    CAPTURE(bad);
+    CHECK_THROWS_AS(ParseBytes(bad), Error);
+  }
+  CHECK_THROWS_WITH(ParseBytes("24XB"), doctest::Contains("'24XB'"));
+  CHECK_THROWS_WITH(ParseBytes("-1GB"), doctest::Contains("must be positive"));
+  try {
+    ParseBytes("0");
+  } catch (const Error& e) {
+    CHECK(e.code() == ExitCode::kBadInput);
+  }
+}
+
+TEST_CASE("bytes format for people, rounded up on request") {
+  CHECK(FormatBytes(512) == "512 B");
+  CHECK(FormatBytes(1536) == "1.50 KiB");
+  CHECK(FormatBytes(24LL << 30) == "24.0 GiB");
+  CHECK(FormatBytes(2612345678LL, UnitStyle::kDecimal) == "2.61 GB");
+  CHECK(FormatBytes(2612345678LL, UnitStyle::kDecimal, true) == "2.62 GB");
+  CHECK(FormatBytesCompact(2610000000LL, UnitStyle::kDecimal) == "2.61GB");
+  CHECK(ParseBytes(FormatBytesCompact(123456789, UnitStyle::kBinary)).bytes >= 123456789);
+}

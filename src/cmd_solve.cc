@@ -1,0 +1,220 @@
+// `ckplan solve`: a checkpoint plan for a chain or a profile under a budget.
+
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "ckplan/planner/error.h"
+#include "ckplan/planner/input.h"
+#include "ckplan/planner/json_io.h"
+#include "ckplan/planner/plan.h"
+#include "ckplan/planner/solver.h"
+#include "commands.h"
+#include "terminal.h"
+
+namespace ckplan {
+namespace {
+
+struct SolveOptions {
+  std::string input;
+  std::string budget;
+  std::string output;
+  std::string algorithm = "optimal";
+  int every_n = 0;
+  int slots = 500;
+  std::string optimizer = "adam";
+  std::string sweep_path;
+  int threads = 1;
+  bool show_stages = false;
+};
+
+std::string Ms(double ms) { return Format("%.2f ms", ms); }
+
+void PrintStages(const PlannerInput& in) {
+  const Chain& c = in.chain;
+  std::vector<std::vector<std::string>> rows = {
+      {"#", "stage", "ops", "fwd", "bwd", "out", "saved", "fwd tmp", "bwd tmp"}};
+  for (int i = 0; i < c.length(); ++i) {
+    const Stage& s = c.stages[static_cast<size_t>(i)];
+    std::string ops = s.first_op >= 0 ? Format("%d-%d", s.first_op, s.last_op) : "";
+    rows.push_back({std::to_string(i), s.name, ops, Ms(s.fwd_ms), Ms(s.bwd_ms), FormatBytes(s.out_bytes),
+                    FormatBytes(s.saved_bytes), FormatBytes(s.fwd_tmp_bytes), FormatBytes(s.bwd_tmp_bytes)});
+  }
+  std::printf("%d stages, input %s\n%s", c.length(), FormatBytes(c.input_bytes).c_str(),
+              FormatTable(rows, {true, false, true, true, true, true, true, true, true}).c_str());
+}
+
+std::string DescribeFixed(const FixedMemory& fixed) {
+  return Format("parameters %s + buffers %s + gradients %s + %s state %s = %s", FormatBytes(fixed.param_bytes).c_str(),
+                FormatBytes(fixed.buffer_bytes).c_str(), FormatBytes(fixed.grad_bytes).c_str(),
+                fixed.optimizer.c_str(), FormatBytes(fixed.optimizer_bytes).c_str(), FormatBytes(fixed.total()).c_str());
+}
+
+// The minimum budget as the user would type it, rounded up and checked so
+// that the printed value itself is feasible.
+std::string PrintableMinimum(int64_t minimum, UnitStyle style, const std::function<bool(int64_t)>& feasible) {
+  std::string text = FormatBytesCompact(minimum, style);
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    int64_t value = ParseBytes(text).bytes;
+    if (value >= minimum && feasible(value)) return text;
+    minimum = value + std::max<int64_t>(1, value / 500);
+    text = FormatBytesCompact(minimum, style);
+  }
+  return text;
+}
+
+int RunSolve(const SolveOptions& o) {
+  PlannerInput in = LoadPlannerInput(o.input, o.optimizer);
+  const std::string what = in.from_profile ? "model" : "chain";
+  if (o.show_stages) {
+    PrintStages(in);
+    if (o.budget.empty()) return 0;
+  }
+  if (o.budget.empty()) throw BadInput("--budget is required (for example --budget 24GB)");
+  ByteQuantity budget = ParseBytes(o.budget);
+  PlanRequest request;
+  request.algorithm = ParseAlgorithm(o.algorithm);
+  if (o.every_n > 0 && o.algorithm == "optimal") request.algorithm = Algorithm::kEveryN;
+  if (request.algorithm == Algorithm::kEveryN && o.every_n < 1) throw BadInput("--algo every-n needs --every N");
+  request.budget_bytes = budget.bytes;
+  request.style = budget.style;
+  request.slots = o.slots;
+  request.every_n = o.every_n;
+  request.threads = o.threads;
+  request.sweep = !o.sweep_path.empty();
+  if (o.slots < 1 || o.slots > 100000) throw BadInput("invalid --slots " + std::to_string(o.slots) + ": use 1..100000");
+  if (o.threads < 1) throw BadInput("invalid --threads " + std::to_string(o.threads));
+
+  const bool json_to_stdout = o.output == "-";
+  FILE* human = json_to_stdout ? stderr : stdout;
+  if (in.fixed.total() >= budget.bytes) {
+    int64_t minimum = request.algorithm == Algorithm::kOptimal
+                          ? MinimumOptimalBudget(in.chain, in.fixed, o.slots)
+                          : MakePlan(in.chain, in.fixed, request).min_budget_bytes;
+    throw Error(ExitCode::kInfeasible,
+                Format("budget %s is below the fixed part of the step (%s); the minimum for this %s is %s",
+                       o.budget.c_str(), DescribeFixed(in.fixed).c_str(), what.c_str(),
+                       FormatBytesCompact(minimum, budget.style).c_str()));
+  }
+  Plan plan = MakePlan(in.chain, in.fixed, request);
+  if (!plan.feasible) {
+    std::string minimum = PrintableMinimum(plan.min_budget_bytes, budget.style, [&](int64_t value) {
+      PlanRequest check = request;
+      check.budget_bytes = value;
+      check.sweep = false;
+      if (request.algorithm == Algorithm::kOptimal) {
+        return MinimumOptimalBudget(in.chain, in.fixed, o.slots) <= value;
+      }
+      return MakePlan(in.chain, in.fixed, check).feasible;
+    });
+    std::string algo = request.algorithm == Algorithm::kOptimal ? Format("optimal, %d slots", o.slots)
+                                                                : AlgorithmName(request.algorithm);
+    throw Error(ExitCode::kInfeasible, Format("budget %s is below the minimum %s for this %s (%s)", o.budget.c_str(),
+                                              minimum.c_str(), what.c_str(), algo.c_str()));
+  }
+
+  // What a person reads.
+  std::fprintf(human, "%s: %s with %d stages, budget %s\n", o.input.c_str(), what.c_str(), in.chain.length(),
+               FormatBytes(budget.bytes, budget.style).c_str());
+  if (in.from_profile) {
+    std::fprintf(human, "fixed part: %s\nactivation budget: %s\n", DescribeFixed(in.fixed).c_str(),
+                 FormatBytes(budget.bytes - in.fixed.total(), budget.style).c_str());
+  }
+  std::fprintf(human, "%s plan: peak %s, step %s (%+.1f%% over no checkpointing), %zu of %d stages recomputed\n",
+               AlgorithmName(plan.algorithm), FormatBytes(plan.peak_bytes, budget.style).c_str(), Ms(plan.time_ms).c_str(),
+               plan.overhead_pct(), plan.checkpointed_stages.size(), in.chain.length());
+  std::fprintf(human, "smallest feasible budget (%s): %s\n", AlgorithmName(plan.algorithm),
+               FormatBytes(plan.min_budget_bytes, budget.style, true).c_str());
+
+  std::vector<std::vector<std::string>> rows = {{"strategy", "peak", "step", "overhead", "fits"}};
+  auto add_row = [&](const std::string& name, const Plan& p) {
+    rows.push_back({name, FormatBytes(p.peak_bytes, budget.style), Ms(p.time_ms), Format("%+.1f%%", p.overhead_pct()),
+                    p.peak_bytes <= budget.bytes ? "yes" : "no"});
+  };
+  for (Algorithm a : {Algorithm::kNone, Algorithm::kEvery, Algorithm::kSqrt}) {
+    PlanRequest r = request;
+    r.algorithm = a;
+    r.sweep = false;
+    Plan p = MakePlan(in.chain, in.fixed, r);
+    std::string name = a == Algorithm::kSqrt ? Format("sqrt (n=%d)", p.every_n) : AlgorithmName(a);
+    add_row(name, p);
+  }
+  if (request.algorithm == Algorithm::kEveryN) add_row(Format("every-n (n=%d)", plan.every_n), plan);
+  if (request.algorithm == Algorithm::kOptimal) add_row("optimal", plan);
+  std::fprintf(human, "\n%s", FormatTable(rows, {false, true, true, true, false}).c_str());
+
+  if (!o.sweep_path.empty()) {
+    nlohmann::json points = nlohmann::json::array();
+    for (const CurvePoint& point : plan.curve) {
+      double overhead = plan.no_recompute_ms > 0 ? (point.time_ms - plan.no_recompute_ms) / plan.no_recompute_ms * 100 : 0;
+      points.push_back({{"budget_bytes", point.budget_bytes}, {"time_ms", point.time_ms}, {"overhead_pct", overhead}});
+    }
+    nlohmann::json sweep = {{"schema", "ckplan.sweep/1"}, {"source", in.source}, {"slots", plan.slots},
+                            {"slot_bytes", plan.slot_bytes}, {"fixed_bytes", in.fixed.total()},
+                            {"no_recompute_ms", plan.no_recompute_ms}, {"points", points}};
+    if (o.sweep_path == "-") {
+      std::cout << sweep.dump(2) << "\n";
+    } else {
+      WriteFileAtomic(o.sweep_path, sweep.dump(2) + "\n");
+    }
+    // A readable digest: where the optimal step time changes, about 12 rows.
+    std::vector<std::vector<std::string>> curve_rows = {{"budget", "step", "overhead"}};
+    double last_time = -1;
+    size_t stride = std::max<size_t>(1, plan.curve.size() / 12);
+    for (size_t k = 0; k < plan.curve.size(); ++k) {
+      const CurvePoint& point = plan.curve[k];
+      bool changes = point.time_ms != last_time;
+      if ((k % stride == 0 && changes) || k + 1 == plan.curve.size()) {
+        double overhead = plan.no_recompute_ms > 0 ? (point.time_ms - plan.no_recompute_ms) / plan.no_recompute_ms * 100 : 0;
+        curve_rows.push_back({FormatBytes(point.budget_bytes, budget.style), Ms(point.time_ms), Format("%+.1f%%", overhead)});
+        last_time = point.time_ms;
+      }
+    }
+    std::fprintf(human, "\nmemory/time curve (%zu budgets%s):\n%s", plan.curve.size(),
+                 o.sweep_path == "-" ? "" : (", all in " + o.sweep_path).c_str(),
+                 FormatTable(curve_rows, {true, true, true}).c_str());
+  }
+
+  nlohmann::json doc = PlanToJson(plan, in.chain, in.source);
+  if (json_to_stdout) {
+    std::cout << doc.dump(2) << "\n";
+  } else if (!o.output.empty()) {
+    WriteFileAtomic(o.output, doc.dump(2) + "\n");
+    std::fprintf(human, "\nwrote %s\n", o.output.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+void AddSolveCommand(CLI::App& app, Action* action) {
+  auto options = std::make_shared<SolveOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "solve",
+      "Find where to checkpoint so that a training step fits a memory budget.\n"
+      "INPUT is a profile (from `ckplan profile`) or a chain file (`ckplan.chain/1`).\n"
+      "For a profile the budget is the whole step: parameters, buffers, gradients,\n"
+      "optimizer state, inputs and activations. For a chain it covers the chain alone.\n"
+      "Exit code 3 when the budget is below the minimum; the message gives it.");
+  cmd->add_option("input", options->input, "profile or chain JSON")->required();
+  cmd->add_option("-b,--budget", options->budget, "memory budget: 24GB (10^9), 24GiB (2^30), 512MiB, 1.5e9, bytes");
+  cmd->add_option("-o,--output", options->output, "write the plan JSON here (ckplan.plan/1); - for stdout");
+  cmd->add_option("--algo", options->algorithm, "optimal (default), none, every, every-n, sqrt")
+      ->check(CLI::IsMember({"optimal", "none", "every", "every-n", "sqrt"}));
+  cmd->add_option("--every", options->every_n, "segment length N for every-n (implies --algo every-n)");
+  cmd->add_option("--slots", options->slots, "memory slots of the dynamic program (default 500); sizes round up to slots")
+      ->capture_default_str();
+  cmd->add_option("--optimizer", options->optimizer, "optimizer state counted in the budget: none, sgd, momentum, adam")
+      ->check(CLI::IsMember({"none", "sgd", "momentum", "adam"}))
+      ->capture_default_str();
+  cmd->add_option("--sweep", options->sweep_path,
+                  "write the optimal memory/time curve for every budget up to this one (ckplan.sweep/1); - for stdout");
+  cmd->add_option("--threads", options->threads, "solver threads (default 1)");
+  cmd->add_flag("--show-stages", options->show_stages, "print the chain's stages (--budget optional)");
+  cmd->callback([options, action] { *action = [options] { return RunSolve(*options); }; });
+}
+
+}  // namespace ckplan

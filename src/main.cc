@@ -1,0 +1,48 @@
+// ckplan: measure what a model keeps for backward, and plan where to
+// checkpoint it so that a training step fits a memory budget.
+
+#include <cstdio>
+#include <exception>
+
+#include <CLI/CLI.hpp>
+
+#include "ckplan/planner/error.h"
+#include "commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "ckplan: gradient checkpointing planner.\n"
+      "  profile  measure per-op activation sizes and times of a TorchScript model\n"
+      "  solve    find the checkpoint schedule with the least recomputation under a budget\n"
+      "  run      run a real training step under a plan and check it\n"
+      "Exit codes: 0 ok, 1 internal error, 2 bad input, 3 budget below the minimum, 4 check failed."};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "ckplan 0.1.0");
+  ckplan::Action action;
+  ckplan::AddSolveCommand(app, &action);
+#ifdef CKPLAN_WITH_TORCH
+  ckplan::AddProfileCommand(app, &action);
+  ckplan::AddRunCommand(app, &action);
+#endif
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return static_cast<int>(ckplan::ExitCode::kBadInput);
+  }
+  try {
+    return action ? action() : 0;
+  } catch (const ckplan::Error& e) {
+    std::fprintf(stderr, "ckplan: error: %s\n", e.what());
+    return static_cast<int>(e.code());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ckplan: error: internal: %s\n", e.what());
+    return static_cast<int>(ckplan::ExitCode::kInternal);
+  }
+}

@@ -1,0 +1,192 @@
+// CLI tests: run the ckplan binary, check outputs, files and exit codes.
+
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include "cli_helpers.h"
+#include "ckplan/planner/chain.h"
+#include "ckplan/planner/simulator.h"
+#include "ckplan/planner/units.h"
+#include "test_chains.h"
+
+using namespace ckplan;
+using namespace ckplan::testing;
+
+namespace {
+
+// A 20-stage chain with sizes of a few MB, written to dir/chain.json.
+std::string WriteChain(const std::string& dir, uint32_t seed = 5) {
+  std::string path = dir + "/chain.json";
+  WriteText(path, ChainToJson(RandomChain(20, seed)).dump(2));
+  return path;
+}
+
+int64_t NoCheckpointPeak(const std::string& dir, const std::string& chain) {
+  CommandResult r = RunCkplan("solve " + chain + " --budget 1TB --algo none -o " + dir + "/none.json", dir);
+  REQUIRE(r.exit_code == 0);
+  return nlohmann::json::parse(ReadAll(dir + "/none.json"))["predicted"]["peak_bytes"].get<int64_t>();
+}
+
+}  // namespace
+
+TEST_CASE("solve writes an optimal plan that fits its budget") {
+  std::string dir = TempDir();
+  std::string chain = WriteChain(dir);
+  int64_t none_peak = NoCheckpointPeak(dir, chain);
+  int64_t budget = none_peak / 2;
+  CommandResult r = RunCkplan("solve " + chain + " --budget " + std::to_string(budget) + " -o " + dir + "/plan.json", dir);
+  CAPTURE(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find("optimal plan: peak") != std::string::npos);
+  CHECK(r.out.find("sqrt (n=4)") != std::string::npos);
+  CHECK(r.out.find("wrote " + dir + "/plan.json") != std::string::npos);
+  nlohmann::json plan = nlohmann::json::parse(ReadAll(dir + "/plan.json"));
+  CHECK(plan["schema"] == "ckplan.plan/1");
+  CHECK(plan["algorithm"] == "optimal");
+  CHECK(plan["budget_bytes"] == budget);
+  CHECK(plan["slots"] == 500);
+  CHECK(plan["slot_bytes"] == budget / 500);
+  CHECK(plan["predicted"]["peak_bytes"].get<int64_t>() <= budget);
+  CHECK(plan["predicted"]["overhead_pct"].get<double>() > 0);
+  CHECK(plan["min_budget_bytes"].get<int64_t>() <= budget);
+  CHECK(!plan["checkpointed_stages"].empty());
+  CHECK(plan["stages"].size() == 20);
+  // The schedule in the file replays in the simulator to the predicted figures.
+  Chain c = ChainFromJson(nlohmann::json::parse(ReadAll(chain)), chain);
+  SimulationResult sim = Simulate(c, ScheduleFromJson(plan["schedule"], "plan.json", "schedule"));
+  CHECK(sim.peak_bytes == plan["predicted"]["peak_bytes"].get<int64_t>());
+  CHECK(sim.time_ms == doctest::Approx(plan["predicted"]["time_ms"].get<double>()));
+}
+
+TEST_CASE("a budget below the minimum exits 3 and gives the minimum in the same unit style") {
+  std::string dir = TempDir();
+  std::string chain = WriteChain(dir);
+  CommandResult r = RunCkplan("solve " + chain + " --budget 1MiB -o " + dir + "/plan.json", dir);
+  CHECK(r.exit_code == 3);
+  CHECK(r.out.empty());
+  CHECK_FALSE(FileExists(dir + "/plan.json"));
+  const std::string prefix = "ckplan: error: budget 1MiB is below the minimum ";
+  REQUIRE(r.err.rfind(prefix, 0) == 0);
+  std::string minimum = r.err.substr(prefix.size(), r.err.find(' ', prefix.size()) - prefix.size());
+  CAPTURE(minimum);
+  CHECK(minimum.find("MiB") != std::string::npos);
+  // The minimum it names is itself enough.
+  CommandResult ok = RunCkplan("solve " + chain + " --budget " + minimum, dir);
+  CHECK(ok.exit_code == 0);
+  // Decimal in, decimal out.
+  CommandResult decimal = RunCkplan("solve " + chain + " --budget 1MB", dir);
+  CHECK(decimal.exit_code == 3);
+  CHECK(decimal.err.find("MB for this chain") != std::string::npos);
+  // A baseline says its own peak.
+  CommandResult none = RunCkplan("solve " + chain + " --budget 1MB --algo none", dir);
+  CHECK(none.exit_code == 3);
+  CHECK(none.err.find("(none)") != std::string::npos);
+}
+
+TEST_CASE("bad chain files are one-line errors naming the file and field, exit 2, no output") {
+  std::string dir = TempDir();
+  std::string good = ChainToJson(RandomChain(5, 1)).dump();
+  struct Case {
+    std::string text;
+    std::string expected;
+  };
+  nlohmann::json negative = nlohmann::json::parse(good);
+  negative["stages"][3]["saved_bytes"] = -100;
+  nlohmann::json missing = nlohmann::json::parse(good);
+  missing["stages"][2].erase("bwd_ms");
+  nlohmann::json schema = nlohmann::json::parse(good);
+  schema["schema"] = "ckplan.plan/1";
+  nlohmann::json negative_time = nlohmann::json::parse(good);
+  negative_time["loss"]["bwd_ms"] = -0.5;
+  for (const Case& c : {Case{"{\"schema\": \"ckplan.chain/1\", ", "malformed JSON at byte"},
+                        Case{negative.dump(), "field 'stages[3].saved_bytes': must not be negative"},
+                        Case{missing.dump(), "field 'stages[2].bwd_ms': missing"},
+                        Case{schema.dump(), "field 'schema': expected \"ckplan.chain/1\" or \"ckplan.profile/1\""},
+                        Case{negative_time.dump(), "field 'loss.bwd_ms': must not be negative"}}) {
+    std::string path = dir + "/bad.json";
+    WriteText(path, c.text);
+    CommandResult r = RunCkplan("solve " + path + " --budget 1GB -o " + dir + "/plan.json", dir);
+    CAPTURE(c.expected);
+    CAPTURE(r.err);
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.rfind("ckplan: error: " + path + ": ", 0) == 0);
+    CHECK(r.err.find(c.expected) != std::string::npos);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    CHECK_FALSE(FileExists(dir + "/plan.json"));
+  }
+  CommandResult missing_file = RunCkplan("solve " + dir + "/nope.json --budget 1GB", dir);
+  CHECK(missing_file.exit_code == 2);
+  CHECK(missing_file.err.find(dir + "/nope.json: cannot open") != std::string::npos);
+}
+
+TEST_CASE("bad budgets quote the text and exit 2") {
+  std::string dir = TempDir();
+  std::string chain = WriteChain(dir);
+  for (std::string bad : {"24XB", "0", "-1GB", "lots", "0.0GiB"}) {
+    CommandResult r = RunCkplan("solve " + chain + " --budget=" + bad, dir);
+    CAPTURE(bad);
+    CHECK(r.exit_code == 2);
+    CHECK(r.err.find("'" + bad + "'") != std::string::npos);
+  }
+  CommandResult no_budget = RunCkplan("solve " + chain, dir);
+  CHECK(no_budget.exit_code == 2);
+  CHECK(no_budget.err.find("--budget is required") != std::string::npos);
+  CommandResult bad_algo = RunCkplan("solve " + chain + " --budget 1GB --algo magic", dir);
+  CHECK(bad_algo.exit_code == 2);
+}
+
+TEST_CASE("baselines write plans in the same format") {
+  std::string dir = TempDir();
+  std::string chain = WriteChain(dir);
+  for (std::string algo : {"none", "every", "sqrt", "every-n --every 3"}) {
+    std::string out = dir + "/plan.json";
+    CommandResult r = RunCkplan("solve " + chain + " --budget 1TB --algo " + algo + " -o " + out, dir);
+    CAPTURE(algo);
+    REQUIRE(r.exit_code == 0);
+    nlohmann::json plan = nlohmann::json::parse(ReadAll(out));
+    CHECK(plan["schema"] == "ckplan.plan/1");
+    CHECK(plan["algorithm"] == algo.substr(0, algo.find(' ')));
+    CHECK(plan["predicted"]["peak_bytes"].get<int64_t>() == plan["min_budget_bytes"].get<int64_t>());
+  }
+  CommandResult every3 = RunCkplan("solve " + chain + " --budget 1TB --every 3 -o -", dir);
+  REQUIRE(every3.exit_code == 0);
+  nlohmann::json plan = nlohmann::json::parse(every3.out);
+  CHECK(plan["algorithm"] == "every-n");
+  CHECK(plan["every_n"] == 3);
+  CHECK(plan["checkpointed_stages"].size() == 20);
+}
+
+TEST_CASE("--sweep gives the whole memory/time curve, never slower with more memory") {
+  std::string dir = TempDir();
+  std::string chain = WriteChain(dir);
+  int64_t none_peak = NoCheckpointPeak(dir, chain);
+  CommandResult r = RunCkplan("solve " + chain + " --budget " + std::to_string(none_peak * 2) + " --sweep " + dir + "/sweep.json", dir);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find("memory/time curve") != std::string::npos);
+  nlohmann::json sweep = nlohmann::json::parse(ReadAll(dir + "/sweep.json"));
+  CHECK(sweep["schema"] == "ckplan.sweep/1");
+  REQUIRE(sweep["points"].size() > 100);
+  double previous = 1e300;
+  for (const auto& point : sweep["points"]) {
+    CHECK(point["time_ms"].get<double>() <= previous);
+    previous = point["time_ms"].get<double>();
+  }
+  CHECK(sweep["points"].back()["overhead_pct"].get<double>() == doctest::Approx(0.0));
+}
+
+TEST_CASE("--show-stages lists the chain") {
+  std::string dir = TempDir();
+  std::string chain = WriteChain(dir);
+  CommandResult r = RunCkplan("solve " + chain + " --show-stages", dir);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find("20 stages") != std::string::npos);
+  CHECK(r.out.find("s19") != std::string::npos);
+}
+
+TEST_CASE("--help explains") {
+  std::string dir = TempDir();
+  CommandResult r = RunCkplan("solve --help", dir);
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("--budget") != std::string::npos);
+  CHECK(r.out.find("24GiB") != std::string::npos);
+}

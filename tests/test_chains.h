@@ -1,0 +1,70 @@
+#pragma once
+// Chains for the planner tests: the hand-checked 3-stage chain and random
+// heterogeneous chains with fixed seeds.
+
+#include <cstdint>
+#include <random>
+
+#include "ckplan/planner/chain.h"
+
+namespace ckplan::testing {
+
+// x0 = 10; stages (out, saved, fwd_tmp, bwd_tmp, fwd, bwd):
+// (20, 30, 4, 3, 1, 2), (5, 15, 2, 0, 3, 4), (8, 12, 1, 7, 5, 6); loss bwd 0.5, tmp 1.
+inline Chain ThreeStageChain() {
+  Chain c;
+  c.input_bytes = 10;
+  c.stages = {{"a", 1, 2, 20, 30, 4, 3, {}, -1, -1},
+              {"b", 3, 4, 5, 15, 2, 0, {}, -1, -1},
+              {"c", 5, 6, 8, 12, 1, 7, {}, -1, -1}};
+  c.loss_bwd_ms = 0.5;
+  c.loss_bwd_tmp_bytes = 1;
+  return c;
+}
+
+// Times and sizes drawn over two orders of magnitude (log-uniform).
+inline Chain RandomChain(int length, uint32_t seed, int64_t size_scale = 1000000, bool with_tmp = true) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> log_range(0.0, 2.0);
+  auto draw = [&](double scale) { return scale * std::pow(10.0, log_range(rng)); };
+  Chain c;
+  c.input_bytes = static_cast<int64_t>(draw(static_cast<double>(size_scale)));
+  for (int i = 0; i < length; ++i) {
+    Stage s;
+    s.name = "s" + std::to_string(i);
+    s.fwd_ms = draw(0.1);
+    s.bwd_ms = s.fwd_ms * (1.0 + log_range(rng));
+    s.out_bytes = static_cast<int64_t>(draw(static_cast<double>(size_scale)));
+    s.saved_bytes = s.out_bytes + static_cast<int64_t>(draw(static_cast<double>(size_scale)));
+    s.fwd_tmp_bytes = with_tmp ? static_cast<int64_t>(draw(static_cast<double>(size_scale) / 4)) : 0;
+    s.bwd_tmp_bytes = with_tmp ? static_cast<int64_t>(draw(static_cast<double>(size_scale) / 4)) : 0;
+    c.stages.push_back(s);
+  }
+  c.loss_bwd_ms = draw(0.01);
+  c.loss_bwd_tmp_bytes = with_tmp ? static_cast<int64_t>(draw(static_cast<double>(size_scale) / 8)) : 0;
+  return c;
+}
+
+// Small integer sizes (the chain is its own slot grid): for brute force.
+inline Chain SmallIntegerChain(int length, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> size(1, 6), tmp(0, 3), time(1, 9);
+  Chain c;
+  c.input_bytes = size(rng);
+  for (int i = 0; i < length; ++i) {
+    Stage s;
+    s.name = "s" + std::to_string(i);
+    s.fwd_ms = time(rng) * 0.25;
+    s.bwd_ms = time(rng) * 0.5;
+    s.out_bytes = size(rng);
+    s.saved_bytes = s.out_bytes + size(rng) - 1;
+    s.fwd_tmp_bytes = tmp(rng);
+    s.bwd_tmp_bytes = tmp(rng);
+    c.stages.push_back(s);
+  }
+  c.loss_bwd_ms = 0.125;
+  c.loss_bwd_tmp_bytes = tmp(rng);
+  return c;
+}
+
+}  // namespace ckplan::testing
