@@ -62,6 +62,7 @@ Profile ProfileFromJson(const nlohmann::json& doc, const std::string& file) {
     if (rec.producer < -1 || rec.producer >= op_count) r.Field("producer").Fail("op id out of range");
     rec.storage = r.Has("storage") ? static_cast<int>(r.Field("storage").Integer()) : t;
     rec.kept = r.Has("kept") ? r.Field("kept").Bool() : false;
+    rec.external = r.Has("external") ? r.Field("external").Bool() : rec.producer < 0;
     p.tensors.push_back(std::move(rec));
   }
   for (int o = 0; o < op_count; ++o) {
@@ -113,7 +114,8 @@ nlohmann::json ProfileToJson(const Profile& p) {
   nlohmann::json tensors = nlohmann::json::array();
   for (const TensorRecord& t : p.tensors) {
     tensors.push_back({{"id", t.id}, {"shape", t.shape}, {"dtype", t.dtype}, {"bytes", t.bytes},
-                       {"producer", t.producer}, {"storage", t.storage}, {"kept", t.kept}});
+                       {"producer", t.producer}, {"storage", t.storage}, {"kept", t.kept},
+                       {"external", t.external}});
   }
   nlohmann::json ops = nlohmann::json::array();
   nlohmann::json edges = nlohmann::json::array();

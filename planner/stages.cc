@@ -46,8 +46,10 @@ class Liveness {
     for (const TensorRecord& t : p.tensors) {
       int& last = storage_last_use_[t.storage];
       last = std::max(last, last_use_[static_cast<size_t>(t.id)]);
+      // Storages that existed before the forward (parameters, inputs) never cross a cut.
+      int producer = t.external ? -1 : t.producer;
       auto first = storage_producer_.find(t.storage);
-      if (first == storage_producer_.end() || t.producer < first->second) storage_producer_[t.storage] = t.producer;
+      if (first == storage_producer_.end() || producer < first->second) storage_producer_[t.storage] = producer;
       storage_bytes_[t.storage] = std::max(storage_bytes_[t.storage], t.bytes);
     }
   }
@@ -91,6 +93,19 @@ class Cutter {
  public:
   Cutter(const Profile& p) : profile_(p), liveness_(p) {
     for (const OpRecord& op : p.ops) paths_.push_back(Split(op.module));
+    // Ops on the data path: those that read a model input or what such an
+    // op made. The others (positions from arange, batch norm's counter)
+    // are auxiliary and never start a stage.
+    std::vector<bool> data_tensor(p.tensors.size(), false);
+    for (int t : p.inputs) data_tensor[static_cast<size_t>(t)] = true;
+    for (const OpRecord& op : p.ops) {
+      bool data = false;
+      for (int t : op.inputs) data = data || data_tensor[static_cast<size_t>(t)];
+      data_op_.push_back(data);
+      if (data) {
+        for (int t : op.outputs) data_tensor[static_cast<size_t>(t)] = true;
+      }
+    }
   }
 
   std::vector<StageCut> Run() {
@@ -98,6 +113,18 @@ class Cutter {
     Refine({0, n - 1, 0}, /*is_root=*/true);
     std::sort(cuts_.begin(), cuts_.end());
     cuts_.erase(std::unique(cuts_.begin(), cuts_.end()), cuts_.end());
+    // A stage of auxiliary ops alone joins the next one.
+    std::vector<int> kept;
+    int stage_first = 0;
+    for (int position : cuts_) {
+      bool has_data = false;
+      for (int op = stage_first; op < position; ++op) has_data = has_data || data_op_[static_cast<size_t>(op)];
+      if (has_data) {
+        kept.push_back(position);
+        stage_first = position;
+      }
+    }
+    cuts_ = kept;
     std::vector<StageCut> stages;
     int first = 0;
     for (int position : cuts_) {
@@ -147,23 +174,60 @@ class Cutter {
     }
     for (size_t c = 1; c < children.size(); ++c) {
       int position = children[c].first;
-      if (!profile_.ops[static_cast<size_t>(position)].inplace) cuts_.push_back(position);
+      if (!WritesActivationInPlace(position)) cuts_.push_back(position);
     }
     for (const Segment& child : children) {
       if (!Key(child.first, segment.depth).empty()) Refine(child, false);
     }
   }
 
+  // A cut just before an op that writes an activation in place would hand
+  // the stage a tensor it must not modify (a checkpoint input). In-place
+  // updates of buffers (batch norm's counter) do not matter.
+  bool WritesActivationInPlace(int position) const {
+    if (!data_op_[static_cast<size_t>(position)]) return true;  // auxiliary: stays with what precedes it
+    const OpRecord& op = profile_.ops[static_cast<size_t>(position)];
+    if (!op.inplace || op.inputs.empty()) return false;
+    return !profile_.tensors[static_cast<size_t>(op.inputs[0])].external;
+  }
+
   StageCut MakeStage(int first, int last) const {
     StageCut stage{first, last, "", {}};
     // Modules covered: the distinct paths at the finest level that is whole
     // within the stage, in order.
-    std::vector<std::string> prefix = paths_[static_cast<size_t>(first)];
-    for (int op = first; op <= last; ++op) {
+    int first_data = first, last_data = last;
+    while (first_data < last && !data_op_[static_cast<size_t>(first_data)]) ++first_data;
+    while (last_data > first_data && !data_op_[static_cast<size_t>(last_data)]) --last_data;
+    std::vector<std::string> prefix = paths_[static_cast<size_t>(first_data)];
+    bool same_module = true;
+    for (int op = first_data; op <= last_data; ++op) {
       const auto& parts = paths_[static_cast<size_t>(op)];
+      if (data_op_[static_cast<size_t>(op)] && parts != paths_[static_cast<size_t>(first_data)]) same_module = false;
       size_t common = 0;
       while (common < prefix.size() && common < parts.size() && prefix[common] == parts[common]) ++common;
       prefix.resize(common);
+    }
+    if (!prefix.empty() && !same_module) {
+      // Ops from several modules under one parent: name the range.
+      const auto& a = paths_[static_cast<size_t>(first_data)];
+      const auto& b = paths_[static_cast<size_t>(last_data)];
+      bool whole_parent = true;
+      for (size_t op = 0; op < paths_.size() && whole_parent; ++op) {
+        if (static_cast<int>(op) >= first && static_cast<int>(op) <= last) continue;
+        const auto& parts = paths_[op];
+        if (parts.size() >= prefix.size() && std::equal(prefix.begin(), prefix.end(), parts.begin())) whole_parent = false;
+      }
+      if (!whole_parent) {
+        stage.name = Join(a, a.size()) + ".." + Join(b, b.size());
+        for (int op = first; op <= last; ++op) {
+          const auto& parts = paths_[static_cast<size_t>(op)];
+          if (parts.size() > prefix.size()) {
+            std::string child = Join(parts, prefix.size() + 1);
+            if (stage.modules.empty() || stage.modules.back() != child) stage.modules.push_back(child);
+          }
+        }
+        return stage;
+      }
     }
     if (!prefix.empty()) {
       stage.name = Join(prefix, prefix.size());
@@ -193,6 +257,7 @@ class Cutter {
   const Profile& profile_;
   Liveness liveness_;
   std::vector<std::vector<std::string>> paths_;
+  std::vector<bool> data_op_;
   std::vector<int> cuts_;
 };
 

@@ -18,7 +18,8 @@ struct TensorRecord {
   int64_t bytes = 0;        ///< of its storage (shared storages: see `storage`)
   int producer = -1;        ///< op id, or -1 for a model input
   int storage = -1;         ///< tensors with the same storage id share memory (views, in-place)
-  bool kept = false;        ///< still allocated when the forward ends
+  bool kept = false;        ///< still allocated when the forward ends (outputs dropped)
+  bool external = false;    ///< its storage existed before the forward (a parameter, buffer or input)
 };
 
 /// One op of the forward graph, in execution order.

@@ -1,0 +1,36 @@
+#pragma once
+/// Model inputs as the user gives them: `8x3x224x224`, `4x1024:int64:0..50257`.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace ckplan {
+
+struct InputSpec {
+  std::vector<int64_t> shape;
+  std::string dtype = "float32";  ///< canonical name: float32, float64, float16, bfloat16, int64, int32, int16, int8, uint8, bool
+  bool has_range = false;         ///< LO..HI given
+  double lo = 0;                  ///< integers: drawn from [lo, hi) like torch.randint
+  double hi = 2;                  ///< default 0..2: zeros and ones
+  std::string text;               ///< as written
+};
+
+/// Parses `SHAPE[:DTYPE[:LO..HI]]`. Throws BadInput quoting the text.
+InputSpec ParseInputSpec(const std::string& text);
+
+/// True for integer and bool dtypes.
+bool IsIntegerDtype(const std::string& dtype);
+
+/// Bytes per element of a canonical dtype.
+int64_t DtypeBytes(const std::string& dtype);
+
+/// `8x3x224x224`.
+std::string ShapeText(const std::vector<int64_t>& shape);
+
+/// {"shape":[..],"dtype":..,"lo":..,"hi":..}
+nlohmann::json InputSpecToJson(const InputSpec& spec);
+
+}  // namespace ckplan

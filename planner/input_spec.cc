@@ -1,0 +1,125 @@
+#include "ckplan/planner/input_spec.h"
+
+#include <cstdlib>
+
+#include <nlohmann/json.hpp>
+
+#include "ckplan/planner/error.h"
+
+namespace ckplan {
+namespace {
+
+struct DtypeName {
+  const char* alias;
+  const char* canonical;
+  int64_t bytes;
+};
+
+constexpr DtypeName kDtypes[] = {
+    {"float32", "float32", 4}, {"float", "float32", 4},   {"f32", "float32", 4},
+    {"float64", "float64", 8}, {"double", "float64", 8},  {"f64", "float64", 8},
+    {"float16", "float16", 2}, {"half", "float16", 2},    {"f16", "float16", 2},
+    {"bfloat16", "bfloat16", 2}, {"bf16", "bfloat16", 2},
+    {"int64", "int64", 8},     {"long", "int64", 8},      {"int32", "int32", 4},
+    {"int", "int32", 4},       {"int16", "int16", 2},     {"int8", "int8", 1},
+    {"uint8", "uint8", 1},     {"bool", "bool", 1},
+};
+
+bool ParseNumber(const std::string& s, double* out) {
+  if (s.empty()) return false;
+  char* end = nullptr;
+  *out = std::strtod(s.c_str(), &end);
+  return end == s.c_str() + s.size();
+}
+
+}  // namespace
+
+bool IsIntegerDtype(const std::string& dtype) {
+  return dtype == "int64" || dtype == "int32" || dtype == "int16" || dtype == "int8" || dtype == "uint8" ||
+         dtype == "bool";
+}
+
+int64_t DtypeBytes(const std::string& dtype) {
+  for (const DtypeName& d : kDtypes) {
+    if (dtype == d.canonical) return d.bytes;
+  }
+  return 4;
+}
+
+std::string ShapeText(const std::vector<int64_t>& shape) {
+  std::string out;
+  for (size_t i = 0; i < shape.size(); ++i) out += (i ? "x" : "") + std::to_string(shape[i]);
+  return out.empty() ? "scalar" : out;
+}
+
+InputSpec ParseInputSpec(const std::string& text) {
+  auto fail = [&](const std::string& why) { return BadInput("invalid --input '" + text + "': " + why); };
+  InputSpec spec;
+  spec.text = text;
+  std::vector<std::string> parts;
+  size_t start = 0;
+  while (true) {
+    size_t colon = text.find(':', start);
+    parts.push_back(text.substr(start, colon == std::string::npos ? std::string::npos : colon - start));
+    if (colon == std::string::npos) break;
+    start = colon + 1;
+  }
+  if (parts.size() > 3) throw fail("expected SHAPE[:DTYPE[:LO..HI]]");
+  // Shape: dims joined by x; "scalar" for a 0-d tensor.
+  if (parts[0] != "scalar") {
+    size_t pos = 0;
+    const std::string& shape = parts[0];
+    while (pos <= shape.size()) {
+      size_t x = shape.find('x', pos);
+      std::string dim = shape.substr(pos, x == std::string::npos ? std::string::npos : x - pos);
+      if (dim.empty() || dim.find_first_not_of("0123456789") != std::string::npos) {
+        throw fail("shape must be sizes joined by 'x', such as 8x3x224x224");
+      }
+      long long value = std::atoll(dim.c_str());
+      if (value <= 0 || dim.size() > 12) throw fail("sizes must be positive");
+      spec.shape.push_back(value);
+      if (x == std::string::npos) break;
+      pos = x + 1;
+    }
+  }
+  if (parts.size() >= 2) {
+    bool known = false;
+    for (const DtypeName& d : kDtypes) {
+      if (parts[1] == d.alias) {
+        spec.dtype = d.canonical;
+        known = true;
+      }
+    }
+    if (!known) throw fail("unknown dtype '" + parts[1] + "' (float32, float64, float16, bfloat16, int64, int32, int16, int8, uint8, bool)");
+  }
+  if (parts.size() == 3) {
+    size_t dots = parts[2].find("..");
+    double lo = 0, hi = 0;
+    if (dots == std::string::npos || !ParseNumber(parts[2].substr(0, dots), &lo) ||
+        !ParseNumber(parts[2].substr(dots + 2), &hi)) {
+      throw fail("range must be LO..HI, such as 0..50257");
+    }
+    if (!(hi > lo)) throw fail("range LO..HI needs HI > LO");
+    spec.has_range = true;
+    spec.lo = lo;
+    spec.hi = hi;
+  }
+  if (!spec.has_range && !IsIntegerDtype(spec.dtype)) {
+    spec.lo = 0;
+    spec.hi = 0;
+  }
+  return spec;
+}
+
+nlohmann::json InputSpecToJson(const InputSpec& spec) {
+  nlohmann::json j = {{"shape", spec.shape}, {"dtype", spec.dtype}, {"text", spec.text}};
+  if (spec.has_range || IsIntegerDtype(spec.dtype)) {
+    j["lo"] = spec.lo;
+    j["hi"] = spec.hi;
+  } else {
+    j["distribution"] = "normal(0,1)";
+  }
+  return j;
+}
+
+}  // namespace ckplan

@@ -1,0 +1,446 @@
+#include "ckplan/profiler/profiler.h"
+
+#include <ATen/Parallel.h>
+#include <ATen/SequenceNumber.h>
+#include <ATen/record_function.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/script.h>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <set>
+
+#include "ckplan/planner/error.h"
+#include "ckplan/planner/sha256.h"
+#include "torch_graph.h"
+#include "tracking_allocator.h"
+
+namespace ckplan {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  size_t n = values.size();
+  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+double MsSince(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+// Backward functions are linked to forward ops through autograd sequence
+// numbers: every autograd node made while op k ran has a number in op k's range.
+struct BackwardRecorder {
+  bool active = false;
+  std::vector<std::pair<uint64_t, int>> range_starts;  // (first seq, op), ascending
+  std::vector<uint64_t> range_ends;
+  std::vector<double> bwd_ms;
+  std::vector<int64_t> bwd_tmp_bytes;
+
+  int OpFor(int64_t seq) const {
+    if (seq < 0) return -1;
+    auto it = std::upper_bound(range_starts.begin(), range_starts.end(),
+                               std::make_pair(static_cast<uint64_t>(seq), INT32_MAX));
+    if (it == range_starts.begin()) return -1;
+    size_t k = static_cast<size_t>(std::prev(it) - range_starts.begin());
+    return static_cast<uint64_t>(seq) < range_ends[k] ? range_starts[k].second : -1;
+  }
+};
+
+BackwardRecorder* g_recorder = nullptr;
+
+struct BackwardContext : at::ObserverContext {
+  Clock::time_point start;
+  int op = -1;
+  int previous_owner = kOwnerNone;
+  int64_t live_at_start = 0;
+};
+
+std::unique_ptr<at::ObserverContext> OnBackwardStart(const at::RecordFunction& fn) {
+  if (g_recorder == nullptr || !g_recorder->active) return nullptr;
+  auto ctx = std::make_unique<BackwardContext>();
+  ctx->op = g_recorder->OpFor(fn.seqNr());
+  ctx->previous_owner = TrackingAllocator::Owner();
+  TrackingAllocator& tracker = TrackingAllocator::Instance();
+  ctx->live_at_start = tracker.live_bytes();
+  tracker.ResetWindowPeak();
+  if (ctx->op >= 0) TrackingAllocator::SetOwner(ctx->op);
+  ctx->start = Clock::now();
+  return ctx;
+}
+
+void OnBackwardEnd(const at::RecordFunction&, at::ObserverContext* raw) {
+  auto* ctx = static_cast<BackwardContext*>(raw);
+  if (ctx == nullptr || g_recorder == nullptr) return;
+  double ms = MsSince(ctx->start);
+  TrackingAllocator::SetOwner(ctx->previous_owner);
+  if (ctx->op < 0) return;
+  size_t op = static_cast<size_t>(ctx->op);
+  g_recorder->bwd_ms[op] += ms;
+  int64_t transient = TrackingAllocator::Instance().window_peak_bytes() - ctx->live_at_start;
+  g_recorder->bwd_tmp_bytes[op] = std::max(g_recorder->bwd_tmp_bytes[op], transient);
+}
+
+void InstallBackwardCallback() {
+  static bool installed = [] {
+    at::addGlobalCallback(at::RecordFunctionCallback(&OnBackwardStart, &OnBackwardEnd)
+                              .scopes({at::RecordScope::BACKWARD_FUNCTION}));
+    return true;
+  }();
+  (void)installed;
+}
+
+std::string FirstLine(const std::string& s) { return s.substr(0, s.find('\n')); }
+
+int64_t StorageBytes(const at::Tensor& t) {
+  return t.defined() && t.has_storage() ? static_cast<int64_t>(t.storage().nbytes()) : 0;
+}
+
+const void* StorageData(const at::Tensor& t) {
+  return t.defined() && t.has_storage() ? t.storage().data_ptr().get() : nullptr;
+}
+
+// Everything one measured step records about the graph and its memory.
+struct StepRecord {
+  std::vector<TensorRecord> tensors;
+  std::vector<const c10::TensorImpl*> tensor_impls;  // valid while the tensor lives
+  std::vector<int64_t> tensor_allocation;             // tracker allocation id of its storage
+  std::vector<std::vector<int>> op_inputs, op_outputs;
+  std::vector<int64_t> op_fwd_tmp;
+  std::vector<int64_t> op_saved;
+  std::vector<int> inputs, outputs;
+  int64_t saved_bytes = 0;
+  int64_t output_bytes = 0;
+  int64_t peak_bytes = 0;
+};
+
+class Profiler {
+ public:
+  Profiler(const ProfileOptions& options, std::vector<std::string>* warnings)
+      : options_(options), warnings_(warnings), tracker_(TrackingAllocator::Instance()) {}
+
+  Profile Run() {
+    if (options_.device != "cpu") {
+      throw BadInput("--device " + options_.device + ": this build of ckplan measures on the CPU only (LibTorch " +
+                     LibTorchVersion() + " without CUDA)");
+    }
+    if (options_.reps < 1) throw BadInput("invalid --reps " + std::to_string(options_.reps) + ": must be at least 1");
+    at::set_num_threads(options_.threads);
+    const std::string& path = options_.model_path;
+    std::string sha256 = Sha256File(path);
+    torch::jit::Module module = LoadModel(path);
+    CheckModel(module);
+    GraphProgram program(module);
+    if (program.num_inputs() != options_.inputs.size()) {
+      throw BadInput(path + ": forward takes " + std::to_string(program.num_inputs()) + " input(s), got " +
+                     std::to_string(options_.inputs.size()) + " --input");
+    }
+    if (program.num_ops() == 0) throw BadInput(path + ": the forward graph has no tensor ops");
+    std::vector<at::Tensor> inputs = MakeInputs(options_.inputs, options_.seed);
+    InstallBackwardCallback();
+
+    const size_t ops = static_cast<size_t>(program.num_ops());
+    std::vector<std::vector<double>> fwd_ms(ops), bwd_ms(ops);
+    std::vector<double> step_fwd_ms, step_bwd_ms;
+    std::vector<int64_t> bwd_tmp(ops, 0);
+    StepRecord record;
+    const int total = options_.reps + 1;
+    for (int rep = 0; rep < total; ++rep) {
+      if (options_.progress) options_.progress(rep, total);
+      const bool measured = rep > 0;
+      const bool detailed = rep == 1;
+      BackwardRecorder recorder;
+      recorder.bwd_ms.assign(ops, 0);
+      recorder.bwd_tmp_bytes.assign(ops, 0);
+      std::vector<double> op_ms(ops, 0);
+      double forward_ms = 0, backward_ms = 0;
+      RunStep(program, inputs, &recorder, &op_ms, &forward_ms, &backward_ms, detailed ? &record : nullptr);
+      if (!measured) continue;
+      for (size_t k = 0; k < ops; ++k) {
+        fwd_ms[k].push_back(op_ms[k]);
+        bwd_ms[k].push_back(recorder.bwd_ms[k]);
+        bwd_tmp[k] = std::max(bwd_tmp[k], recorder.bwd_tmp_bytes[k]);
+      }
+      step_fwd_ms.push_back(forward_ms);
+      step_bwd_ms.push_back(backward_ms);
+    }
+    if (options_.progress) options_.progress(total, total);
+
+    Profile profile;
+    nlohmann::json input_specs = nlohmann::json::array();
+    for (const InputSpec& spec : options_.inputs) input_specs.push_back(InputSpecToJson(spec));
+    profile.model = {{"path", path}, {"sha256", sha256}, {"inputs", input_specs}, {"training", module.is_training()}};
+    profile.environment = {{"libtorch", LibTorchVersion()}, {"threads", options_.threads}, {"device", "cpu"},
+                           {"reps", options_.reps}, {"seed", options_.seed}, {"timer", "steady_clock"},
+                           {"memory", "tracking CPU allocator"}};
+    profile.tensors = record.tensors;
+    profile.inputs = record.inputs;
+    profile.outputs = record.outputs;
+    for (size_t k = 0; k < ops; ++k) {
+      const ProgramNode& node = program.nodes()[program.OpNode(static_cast<int>(k))];
+      OpRecord op;
+      op.id = static_cast<int>(k);
+      op.kind = node.node->kind().toQualString();
+      op.module = node.module_path;
+      op.inputs = record.op_inputs[k];
+      op.outputs = record.op_outputs[k];
+      std::string kind = op.kind;
+      op.inplace = kind.size() > 1 && kind.back() == '_' && kind[kind.size() - 2] != '_';
+      op.saved_bytes = record.op_saved[k];
+      op.fwd_tmp_bytes = record.op_fwd_tmp[k];
+      op.bwd_tmp_bytes = bwd_tmp[k];
+      op.fwd_ms = Median(fwd_ms[k]);
+      op.bwd_ms = Median(bwd_ms[k]);
+      profile.ops.push_back(std::move(op));
+    }
+    profile.totals.param_bytes = param_bytes_;
+    profile.totals.buffer_bytes = buffer_bytes_;
+    for (const at::Tensor& t : inputs) profile.totals.input_bytes += StorageBytes(t);
+    profile.totals.saved_bytes = record.saved_bytes;
+    profile.totals.output_bytes = record.output_bytes;
+    profile.totals.fwd_ms = Median(step_fwd_ms);
+    profile.totals.bwd_ms = Median(step_bwd_ms);
+    profile.totals.peak_bytes = record.peak_bytes;
+    return profile;
+  }
+
+ private:
+  void CheckModel(const torch::jit::Module& module) {
+    std::set<const void*> seen;
+    bool trainable = false;
+    for (const auto& p : module.named_parameters()) {
+      if (p.value.requires_grad()) trainable = true;
+      if (seen.insert(StorageData(p.value)).second) param_bytes_ += StorageBytes(p.value);
+    }
+    for (const auto& b : module.named_buffers()) {
+      if (seen.insert(StorageData(b.value)).second) buffer_bytes_ += StorageBytes(b.value);
+    }
+    if (!trainable) {
+      throw BadInput(options_.model_path + ": the model has no parameters that require gradients: nothing to train");
+    }
+    if (!module.is_training()) {
+      warnings_->push_back(options_.model_path +
+                           ": the model was saved in eval mode; training uses train mode (dropout, batch norm "
+                           "statistics): call model.train() before torch.jit.trace and save it again");
+    }
+  }
+
+  // One forward (node by node) and backward. With `record`, also the tensors
+  // of the graph and what each op keeps.
+  void RunStep(GraphProgram& program, const std::vector<at::Tensor>& inputs, BackwardRecorder* recorder,
+               std::vector<double>* op_ms, double* forward_ms, double* backward_ms, StepRecord* record) {
+    for (const auto& p : program.module().parameters()) {
+      if (p.grad().defined()) p.mutable_grad() = at::Tensor();
+    }
+    const size_t ops = static_cast<size_t>(program.num_ops());
+    recorder->range_starts.clear();
+    recorder->range_ends.clear();
+    std::unordered_map<const torch::jit::Value*, std::vector<int>> value_tensors;
+    if (record) {
+      record->op_inputs.assign(ops, {});
+      record->op_outputs.assign(ops, {});
+      record->op_fwd_tmp.assign(ops, 0);
+      record->op_saved.assign(ops, 0);
+    }
+    auto new_tensor = [&](const at::Tensor& t, int producer) {
+      TensorRecord rec;
+      rec.id = static_cast<int>(record->tensors.size());
+      rec.shape = t.sizes().vec();
+      rec.dtype = std::string(c10::toString(t.scalar_type()));
+      rec.bytes = StorageBytes(t);
+      rec.producer = producer;
+      record->tensors.push_back(rec);
+      record->tensor_impls.push_back(t.unsafeGetTensorImpl());
+      record->tensor_allocation.push_back(tracker_.AllocationId(StorageData(t)));
+      return rec.id;
+    };
+
+    tracker_.ResetPeak();
+    Environment env;
+    program.BindInputs(env, inputs);
+    if (record) {
+      for (size_t i = 0; i < inputs.size(); ++i) {
+        int id = new_tensor(inputs[i], -1);
+        record->inputs.push_back(id);
+        value_tensors[program.InputValue(i)] = {id};
+      }
+    }
+    const auto forward_start = Clock::now();
+    const auto& nodes = program.nodes();
+    for (size_t index = 0; index < nodes.size(); ++index) {
+      const ProgramNode& node = nodes[index];
+      if (!node.is_op) {
+        RunOrExplain(program, index, env, inputs);
+        if (record) LinkTensors(node, env, record, &value_tensors);
+        program.FreeDeadAfter(index, env);
+        continue;
+      }
+      const size_t op = static_cast<size_t>(node.op_id);
+      const uint64_t seq_before = at::sequence_number::peek();
+      tracker_.ResetWindowPeak();
+      const auto start = Clock::now();
+      {
+        OwnerScope owner(node.op_id);
+        RunOrExplain(program, index, env, inputs);
+      }
+      (*op_ms)[op] = MsSince(start);
+      const uint64_t seq_after = at::sequence_number::peek();
+      if (seq_after > seq_before) {
+        recorder->range_starts.push_back({seq_before, node.op_id});
+        recorder->range_ends.push_back(seq_after);
+      }
+      if (record) {
+        record->op_fwd_tmp[op] = std::max<int64_t>(0, tracker_.window_peak_bytes() - tracker_.live_bytes());
+        for (const torch::jit::Value* in : node.node->inputs()) {
+          auto it = value_tensors.find(in);
+          if (it != value_tensors.end()) {
+            for (int id : it->second) record->op_inputs[op].push_back(id);
+          }
+        }
+        for (const torch::jit::Value* out : node.node->outputs()) {
+          std::vector<at::Tensor> tensors;
+          CollectTensors(env.at(out), &tensors);
+          std::vector<int>& ids = value_tensors[out];
+          for (const at::Tensor& t : tensors) {
+            if (!t.defined()) continue;
+            int id = new_tensor(t, node.op_id);
+            ids.push_back(id);
+            record->op_outputs[op].push_back(id);
+          }
+        }
+      }
+      program.FreeDeadAfter(index, env);
+    }
+    *forward_ms = MsSince(forward_start);
+
+    // Loss: the sum of the model's floating-point outputs.
+    std::vector<at::Tensor> outputs;
+    for (const c10::IValue& v : program.Outputs(env)) CollectTensors(v, &outputs);
+    at::Tensor loss;
+    {
+      OwnerScope owner(kOwnerLoss);
+      for (const at::Tensor& t : outputs) {
+        if (!t.defined() || !t.is_floating_point() || !t.requires_grad()) continue;
+        at::Tensor s = t.sum().to(at::kFloat);
+        loss = loss.defined() ? loss + s : s;
+      }
+    }
+    if (!loss.defined()) {
+      throw BadInput(options_.model_path + ": no output of the model requires gradients: nothing to back-propagate");
+    }
+    if (record) {
+      std::set<const void*> seen;
+      for (const torch::jit::Value* v : program.OutputValues()) {
+        auto it = value_tensors.find(v);
+        if (it == value_tensors.end()) continue;
+        for (int id : it->second) record->outputs.push_back(id);
+      }
+      for (const at::Tensor& t : outputs) {
+        if (seen.insert(StorageData(t)).second) record->output_bytes += StorageBytes(t);
+      }
+    }
+    // What survives once the outputs are dropped is what autograd keeps.
+    env.clear();
+    outputs.clear();
+    if (record) {
+      for (const auto& a : tracker_.LiveAllocations()) {
+        if (a.owner < 0) continue;
+        record->op_saved[static_cast<size_t>(a.owner)] += a.bytes;
+        record->saved_bytes += a.bytes;
+      }
+      FinishTensors(record);
+    }
+    recorder->active = true;
+    g_recorder = recorder;
+    const auto backward_start = Clock::now();
+    torch::autograd::backward({loss});
+    *backward_ms = MsSince(backward_start);
+    recorder->active = false;
+    g_recorder = nullptr;
+    if (record) record->peak_bytes = tracker_.peak_bytes();
+  }
+
+  // Unpacking and indexing pass tensors through: keep their ids.
+  void LinkTensors(const ProgramNode& node, const Environment& env, StepRecord* record,
+                   std::unordered_map<const torch::jit::Value*, std::vector<int>>* value_tensors) {
+    std::vector<int> candidates;
+    for (const torch::jit::Value* in : node.node->inputs()) {
+      auto it = value_tensors->find(in);
+      if (it != value_tensors->end()) candidates.insert(candidates.end(), it->second.begin(), it->second.end());
+    }
+    if (candidates.empty()) return;
+    for (const torch::jit::Value* out : node.node->outputs()) {
+      auto found = env.find(out);
+      if (found == env.end()) continue;
+      std::vector<at::Tensor> tensors;
+      CollectTensors(found->second, &tensors);
+      for (const at::Tensor& t : tensors) {
+        for (int id : candidates) {
+          if (record->tensor_impls[static_cast<size_t>(id)] == t.unsafeGetTensorImpl()) {
+            (*value_tensors)[out].push_back(id);
+            break;
+          }
+        }
+      }
+    }
+  }
+
+  // Storage ids from allocation ids; kept = its allocation still lives;
+  // external = its storage existed before the forward.
+  void FinishTensors(StepRecord* record) {
+    std::map<int64_t, int> storage_ids;
+    for (size_t i = 0; i < record->tensors.size(); ++i) {
+      TensorRecord& t = record->tensors[i];
+      int64_t allocation = record->tensor_allocation[i];
+      if (allocation < 0) {
+        t.storage = -1 - static_cast<int>(i);  // not tracked (empty): its own
+        t.external = true;
+        continue;
+      }
+      auto it = storage_ids.find(allocation);
+      if (it == storage_ids.end()) it = storage_ids.emplace(allocation, static_cast<int>(storage_ids.size())).first;
+      t.storage = it->second;
+      t.kept = tracker_.IsLive(allocation);
+      t.external = allocation < first_forward_allocation_;
+    }
+  }
+
+  void RunOrExplain(GraphProgram& program, size_t index, Environment& env, const std::vector<at::Tensor>& inputs) {
+    if (first_forward_allocation_ == 0) first_forward_allocation_ = NextAllocationId();
+    try {
+      program.RunNode(index, env);
+    } catch (const c10::Error& e) {
+      const ProgramNode& node = program.nodes()[index];
+      std::string given;
+      for (size_t i = 0; i < options_.inputs.size(); ++i) given += (i ? ", " : "") + options_.inputs[i].text;
+      throw BadInput(options_.model_path + ": op " + node.node->kind().toQualString() + " in module '" +
+                     (node.module_path.empty() ? std::string("<top>") : node.module_path) +
+                     "' rejected the inputs (--input " + given + "): " + FirstLine(e.what_without_backtrace()));
+    }
+  }
+
+  int64_t NextAllocationId() {
+    // Allocate one byte to learn the allocator's next id.
+    at::Tensor probe = at::empty({1}, at::kByte);
+    return tracker_.AllocationId(StorageData(probe));
+  }
+
+  const ProfileOptions& options_;
+  std::vector<std::string>* warnings_;
+  TrackingAllocator& tracker_;
+  int64_t param_bytes_ = 0;
+  int64_t buffer_bytes_ = 0;
+  int64_t first_forward_allocation_ = 0;
+};
+
+}  // namespace
+
+Profile ProfileModel(const ProfileOptions& options, std::vector<std::string>* warnings) {
+  return Profiler(options, warnings).Run();
+}
+
+}  // namespace ckplan

@@ -1,0 +1,286 @@
+#include "torch_graph.h"
+
+#include <torch/csrc/jit/ir/constants.h>
+#include <torch/csrc/jit/passes/inliner.h>
+#include <torch/version.h>
+
+#include <fstream>
+#include <regex>
+#include <set>
+
+#include "ckplan/planner/error.h"
+
+namespace ckplan {
+namespace {
+
+using torch::jit::Node;
+using torch::jit::Value;
+
+bool IsTensorType(const c10::TypePtr& type) {
+  if (type->kind() == c10::TypeKind::TensorType) return true;
+  if (auto list = type->cast<c10::ListType>()) return IsTensorType(list->getElementType());
+  if (auto optional = type->cast<c10::OptionalType>()) return IsTensorType(optional->getElementType());
+  return false;
+}
+
+NodeKind Classify(const Node* node) {
+  const c10::Symbol kind = node->kind();
+  if (kind == c10::prim::Constant) return NodeKind::kConstant;
+  if (kind == c10::prim::GetAttr) return NodeKind::kGetAttr;
+  if (kind == c10::prim::ListConstruct) return NodeKind::kListConstruct;
+  if (kind == c10::prim::ListUnpack) return NodeKind::kListUnpack;
+  if (kind == c10::prim::TupleConstruct) return NodeKind::kTupleConstruct;
+  if (kind == c10::prim::TupleUnpack) return NodeKind::kTupleUnpack;
+  if (kind == c10::prim::TupleIndex) return NodeKind::kTupleIndex;
+  return NodeKind::kOperation;
+}
+
+// Module paths: a class type maps to the one path that has it (traced
+// modules have one type per instance); shared types fall back to the
+// instance names on the call stack.
+class ModulePaths {
+ public:
+  explicit ModulePaths(const torch::jit::Module& module) {
+    std::set<const c10::ClassType*> ambiguous;
+    for (const auto& item : module.named_modules()) {
+      const c10::ClassType* type = item.value.type().get();
+      if (by_type_.count(type)) ambiguous.insert(type);
+      by_type_[type] = item.name;
+    }
+    for (const auto* type : ambiguous) by_type_.erase(type);
+  }
+
+  std::string PathOf(const Node* node) const {
+    auto callstack = node->callstack();
+    if (!callstack) return "";
+    std::vector<torch::jit::InlinedCallStackEntry> entries = (*callstack)->vec();
+    std::string joined;
+    for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
+      const auto& info = std::get<2>(*it);
+      if (!info) continue;
+      auto found = by_type_.find(info->class_type().get());
+      if (found != by_type_.end()) return found->second;
+      break;
+    }
+    for (const auto& entry : entries) {
+      const auto& info = std::get<2>(entry);
+      if (!info) continue;
+      if (!joined.empty()) joined += ".";
+      joined += info->instance_name();
+    }
+    return joined;
+  }
+
+ private:
+  std::unordered_map<const c10::ClassType*, std::string> by_type_;
+};
+
+}  // namespace
+
+GraphProgram::GraphProgram(torch::jit::Module module) : module_(std::move(module)) {
+  graph_ = module_.get_method("forward").graph()->copy();
+  torch::jit::Inline(*graph_);
+  ModulePaths paths(module_);
+  for (Node* node : graph_->nodes()) {
+    if (!node->blocks().empty()) {
+      throw BadInput("the model's forward has control flow (" + std::string(node->kind().toQualString()) +
+                     "): trace it with torch.jit.trace instead of torch.jit.script");
+    }
+    ProgramNode p;
+    p.node = node;
+    p.kind = Classify(node);
+    if (p.kind == NodeKind::kOperation) {
+      if (!node->maybeOperator()) {
+        throw BadInput("unsupported node " + std::string(node->kind().toQualString()) + " in the model's forward");
+      }
+      p.operation = node->getOperation();
+      for (const Value* out : node->outputs()) {
+        if (IsTensorType(out->type())) p.is_op = true;
+      }
+    }
+    if (p.is_op) {
+      p.op_id = static_cast<int>(op_nodes_.size());
+      p.module_path = paths.PathOf(node);
+      op_nodes_.push_back(nodes_.size());
+    }
+    nodes_.push_back(std::move(p));
+  }
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    for (const Value* in : nodes_[i].node->inputs()) last_use_[in] = i;
+  }
+  for (const Value* out : graph_->outputs()) last_use_[out] = nodes_.size();
+  dies_after_.resize(nodes_.size());
+  for (const auto& [value, index] : last_use_) {
+    if (index < nodes_.size()) dies_after_[index].push_back(value);
+  }
+}
+
+size_t GraphProgram::LastUse(const Value* value) const {
+  auto it = last_use_.find(value);
+  return it == last_use_.end() ? 0 : it->second;
+}
+
+size_t GraphProgram::num_inputs() const { return graph_->inputs().size() - 1; }
+
+const Value* GraphProgram::InputValue(size_t index) const { return graph_->inputs()[index + 1]; }
+
+void GraphProgram::BindInputs(Environment& env, const std::vector<at::Tensor>& inputs) const {
+  env[graph_->inputs()[0]] = module_._ivalue();
+  for (size_t i = 0; i < inputs.size() && i + 1 < graph_->inputs().size(); ++i) {
+    env[graph_->inputs()[i + 1]] = inputs[i];
+  }
+}
+
+void GraphProgram::RunNode(size_t index, Environment& env) const {
+  const ProgramNode& p = nodes_[index];
+  const Node* node = p.node;
+  auto input = [&](size_t k) -> const c10::IValue& {
+    auto it = env.find(node->inputs()[k]);
+    if (it == env.end()) {
+      throw Error(ExitCode::kInternal, "value %" + node->inputs()[k]->debugName() + " is not available for " +
+                                           std::string(node->kind().toQualString()));
+    }
+    return it->second;
+  };
+  switch (p.kind) {
+    case NodeKind::kConstant:
+      env[node->output()] = *torch::jit::toIValue(node->output());
+      return;
+    case NodeKind::kGetAttr:
+      env[node->output()] = input(0).toObject()->getAttr(node->s(c10::attr::name));
+      return;
+    case NodeKind::kListConstruct: {
+      auto list_type = node->output()->type()->expect<c10::ListType>();
+      c10::impl::GenericList list(list_type->getElementType());
+      list.reserve(node->inputs().size());
+      for (size_t k = 0; k < node->inputs().size(); ++k) list.push_back(input(k));
+      env[node->output()] = c10::IValue(std::move(list));
+      return;
+    }
+    case NodeKind::kListUnpack: {
+      auto list = input(0).toListRef();
+      for (size_t k = 0; k < node->outputs().size(); ++k) env[node->outputs()[k]] = list[k];
+      return;
+    }
+    case NodeKind::kTupleConstruct: {
+      std::vector<c10::IValue> elements;
+      for (size_t k = 0; k < node->inputs().size(); ++k) elements.push_back(input(k));
+      env[node->output()] = c10::ivalue::Tuple::create(std::move(elements));
+      return;
+    }
+    case NodeKind::kTupleUnpack: {
+      const auto& elements = input(0).toTupleRef().elements();
+      for (size_t k = 0; k < node->outputs().size(); ++k) env[node->outputs()[k]] = elements[k];
+      return;
+    }
+    case NodeKind::kTupleIndex: {
+      const auto& elements = input(0).toTupleRef().elements();
+      int64_t i = input(1).toInt();
+      if (i < 0) i += static_cast<int64_t>(elements.size());
+      env[node->output()] = elements[static_cast<size_t>(i)];
+      return;
+    }
+    case NodeKind::kOperation: {
+      torch::jit::Stack stack;
+      stack.reserve(node->inputs().size());
+      for (size_t k = 0; k < node->inputs().size(); ++k) stack.push_back(input(k));
+      const_cast<torch::jit::Operation&>(p.operation)(stack);
+      for (size_t k = 0; k < node->outputs().size(); ++k) env[node->outputs()[k]] = std::move(stack[k]);
+      return;
+    }
+  }
+}
+
+void GraphProgram::FreeDeadAfter(size_t index, Environment& env) const {
+  for (const Value* value : dies_after_[index]) env.erase(value);
+}
+
+std::vector<const Value*> GraphProgram::OutputValues() const {
+  return {graph_->outputs().begin(), graph_->outputs().end()};
+}
+
+std::vector<c10::IValue> GraphProgram::Outputs(const Environment& env) const {
+  std::vector<c10::IValue> out;
+  for (const Value* v : graph_->outputs()) out.push_back(env.at(v));
+  return out;
+}
+
+void CollectTensors(const c10::IValue& value, std::vector<at::Tensor>* out) {
+  if (value.isTensor()) {
+    out->push_back(value.toTensor());
+  } else if (value.isTuple()) {
+    for (const auto& e : value.toTupleRef().elements()) CollectTensors(e, out);
+  } else if (value.isList()) {
+    for (const auto& e : value.toListRef()) CollectTensors(e, out);
+  } else if (value.isGenericDict()) {
+    for (const auto& kv : value.toGenericDict()) CollectTensors(kv.value(), out);
+  }
+}
+
+std::string LibTorchVersion() {
+  return std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR) + "." +
+         std::to_string(TORCH_VERSION_PATCH);
+}
+
+torch::jit::Module LoadModel(const std::string& path) {
+  {
+    std::ifstream probe(path, std::ios::binary);
+    if (!probe) throw BadInput(path + ": cannot open: no such file or not readable");
+    char magic[2] = {0, 0};
+    probe.read(magic, 2);
+    if (magic[0] != 'P' || magic[1] != 'K') {
+      throw BadInput(path + ": not a TorchScript archive (expected a zip file from torch.jit.save)");
+    }
+  }
+  try {
+    torch::jit::Module module = torch::jit::load(path);
+    return module;
+  } catch (const c10::Error& e) {
+    std::string message = e.what_without_backtrace();
+    std::smatch match;
+    static const std::regex version_re("version (\\d+).*maximum supported version for reading is (\\d+)");
+    if (std::regex_search(message, match, version_re)) {
+      throw BadInput(path + ": saved by a newer PyTorch (file format version " + match[1].str() +
+                     ") than the LibTorch " + LibTorchVersion() + " ckplan was built with (reads up to version " +
+                     match[2].str() + "); save it with that PyTorch version or rebuild ckplan against a newer LibTorch");
+    }
+    std::string first_line = message.substr(0, message.find('\n'));
+    if (message.find("constants.pkl") != std::string::npos || message.find("data.pkl") != std::string::npos ||
+        message.find("PytorchStreamReader") != std::string::npos) {
+      throw BadInput(path + ": not a TorchScript archive (" + first_line + ")");
+    }
+    throw BadInput(path + ": cannot load the TorchScript model: " + first_line);
+  }
+}
+
+std::vector<at::Tensor> MakeInputs(const std::vector<InputSpec>& specs, uint64_t seed) {
+  at::Generator generator = at::detail::createCPUGenerator(seed);
+  std::vector<at::Tensor> inputs;
+  for (const InputSpec& spec : specs) {
+    static const std::unordered_map<std::string, at::ScalarType> kTypes = {
+        {"float32", at::kFloat}, {"float64", at::kDouble}, {"float16", at::kHalf}, {"bfloat16", at::kBFloat16},
+        {"int64", at::kLong},    {"int32", at::kInt},      {"int16", at::kShort}, {"int8", at::kChar},
+        {"uint8", at::kByte},    {"bool", at::kBool}};
+    at::ScalarType type = kTypes.at(spec.dtype);
+    at::Tensor t;
+    if (IsIntegerDtype(spec.dtype)) {
+      t = at::randint(static_cast<int64_t>(spec.lo), static_cast<int64_t>(spec.hi), spec.shape, generator,
+                      at::TensorOptions().dtype(at::kLong));
+      t = t.to(type);
+    } else if (spec.has_range) {
+      t = at::empty(spec.shape, at::TensorOptions().dtype(at::kFloat)).uniform_(spec.lo, spec.hi, generator).to(type);
+    } else {
+      t = at::randn(spec.shape, generator, at::TensorOptions().dtype(at::kFloat)).to(type);
+    }
+    inputs.push_back(t);
+  }
+  return inputs;
+}
+
+std::string DescribeTensor(const at::Tensor& tensor) {
+  std::string shape;
+  for (int64_t i = 0; i < tensor.dim(); ++i) shape += (i ? ", " : "") + std::to_string(tensor.size(i));
+  return "[" + shape + "] " + std::string(c10::toString(tensor.scalar_type()));
+}
+
+}  // namespace ckplan

@@ -1,0 +1,90 @@
+#pragma once
+// Executing a TorchScript model's forward graph node by node: the ground the
+// profiler and the executor stand on. Internal header (includes LibTorch).
+
+#include <torch/script.h>
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "ckplan/planner/input_spec.h"
+
+namespace ckplan {
+
+enum class NodeKind {
+  kConstant,
+  kGetAttr,
+  kListConstruct,
+  kListUnpack,
+  kTupleConstruct,
+  kTupleUnpack,
+  kTupleIndex,
+  kOperation,  ///< anything with a registered operator
+};
+
+struct ProgramNode {
+  torch::jit::Node* node = nullptr;
+  NodeKind kind = NodeKind::kOperation;
+  torch::jit::Operation operation = nullptr;
+  bool is_op = false;       ///< recorded in the profile: an operator with tensor outputs
+  int op_id = -1;           ///< its index among the profile's ops
+  std::string module_path;  ///< `layer1.0.conv1`; empty for the top-level module
+};
+
+using Environment = std::unordered_map<const torch::jit::Value*, c10::IValue>;
+
+/// The inlined forward graph of a module, ready to run node by node.
+class GraphProgram {
+ public:
+  explicit GraphProgram(torch::jit::Module module);
+
+  torch::jit::Module& module() { return module_; }
+  const std::vector<ProgramNode>& nodes() const { return nodes_; }
+  int num_ops() const { return static_cast<int>(op_nodes_.size()); }
+  /// Node index of profile op `op_id`.
+  size_t OpNode(int op_id) const { return op_nodes_[static_cast<size_t>(op_id)]; }
+  /// Last node index that reads `value`; nodes().size() for graph outputs.
+  size_t LastUse(const torch::jit::Value* value) const;
+  /// Model inputs the forward takes (the module itself not counted).
+  size_t num_inputs() const;
+  const torch::jit::Value* InputValue(size_t index) const;
+  /// Binds the model inputs (graph input 0 is the module itself).
+  void BindInputs(Environment& env, const std::vector<at::Tensor>& inputs) const;
+  /// Runs node `index`: reads its inputs from env, writes its outputs.
+  void RunNode(size_t index, Environment& env) const;
+  /// Drops from env the values whose last use is node `index`.
+  void FreeDeadAfter(size_t index, Environment& env) const;
+  /// The graph's output values and their IValues.
+  std::vector<const torch::jit::Value*> OutputValues() const;
+  std::vector<c10::IValue> Outputs(const Environment& env) const;
+
+ private:
+  torch::jit::Module module_;
+  std::shared_ptr<torch::jit::Graph> graph_;
+  std::vector<ProgramNode> nodes_;
+  std::vector<size_t> op_nodes_;
+  std::unordered_map<const torch::jit::Value*, size_t> last_use_;
+  std::vector<std::vector<const torch::jit::Value*>> dies_after_;
+};
+
+/// Tensors inside an IValue (a tensor, list, tuple), in order.
+void CollectTensors(const c10::IValue& value, std::vector<at::Tensor>* out);
+
+/// Loads a TorchScript file. Throws BadInput naming the file for a missing
+/// file, a file that is not a TorchScript archive, or one saved by a newer
+/// PyTorch (with both versions).
+torch::jit::Module LoadModel(const std::string& path);
+
+/// Inputs from specs: float ones from a normal distribution (or uniform in
+/// LO..HI), integer ones uniform in [LO, HI). Seeded: the same every run.
+std::vector<at::Tensor> MakeInputs(const std::vector<InputSpec>& specs, uint64_t seed);
+
+/// `[8, 3, 224, 224] float32`
+std::string DescribeTensor(const at::Tensor& tensor);
+
+/// The LibTorch version ckplan was built with: `1.13.0`.
+std::string LibTorchVersion();
+
+}  // namespace ckplan

@@ -1,0 +1,131 @@
+// `ckplan profile` and `ckplan run`: the commands that need LibTorch. This
+// file itself includes no torch header; the work is in ckplan_profiler.
+
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "ckplan/planner/error.h"
+#include "ckplan/planner/json_io.h"
+#include "ckplan/planner/stages.h"
+#include "ckplan/planner/units.h"
+#include "ckplan/profiler/profiler.h"
+#include "commands.h"
+#include "terminal.h"
+
+namespace ckplan {
+namespace {
+
+struct ProfileCommandOptions {
+  std::string model;
+  std::vector<std::string> inputs;
+  std::string output;
+  int reps = 3;
+  int threads = 1;
+  std::string device = "cpu";
+  int top = 10;
+};
+
+void PrintProfileSummary(const Profile& p, FILE* out, int top) {
+  const ProfileTotals& t = p.totals;
+  std::string inputs;
+  for (const auto& in : p.model["inputs"]) inputs += (inputs.empty() ? "" : ", ") + in["text"].get<std::string>();
+  std::fprintf(out, "profiled %s (sha256 %.12s) with --input %s; LibTorch %s, %d thread(s), median of %d reps\n",
+               p.model["path"].get<std::string>().c_str(), p.model["sha256"].get<std::string>().c_str(),
+               inputs.c_str(), p.environment["libtorch"].get<std::string>().c_str(),
+               p.environment["threads"].get<int>(), p.environment["reps"].get<int>());
+  std::fprintf(out, "parameters %s, buffers %s, inputs %s\n", FormatBytes(t.param_bytes).c_str(),
+               FormatBytes(t.buffer_bytes).c_str(), FormatBytes(t.input_bytes).c_str());
+  std::fprintf(out, "kept for backward %s, outputs %s, peak of the step %s\n", FormatBytes(t.saved_bytes).c_str(),
+               FormatBytes(t.output_bytes).c_str(), FormatBytes(t.peak_bytes).c_str());
+  std::fprintf(out, "forward %.2f ms, backward %.2f ms\n", t.fwd_ms, t.bwd_ms);
+
+  Chain chain = ChainFromProfile(p);
+  std::vector<std::vector<std::string>> rows = {{"#", "stage", "ops", "fwd", "bwd", "out", "saved"}};
+  for (int i = 0; i < chain.length(); ++i) {
+    const Stage& s = chain.stages[static_cast<size_t>(i)];
+    rows.push_back({std::to_string(i), s.name, Format("%d-%d", s.first_op, s.last_op), Format("%.2f ms", s.fwd_ms),
+                    Format("%.2f ms", s.bwd_ms), FormatBytes(s.out_bytes), FormatBytes(s.saved_bytes)});
+  }
+  std::fprintf(out, "\n%zu ops in %d stages:\n%s", p.ops.size(), chain.length(),
+               FormatTable(rows, {true, false, true, true, true, true, true}).c_str());
+
+  std::vector<const OpRecord*> ops;
+  for (const OpRecord& op : p.ops) ops.push_back(&op);
+  std::stable_sort(ops.begin(), ops.end(), [](const OpRecord* a, const OpRecord* b) { return a->saved_bytes > b->saved_bytes; });
+  std::vector<std::vector<std::string>> top_rows = {{"op", "kind", "module", "kept", "fwd", "bwd"}};
+  for (int k = 0; k < top && k < static_cast<int>(ops.size()) && ops[static_cast<size_t>(k)]->saved_bytes > 0; ++k) {
+    const OpRecord* op = ops[static_cast<size_t>(k)];
+    top_rows.push_back({std::to_string(op->id), op->kind, op->module.empty() ? "<top>" : op->module,
+                        FormatBytes(op->saved_bytes), Format("%.3f ms", op->fwd_ms), Format("%.3f ms", op->bwd_ms)});
+  }
+  std::fprintf(out, "\nops that keep the most for backward:\n%s",
+               FormatTable(top_rows, {true, false, false, true, true, true}).c_str());
+}
+
+int RunProfile(const ProfileCommandOptions& o) {
+  ProfileOptions options;
+  options.model_path = o.model;
+  for (const std::string& text : o.inputs) options.inputs.push_back(ParseInputSpec(text));
+  options.reps = o.reps;
+  options.threads = o.threads;
+  options.device = o.device;
+  if (o.threads < 1) throw BadInput("invalid --threads " + std::to_string(o.threads) + ": must be at least 1");
+  const bool json_to_stdout = o.output == "-";
+  FILE* human = json_to_stdout ? stderr : stdout;
+  if (StderrIsTerminal()) {
+    options.progress = [&](int done, int total) {
+      if (done < total) {
+        std::fprintf(stderr, "\rprofiling %s: step %d/%d (%s)...", o.model.c_str(), done + 1, total,
+                     done == 0 ? "warm-up" : "measured");
+      } else {
+        std::fprintf(stderr, "\r\033[K");
+      }
+      std::fflush(stderr);
+    };
+  }
+  std::vector<std::string> warnings;
+  Profile profile = ProfileModel(options, &warnings);
+  for (const std::string& w : warnings) std::fprintf(stderr, "ckplan: warning: %s\n", w.c_str());
+  PrintProfileSummary(profile, human, o.top);
+  std::string text = ProfileToJson(profile).dump(1) + "\n";
+  if (json_to_stdout) {
+    std::cout << text;
+  } else if (!o.output.empty()) {
+    WriteFileAtomic(o.output, text);
+    std::fprintf(human, "\nwrote %s\n", o.output.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+void AddProfileCommand(CLI::App& app, Action* action) {
+  auto o = std::make_shared<ProfileCommandOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "profile",
+      "Measure a TorchScript model: for every op of the forward graph, its module path, tensors,\n"
+      "the bytes it keeps for backward and its forward/backward time, from real passes on the CPU.\n"
+      "MODEL is a file from torch.jit.trace(model, example).save(path), saved in train mode.");
+  cmd->add_option("model", o->model, "TorchScript model file")->required();
+  cmd->add_option("-i,--input", o->inputs,
+                  "one per model input, in order: SHAPE[:DTYPE[:LO..HI]], e.g. 8x3x224x224 or 4x1024:int64:0..50257\n"
+                  "(float inputs ~ normal(0,1); integers uniform in [LO, HI), default 0..2; fixed seed)")
+      ->required();
+  cmd->add_option("-o,--output", o->output, "write the profile JSON here (ckplan.profile/1); - for stdout");
+  cmd->add_option("--reps", o->reps, "measured repetitions after one warm-up; times are medians")->capture_default_str();
+  cmd->add_option("--threads", o->threads, "LibTorch threads")->capture_default_str();
+  cmd->add_option("--device", o->device, "cpu (this build)")->capture_default_str();
+  cmd->add_option("--top", o->top, "how many ops to list by memory kept")->capture_default_str();
+  cmd->callback([o, action] { *action = [o] { return RunProfile(*o); }; });
+}
+
+void AddRunCommand(CLI::App& app, Action* action) {
+  (void)app;
+  (void)action;
+}
+
+}  // namespace ckplan

@@ -1,0 +1,283 @@
+#!/usr/bin/env python3
+"""Makes the test models (TorchScript, traced in train mode) and, for each,
+PyTorch's own count of what is saved for backward, for the tests to compare
+with `ckplan profile`.
+
+    make_models.py OUT_DIR [name ...]
+
+Writes OUT_DIR/<name>.pt and OUT_DIR/<name>.json:
+  {"name", "inputs": [--input texts], "saved_bytes", "module_saved": {path: bytes}}
+
+saved_bytes counts unique storages packed by torch.autograd.graph.saved_tensors_hooks
+during a forward of the eager model, parameters and inputs excluded. module_saved
+attributes each storage to the module whose op made it (hidden buffers such as
+dropout masks to the module running when they are saved), summed for every module
+path prefix, the way the profiler attributes allocations.
+"""
+import json
+import math
+import os
+import sys
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
+
+
+# ---------------------------------------------------------------- the models
+class Block(nn.Module):
+    def __init__(self, width, inplace=False):
+        super().__init__()
+        self.fc = nn.Linear(width, width)
+        self.act = nn.ReLU(inplace=inplace)
+
+    def forward(self, x):
+        return self.act(self.fc(x))
+
+
+class MlpChain(nn.Module):
+    """16 Linear+ReLU blocks and a head."""
+
+    def __init__(self, width=256, depth=16):
+        super().__init__()
+        self.blocks = nn.Sequential(*[Block(width) for _ in range(depth)])
+        self.head = nn.Linear(width, 10)
+
+    def forward(self, x):
+        return self.head(self.blocks(x))
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, d_model, heads, seq, dropout):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.proj = nn.Linear(d_model, d_model)
+        self.attn_drop = nn.Dropout(dropout)
+        self.resid_drop = nn.Dropout(dropout)
+        self.register_buffer("mask", torch.tril(torch.ones(seq, seq)).view(1, 1, seq, seq))
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.qkv(x).split(c, dim=2)
+        q = q.view(b, t, self.heads, c // self.heads).transpose(1, 2)
+        k = k.view(b, t, self.heads, c // self.heads).transpose(1, 2)
+        v = v.view(b, t, self.heads, c // self.heads).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
+        att = att.masked_fill(self.mask[:, :, :t, :t] == 0, float("-inf"))
+        att = self.attn_drop(F.softmax(att, dim=-1))
+        y = (att @ v).transpose(1, 2).contiguous().view(b, t, c)
+        return self.resid_drop(self.proj(y))
+
+
+class GptBlock(nn.Module):
+    def __init__(self, d_model, heads, seq, dropout):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(d_model)
+        self.attn = CausalSelfAttention(d_model, heads, seq, dropout)
+        self.ln_2 = nn.LayerNorm(d_model)
+        self.mlp = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model),
+                                 nn.Dropout(dropout))
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class Gpt(nn.Module):
+    """A GPT-style decoder: token and position embeddings, blocks, final norm, head."""
+
+    def __init__(self, vocab=512, seq=64, d_model=64, heads=4, layers=12, dropout=0.1):
+        super().__init__()
+        self.wte = nn.Embedding(vocab, d_model)
+        self.wpe = nn.Embedding(seq, d_model)
+        self.drop = nn.Dropout(dropout)
+        self.h = nn.ModuleList([GptBlock(d_model, heads, seq, dropout) for _ in range(layers)])
+        self.ln_f = nn.LayerNorm(d_model)
+        self.lm_head = nn.Linear(d_model, vocab, bias=False)
+
+    def forward(self, idx):
+        t = idx.size(1)
+        pos = torch.arange(0, t, dtype=torch.long, device=idx.device).unsqueeze(0)
+        x = self.drop(self.wte(idx) + self.wpe(pos))
+        for block in self.h:
+            x = block(x)
+        return self.lm_head(self.ln_f(x))
+
+
+def double_conv(cin, cout):
+    return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1), nn.BatchNorm2d(cout), nn.ReLU(inplace=True),
+                         nn.Conv2d(cout, cout, 3, padding=1), nn.BatchNorm2d(cout), nn.ReLU(inplace=True))
+
+
+class Down(nn.Module):
+    def __init__(self, cin, cout):
+        super().__init__()
+        self.pool = nn.MaxPool2d(2)
+        self.conv = double_conv(cin, cout)
+
+    def forward(self, x):
+        return self.conv(self.pool(x))
+
+
+class Up(nn.Module):
+    def __init__(self, cin, cout):
+        super().__init__()
+        self.up = nn.ConvTranspose2d(cin, cin // 2, 2, stride=2)
+        self.conv = double_conv(cin, cout)
+
+    def forward(self, x, skip):
+        return self.conv(torch.cat([skip, self.up(x)], dim=1))
+
+
+class UNet(nn.Module):
+    """A small U-Net: skip connections carry encoder outputs to the decoder."""
+
+    def __init__(self, channels=8):
+        super().__init__()
+        c = channels
+        self.inc = double_conv(3, c)
+        self.down1 = Down(c, 2 * c)
+        self.down2 = Down(2 * c, 4 * c)
+        self.down3 = Down(4 * c, 8 * c)
+        self.up1 = Up(8 * c, 4 * c)
+        self.up2 = Up(4 * c, 2 * c)
+        self.up3 = Up(2 * c, c)
+        self.outc = nn.Conv2d(c, 2, 1)
+
+    def forward(self, x):
+        x1 = self.inc(x)
+        x2 = self.down1(x1)
+        x3 = self.down2(x2)
+        x4 = self.down3(x3)
+        y = self.up1(x4, x3)
+        y = self.up2(y, x2)
+        y = self.up3(y, x1)
+        return self.outc(y)
+
+
+class TransformerEncoderModel(nn.Module):
+    def __init__(self, d_model=64, heads=4, layers=4, dropout=0.1):
+        super().__init__()
+        layer = nn.TransformerEncoderLayer(d_model, heads, dim_feedforward=4 * d_model, dropout=dropout,
+                                           batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.head = nn.Linear(d_model, 10)
+
+    def forward(self, x):
+        return self.head(self.encoder(x))
+
+
+def torchvision_model(name):
+    import torchvision
+    return getattr(torchvision.models, name)(num_classes=10)
+
+
+MODELS = {
+    "mlp_chain": (lambda: MlpChain(), ["32x256"]),
+    "resnet18": (lambda: torchvision_model("resnet18"), ["2x3x64x64"]),
+    "mobilenet_v2": (lambda: torchvision_model("mobilenet_v2"), ["2x3x64x64"]),
+    "gpt": (lambda: Gpt(), ["4x64:int64:0..512"]),
+    "unet": (lambda: UNet(), ["2x3x64x64"]),
+    "transformer_encoder": (lambda: TransformerEncoderModel(), ["4x32x64"]),
+}
+
+
+# ------------------------------------------------------- PyTorch's own count
+def storage_of(t):
+    """The tensor's storage (untyped_storage() from PyTorch 2.0, storage() before)."""
+    return t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()
+
+
+def make_input(text, generator):
+    parts = text.split(":")
+    shape = [int(s) for s in parts[0].split("x")]
+    if len(parts) > 1 and parts[1].startswith("int"):
+        lo, hi = (int(v) for v in parts[2].split("..")) if len(parts) > 2 else (0, 2)
+        return torch.randint(lo, hi, shape, generator=generator, dtype=torch.long)
+    return torch.randn(shape, generator=generator)
+
+
+class ProducerMode(TorchDispatchMode):
+    """Records which module made each storage (the first op that wrote it)."""
+
+    def __init__(self, current_module, producers):
+        super().__init__()
+        self.current_module = current_module
+        self.producers = producers
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, (tuple, list)) else [out]:
+            if isinstance(t, torch.Tensor) and storage_of(t).nbytes() > 0:
+                self.producers.setdefault(storage_of(t).data_ptr(), self.current_module[-1])
+        return out
+
+
+def saved_tensor_count(model, inputs):
+    """Unique storages saved for backward (parameters and inputs excluded), in total and per module prefix."""
+    excluded = {storage_of(p).data_ptr() for p in model.parameters()}
+    excluded |= {storage_of(b).data_ptr() for b in model.buffers()}
+    excluded |= {storage_of(x).data_ptr() for x in inputs}
+    names = {m: n for n, m in model.named_modules()}
+    stack = [""]
+    hooks = []
+
+    def enter(mod, args):
+        stack.append(names[mod])
+
+    def leave(mod, args, out):
+        stack.pop()
+
+    for m in model.modules():
+        hooks.append(m.register_forward_pre_hook(enter))
+        hooks.append(m.register_forward_hook(leave))
+    producers = {}
+    saved = {}
+
+    def pack(t):
+        storage = storage_of(t)
+        ptr = storage.data_ptr()
+        if ptr not in excluded and storage.nbytes() > 0 and ptr not in saved:
+            saved[ptr] = (storage.nbytes(), producers.get(ptr, stack[-1]))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        with ProducerMode(stack, producers):
+            out = model(*inputs)
+    for h in hooks:
+        h.remove()
+    total = sum(size for size, _ in saved.values())
+    per_module = {}
+    for size, module in saved.values():
+        parts = module.split(".") if module else []
+        for depth in range(len(parts) + 1):
+            key = ".".join(parts[:depth])
+            per_module[key] = per_module.get(key, 0) + size
+    return out, total, per_module
+
+
+def make(name, out_dir):
+    factory, input_texts = MODELS[name]
+    torch.manual_seed(0)
+    model = factory().train()
+    generator = torch.Generator().manual_seed(0)
+    inputs = [make_input(t, generator) for t in input_texts]
+    traced = torch.jit.trace(model, tuple(inputs), check_trace=False)
+    traced.save(os.path.join(out_dir, name + ".pt"))
+    _, total, per_module = saved_tensor_count(model, inputs)
+    with open(os.path.join(out_dir, name + ".json"), "w") as f:
+        json.dump({"name": name, "inputs": input_texts, "saved_bytes": total, "module_saved": per_module}, f, indent=1)
+    print(f"{name}: saved {total} bytes")
+
+
+def main():
+    out_dir = sys.argv[1]
+    os.makedirs(out_dir, exist_ok=True)
+    for name in sys.argv[2:] or MODELS:
+        make(name, out_dir)
+
+
+if __name__ == "__main__":
+    main()
