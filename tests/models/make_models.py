@@ -209,9 +209,18 @@ class ProducerMode(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
+        inputs = set()
+        for a in list(args) + list((kwargs or {}).values()):
+            for t in a if isinstance(a, (tuple, list)) else [a]:
+                if isinstance(t, torch.Tensor):
+                    inputs.add(storage_of(t).data_ptr())
         for t in out if isinstance(out, (tuple, list)) else [out]:
             if isinstance(t, torch.Tensor) and storage_of(t).nbytes() > 0:
-                self.producers.setdefault(storage_of(t).data_ptr(), self.current_module[-1])
+                ptr = storage_of(t).data_ptr()
+                # A fresh storage (not a view or an in-place write of an input)
+                # may reuse a freed one's address: it belongs to this module.
+                if ptr not in inputs:
+                    self.producers[ptr] = self.current_module[-1]
         return out
 
 
@@ -272,11 +281,39 @@ def make(name, out_dir):
     print(f"{name}: saved {total} bytes")
 
 
+def make_error_cases(out_dir):
+    """Models that ckplan must refuse or warn about."""
+    torch.manual_seed(0)
+    x = torch.randn(4, 16)
+    eval_model = nn.Sequential(nn.Linear(16, 16), nn.Dropout(0.5), nn.Linear(16, 4)).eval()
+    torch.jit.trace(eval_model, (x,)).save(os.path.join(out_dir, "eval_mode.pt"))
+    frozen = nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 4))
+    for p in frozen.parameters():
+        p.requires_grad_(False)
+    torch.jit.trace(frozen, (x,)).save(os.path.join(out_dir, "frozen.pt"))
+    # The same small model, its archive's format version raised past what any
+    # LibTorch reads: as if saved by a far newer PyTorch.
+    import zipfile
+    source = os.path.join(out_dir, "eval_mode.pt")
+    with zipfile.ZipFile(source) as zin, zipfile.ZipFile(os.path.join(out_dir, "newer_version.pt"), "w") as zout:
+        for item in zin.infolist():
+            data = zin.read(item.filename)
+            if item.filename.endswith("/version") or item.filename == "version":
+                data = b"99\n"
+            zout.writestr(item, data)
+    with open(os.path.join(out_dir, "not_a_model.pt"), "w") as f:
+        f.write("this is not a TorchScript archive\n")
+
+
 def main():
     out_dir = sys.argv[1]
     os.makedirs(out_dir, exist_ok=True)
-    for name in sys.argv[2:] or MODELS:
-        make(name, out_dir)
+    names = sys.argv[2:] or list(MODELS) + ["errors"]
+    for name in names:
+        if name == "errors":
+            make_error_cases(out_dir)
+        else:
+            make(name, out_dir)
 
 
 if __name__ == "__main__":

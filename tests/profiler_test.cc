@@ -1,0 +1,237 @@
+// LibTorch tests: `ckplan profile` on models made by tests/models/make_models.py
+// agrees with PyTorch's own count of what is saved for backward.
+
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <map>
+
+#include "ckplan/planner/error.h"
+#include "ckplan/planner/stages.h"
+#include "ckplan/profiler/profiler.h"
+
+using namespace ckplan;
+
+namespace {
+
+std::string ModelPath(const std::string& name) { return std::string(CKPLAN_TEST_MODELS) + "/" + name + ".pt"; }
+
+nlohmann::json Reference(const std::string& name) {
+  std::ifstream in(std::string(CKPLAN_TEST_MODELS) + "/" + name + ".json");
+  REQUIRE(in);
+  return nlohmann::json::parse(in);
+}
+
+// Profiles are cached: each model is profiled once per test run.
+const Profile& ProfileOf(const std::string& name) {
+  static std::map<std::string, Profile> cache;
+  auto it = cache.find(name);
+  if (it != cache.end()) return it->second;
+  ProfileOptions options;
+  options.model_path = ModelPath(name);
+  const nlohmann::json reference = Reference(name);
+  for (const auto& text : reference["inputs"]) options.inputs.push_back(ParseInputSpec(text.get<std::string>()));
+  options.reps = 1;
+  std::vector<std::string> warnings;
+  Profile profile = ProfileModel(options, &warnings);
+  CHECK(warnings.empty());
+  return cache.emplace(name, std::move(profile)).first->second;
+}
+
+int64_t ModuleSaved(const Profile& p, const std::string& prefix) {
+  int64_t total = 0;
+  for (const OpRecord& op : p.ops) {
+    if (op.module == prefix || op.module.rfind(prefix + ".", 0) == 0) total += op.saved_bytes;
+  }
+  return total;
+}
+
+void CheckAgainstPyTorch(const std::string& name, const std::vector<std::string>& blocks) {
+  const Profile& p = ProfileOf(name);
+  nlohmann::json ref = Reference(name);
+  const double expected = ref["saved_bytes"].get<double>();
+  CAPTURE(name);
+  CHECK(static_cast<double>(p.totals.saved_bytes) == doctest::Approx(expected).epsilon(0.01));
+  for (const std::string& block : blocks) {
+    CAPTURE(block);
+    REQUIRE(ref["module_saved"].contains(block));
+    const double block_expected = ref["module_saved"][block].get<double>();
+    CHECK(static_cast<double>(ModuleSaved(p, block)) == doctest::Approx(block_expected).epsilon(0.01));
+  }
+  // Every op's backward is linked: the step's backward time is covered by ops.
+  double bwd = 0;
+  for (const OpRecord& op : p.ops) bwd += op.bwd_ms;
+  CHECK(bwd > 0);
+  CHECK(bwd <= p.totals.bwd_ms * 1.05 + 0.1);
+}
+
+std::vector<std::string> Numbered(const std::string& prefix, int count) {
+  std::vector<std::string> out;
+  for (int i = 0; i < count; ++i) out.push_back(prefix + std::to_string(i));
+  return out;
+}
+
+std::vector<std::string> StageNames(const Profile& p) {
+  std::vector<std::string> names;
+  for (const StageCut& s : CutStages(p)) names.push_back(s.name);
+  return names;
+}
+
+bool Contains(const std::vector<std::string>& names, const std::string& name) {
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+std::string ProfileError(const std::string& model, const std::vector<std::string>& inputs) {
+  ProfileOptions options;
+  options.model_path = model;
+  for (const auto& text : inputs) options.inputs.push_back(ParseInputSpec(text));
+  options.reps = 1;
+  std::vector<std::string> warnings;
+  try {
+    ProfileModel(options, &warnings);
+  } catch (const Error& e) {
+    CHECK(e.code() == ExitCode::kBadInput);
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("mlp chain: saved bytes equal PyTorch's, per block too, and at least 16 stages") {
+  CheckAgainstPyTorch("mlp_chain", Numbered("blocks.", 16));
+  CHECK(CutStages(ProfileOf("mlp_chain")).size() >= 16);
+}
+
+TEST_CASE("resnet18: saved bytes equal PyTorch's per block; stages are stem parts, blocks, pool, fc") {
+  CheckAgainstPyTorch("resnet18", {"layer1.0", "layer1.1", "layer2.0", "layer2.1", "layer3.0", "layer3.1",
+                                   "layer4.0", "layer4.1"});
+  std::vector<std::string> names = StageNames(ProfileOf("resnet18"));
+  CHECK(names.size() >= 10);
+  for (const char* block : {"layer1.0", "layer1.1", "layer2.0", "layer2.1", "layer3.0", "layer3.1", "layer4.0",
+                            "layer4.1", "maxpool", "avgpool", "fc"}) {
+    CAPTURE(block);
+    CHECK(Contains(names, block));
+  }
+}
+
+TEST_CASE("mobilenet_v2: the hidden copies of in-place ReLU6 are counted") {
+  CheckAgainstPyTorch("mobilenet_v2", Numbered("features.", 18));
+}
+
+TEST_CASE("gpt decoder: saved bytes equal PyTorch's; stages are embeddings, each block, final norm, head") {
+  CheckAgainstPyTorch("gpt", Numbered("h.", 12));
+  std::vector<std::string> names = StageNames(ProfileOf("gpt"));
+  for (const std::string& block : Numbered("h.", 12)) {
+    CAPTURE(block);
+    CHECK(Contains(names, block));
+  }
+  CHECK(Contains(names, "ln_f"));
+  CHECK(Contains(names, "lm_head"));
+  CHECK(names.front() == "wte");  // token and position embeddings
+}
+
+TEST_CASE("u-net: cuts carry every live tensor, skip connections included") {
+  CheckAgainstPyTorch("unet", {"inc", "down1", "down2", "down3", "up1", "up2", "up3"});
+  const Profile& p = ProfileOf("unet");
+  Chain chain = ChainFromProfile(p);
+  // After down3 the three encoder outputs (x1, x2, x3) wait for the decoder:
+  // the cut there carries them and down3's own output.
+  std::vector<StageCut> cuts = CutStages(p);
+  int after_down3 = -1;
+  for (size_t i = 0; i < cuts.size(); ++i) {
+    if (cuts[i].name.rfind("down3", 0) == 0) after_down3 = static_cast<int>(i);
+  }
+  REQUIRE(after_down3 >= 0);
+  CutLoad load = CutLoadAt(p, cuts[static_cast<size_t>(after_down3)].last_op + 1);
+  CHECK(load.tensors == 4);
+  CHECK(chain.stages[static_cast<size_t>(after_down3)].out_bytes == load.bytes);
+  // 2x8x64x64 + 2x16x32x32 + 2x32x16x16 + 2x64x8x8 floats
+  CHECK(load.bytes == (2 * 8 * 64 * 64 + 2 * 16 * 32 * 32 + 2 * 32 * 16 * 16 + 2 * 64 * 8 * 8) * 4);
+}
+
+TEST_CASE("transformer encoder with dropout: masks are counted") {
+  CheckAgainstPyTorch("transformer_encoder", Numbered("encoder.layers.", 4));
+  CHECK(CutStages(ProfileOf("transformer_encoder")).size() >= 4);
+}
+
+TEST_CASE("no cut falls just before an op that writes an activation in place") {
+  for (const char* name : {"resnet18", "mobilenet_v2", "unet"}) {
+    const Profile& p = ProfileOf(name);
+    for (const StageCut& s : CutStages(p)) {
+      const OpRecord& first = p.ops[static_cast<size_t>(s.first_op)];
+      if (first.inplace && !first.inputs.empty()) {
+        CAPTURE(name);
+        CAPTURE(first.kind);
+        CHECK(p.tensors[static_cast<size_t>(first.inputs[0])].external);
+      }
+    }
+  }
+}
+
+TEST_CASE("the profile JSON round-trips and records identity, inputs and edges") {
+  const Profile& p = ProfileOf("resnet18");
+  nlohmann::json doc = ProfileToJson(p);
+  CHECK(doc["schema"] == "ckplan.profile/1");
+  CHECK(doc["model"]["sha256"].get<std::string>().size() == 64);
+  CHECK(doc["model"]["inputs"][0]["shape"] == nlohmann::json::array({2, 3, 64, 64}));
+  CHECK(doc["environment"]["libtorch"].get<std::string>().rfind("1.", 0) != std::string::npos);
+  REQUIRE(doc["edges"].size() > 50);
+  for (const auto& edge : doc["edges"]) {
+    CHECK(edge["from"].get<int>() < edge["to"].get<int>());
+    const auto& consumer = p.ops[edge["to"].get<size_t>()];
+    CHECK(std::count(consumer.inputs.begin(), consumer.inputs.end(), edge["tensor"].get<int>()) >= 1);
+  }
+  Profile back = ProfileFromJson(doc, "resnet18.profile.json");
+  CHECK(back.ops.size() == p.ops.size());
+  CHECK(back.totals.saved_bytes == p.totals.saved_bytes);
+  CHECK(back.ops[0].module == "conv1");
+  CHECK(back.ops[0].kind == "aten::_convolution");
+  CHECK(back.totals.param_bytes == 11181642 * 4);  // torchvision resnet18 with 10 classes
+}
+
+TEST_CASE("bad models and inputs are one-line errors naming the file, op and module") {
+  CHECK(ProfileError(ModelPath("missing"), {"4x16"}).find("missing.pt: cannot open") != std::string::npos);
+  CHECK(ProfileError(ModelPath("not_a_model"), {"4x16"}).find("not a TorchScript archive") != std::string::npos);
+  std::string newer = ProfileError(ModelPath("newer_version"), {"4x16"});
+  CHECK(newer.find("saved by a newer PyTorch (file format version 99)") != std::string::npos);
+  CHECK(newer.find("LibTorch 1.") != std::string::npos);
+  CHECK(ProfileError(ModelPath("frozen"), {"4x16"}).find("no parameters that require gradients") != std::string::npos);
+  CHECK(ProfileError(ModelPath("resnet18"), {"2x3x64x64", "5"}).find("forward takes 1 input(s), got 2") !=
+        std::string::npos);
+  std::string shape = ProfileError(ModelPath("resnet18"), {"2x5x64x64"});
+  CHECK(shape.find("op aten::_convolution in module 'conv1'") != std::string::npos);
+  CHECK(shape.find("2x5x64x64") != std::string::npos);
+  std::string dtype = ProfileError(ModelPath("gpt"), {"4x64:float32"});
+  CHECK(dtype.find("module 'wte'") != std::string::npos);
+  CHECK(std::count(dtype.begin(), dtype.end(), '\n') == 0);
+}
+
+TEST_CASE("a model in eval mode is profiled with a warning") {
+  ProfileOptions options;
+  options.model_path = ModelPath("eval_mode");
+  options.inputs = {ParseInputSpec("4x16")};
+  options.reps = 1;
+  std::vector<std::string> warnings;
+  Profile p = ProfileModel(options, &warnings);
+  REQUIRE(warnings.size() == 1);
+  CHECK(warnings[0].find("eval mode") != std::string::npos);
+  CHECK(p.model["training"] == false);
+}
+
+TEST_CASE("profiles are repeatable: same sizes and graph on a second run") {
+  ProfileOptions options;
+  options.model_path = ModelPath("gpt");
+  options.inputs = {ParseInputSpec("4x64:int64:0..512")};
+  options.reps = 1;
+  std::vector<std::string> warnings;
+  Profile again = ProfileModel(options, &warnings);
+  const Profile& first = ProfileOf("gpt");
+  CHECK(again.totals.saved_bytes == first.totals.saved_bytes);
+  REQUIRE(again.ops.size() == first.ops.size());
+  for (size_t i = 0; i < again.ops.size(); ++i) {
+    CHECK(again.ops[i].saved_bytes == first.ops[i].saved_bytes);
+    CHECK(again.ops[i].inputs == first.ops[i].inputs);
+  }
+}
