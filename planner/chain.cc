@@ -12,6 +12,14 @@ int64_t Chain::InputBytes(int k) const {
   return 0;  // the loss output
 }
 
+bool Chain::has_storages() const {
+  if (stages.empty() || input_storages.empty()) return false;
+  for (const Stage& s : stages) {
+    if (s.private_saved_bytes < 0) return false;
+  }
+  return true;
+}
+
 double Chain::NoRecomputeTimeMs() const {
   double total = 0;
   for (const Stage& s : stages) total += s.fwd_ms + s.bwd_ms;
@@ -45,6 +53,13 @@ Chain ChainFromJson(const nlohmann::json& doc, const std::string& file) {
       JsonReader modules = s.Field("modules");
       for (size_t k = 0; k < modules.ArraySize(); ++k) stage.modules.push_back(modules.Item(k).String());
     }
+    if (s.Has("out_storages")) {
+      JsonReader list = s.Field("out_storages");
+      for (size_t k = 0; k < list.ArraySize(); ++k) {
+        stage.out_storages.push_back({list.Item(k).Item(0).Integer(), list.Item(k).Item(1).NonNegativeBytes()});
+      }
+      stage.private_saved_bytes = s.Field("private_saved_bytes").NonNegativeBytes();
+    }
     if (s.Has("first_op")) stage.first_op = static_cast<int>(s.Field("first_op").Integer());
     if (s.Has("last_op")) stage.last_op = static_cast<int>(s.Field("last_op").Integer());
     chain.stages.push_back(std::move(stage));
@@ -52,6 +67,12 @@ Chain ChainFromJson(const nlohmann::json& doc, const std::string& file) {
   JsonReader loss = root.Field("loss");
   chain.loss_bwd_ms = loss.Field("bwd_ms").NonNegativeNumber();
   chain.loss_bwd_tmp_bytes = loss.Field("bwd_tmp_bytes").NonNegativeBytes();
+  if (root.Has("input_storages")) {
+    JsonReader list = root.Field("input_storages");
+    for (size_t k = 0; k < list.ArraySize(); ++k) {
+      chain.input_storages.push_back({list.Item(k).Item(0).Integer(), list.Item(k).Item(1).NonNegativeBytes()});
+    }
+  }
   return chain;
 }
 
@@ -70,12 +91,18 @@ nlohmann::json ChainToJson(const Chain& chain) {
       j["first_op"] = s.first_op;
       j["last_op"] = s.last_op;
     }
+    if (s.private_saved_bytes >= 0) {
+      j["out_storages"] = s.out_storages;
+      j["private_saved_bytes"] = s.private_saved_bytes;
+    }
     stages.push_back(std::move(j));
   }
-  return {{"schema", "ckplan.chain/1"},
-          {"input_bytes", chain.input_bytes},
-          {"stages", std::move(stages)},
-          {"loss", {{"bwd_ms", chain.loss_bwd_ms}, {"bwd_tmp_bytes", chain.loss_bwd_tmp_bytes}}}};
+  nlohmann::json doc = {{"schema", "ckplan.chain/1"},
+                        {"input_bytes", chain.input_bytes},
+                        {"stages", std::move(stages)},
+                        {"loss", {{"bwd_ms", chain.loss_bwd_ms}, {"bwd_tmp_bytes", chain.loss_bwd_tmp_bytes}}}};
+  if (!chain.input_storages.empty()) doc["input_storages"] = chain.input_storages;
+  return doc;
 }
 
 }  // namespace ckplan

@@ -6,6 +6,15 @@
 
 namespace ckplan {
 
+nlohmann::json ProfileSource(const Profile& profile, const std::string& profile_path) {
+  nlohmann::json source = {{"kind", "profile"}, {"path", profile_path}};
+  const nlohmann::json& model = profile.model;
+  if (model.contains("sha256")) source["model_sha256"] = model["sha256"];
+  if (model.contains("path")) source["model_path"] = model["path"];
+  if (model.contains("inputs")) source["inputs"] = model["inputs"];
+  return source;
+}
+
 PlannerInput LoadPlannerInput(const std::string& path, const std::string& optimizer) {
   nlohmann::json doc = ReadJsonFile(path);
   if (!doc.is_object() || !doc.contains("schema") || !doc["schema"].is_string()) {
@@ -25,11 +34,7 @@ PlannerInput LoadPlannerInput(const std::string& path, const std::string& optimi
     input.profile = ProfileFromJson(doc, path);
     input.chain = ChainFromProfile(input.profile);
     input.fixed = FixedMemoryFor(input.profile.totals.param_bytes, input.profile.totals.buffer_bytes, optimizer);
-    input.source = {{"kind", "profile"}, {"path", path}};
-    const nlohmann::json& model = input.profile.model;
-    if (model.contains("sha256")) input.source["model_sha256"] = model["sha256"];
-    if (model.contains("path")) input.source["model_path"] = model["path"];
-    if (model.contains("inputs")) input.source["inputs"] = model["inputs"];
+    input.source = ProfileSource(input.profile, path);
     return input;
   }
   throw BadInput(path + ": field 'schema': expected \"ckplan.chain/1\" or \"ckplan.profile/1\", got \"" + schema + "\"");

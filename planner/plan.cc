@@ -205,6 +205,14 @@ nlohmann::json PlanToJson(const Plan& plan, const Chain& chain, const nlohmann::
                      {"live_after_forward_bytes", plan.fixed.total() + plan.simulation.live_after_forward_bytes}}},
       {"min_budget_bytes", plan.min_budget_bytes},
   };
+  // The simulated memory over the schedule, fixed part included: per
+  // operation, the peak during it and what stays stored after it.
+  nlohmann::json peaks = nlohmann::json::array(), stored = nlohmann::json::array();
+  for (size_t k = 0; k < plan.simulation.peak_during_bytes.size(); ++k) {
+    peaks.push_back(plan.fixed.total() + plan.simulation.peak_during_bytes[k]);
+    stored.push_back(plan.fixed.total() + plan.simulation.stored_after_bytes[k]);
+  }
+  doc["timeline"] = {{"peak_during_bytes", peaks}, {"stored_after_bytes", stored}};
   if (plan.algorithm == Algorithm::kOptimal) {
     doc["slots"] = plan.slots;
     doc["slot_bytes"] = plan.slot_bytes;

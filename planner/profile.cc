@@ -58,6 +58,8 @@ Profile ProfileFromJson(const nlohmann::json& doc, const std::string& file) {
     for (size_t k = 0; k < shape.ArraySize(); ++k) rec.shape.push_back(shape.Item(k).NonNegativeBytes());
     rec.dtype = r.Field("dtype").String();
     rec.bytes = r.Field("bytes").NonNegativeBytes();
+    rec.nbytes = r.Has("nbytes") ? r.Field("nbytes").NonNegativeBytes() : rec.bytes;
+    rec.requires_grad = r.Has("requires_grad") ? r.Field("requires_grad").Bool() : false;
     rec.producer = static_cast<int>(r.Field("producer").Integer());
     if (rec.producer < -1 || rec.producer >= op_count) r.Field("producer").Fail("op id out of range");
     rec.storage = r.Has("storage") ? static_cast<int>(r.Field("storage").Integer()) : t;
@@ -113,7 +115,8 @@ Profile ProfileFromJson(const nlohmann::json& doc, const std::string& file) {
 nlohmann::json ProfileToJson(const Profile& p) {
   nlohmann::json tensors = nlohmann::json::array();
   for (const TensorRecord& t : p.tensors) {
-    tensors.push_back({{"id", t.id}, {"shape", t.shape}, {"dtype", t.dtype}, {"bytes", t.bytes},
+    tensors.push_back({{"id", t.id}, {"shape", t.shape}, {"dtype", t.dtype}, {"bytes", t.bytes}, {"nbytes", t.nbytes},
+                       {"requires_grad", t.requires_grad},
                        {"producer", t.producer}, {"storage", t.storage}, {"kept", t.kept},
                        {"external", t.external}});
   }

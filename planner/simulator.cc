@@ -1,21 +1,66 @@
 #include "ckplan/planner/simulator.h"
 
 #include <algorithm>
+#include <map>
 #include <string>
 
 #include "ckplan/planner/error.h"
 
 namespace ckplan {
 
+namespace {
+
+// Memory of the stored values when the chain knows its storages: a storage
+// held by several values (a skip connection crossing several cuts) counts once.
+class SharedStorages {
+ public:
+  explicit SharedStorages(const Chain& chain) : chain_(chain) {}
+
+  const std::vector<std::pair<int64_t, int64_t>>& Cut(int k) const {
+    return k == 0 ? chain_.input_storages : chain_.stages[static_cast<size_t>(k - 1)].out_storages;
+  }
+  // Bytes of the storages at cut k that nothing holds yet.
+  int64_t NewBytes(int k) const {
+    int64_t total = 0;
+    for (const auto& [id, bytes] : Cut(k)) {
+      auto it = refs_.find(id);
+      if (it == refs_.end() || it->second == 0) total += bytes;
+    }
+    return total;
+  }
+  int64_t Hold(int k) {  // returns the bytes it adds
+    int64_t added = 0;
+    for (const auto& [id, bytes] : Cut(k)) {
+      if (refs_[id]++ == 0) added += bytes;
+    }
+    return added;
+  }
+  int64_t Release(int k) {  // returns the bytes it frees
+    int64_t freed = 0;
+    for (const auto& [id, bytes] : Cut(k)) {
+      if (--refs_[id] == 0) freed += bytes;
+    }
+    return freed;
+  }
+
+ private:
+  const Chain& chain_;
+  std::map<int64_t, int> refs_;
+};
+
+}  // namespace
+
 SimulationResult Simulate(const Chain& chain, const Schedule& schedule) {
   const int length = chain.length();
+  const bool shared = chain.has_storages();
+  SharedStorages storages(chain);
   const size_t n = static_cast<size_t>(length) + 2;
   std::vector<bool> act(n, false), saved(n, false), grad(n, false);
   std::vector<int> backward_runs(n, 0);
   auto x = [&](int k) { return chain.InputBytes(k); };
 
   SimulationResult result;
-  int64_t stored = x(0);
+  int64_t stored = shared ? storages.Hold(0) : x(0);
   act[0] = true;
   result.peak_bytes = stored;
   bool forward_done = false;
@@ -41,6 +86,18 @@ SimulationResult Simulate(const Chain& chain, const Schedule& schedule) {
       case OpKind::kForwardNoGrad: {
         if (!input_available()) throw fail("reads the input of stage " + std::to_string(i) + ", which is not stored");
         const Stage& s = chain.stages[u];
+        if (shared) {
+          peak = stored + storages.NewBytes(i + 1) + s.fwd_tmp_bytes;
+          if (!act[u + 1]) {
+            act[u + 1] = true;
+            stored += storages.Hold(i + 1);
+          }
+          if (op.kind == OpKind::kForwardNoGrad && act[u]) {
+            act[u] = false;
+            stored -= storages.Release(i);
+          }
+          break;
+        }
         peak = stored + s.out_bytes + s.fwd_tmp_bytes;
         if (!act[u + 1]) {
           act[u + 1] = true;
@@ -55,9 +112,15 @@ SimulationResult Simulate(const Chain& chain, const Schedule& schedule) {
       case OpKind::kForwardGrad: {
         if (!input_available()) throw fail("reads the input of stage " + std::to_string(i) + ", which is not stored");
         const Stage& s = chain.stages[u];
-        peak = stored + std::max(s.saved_bytes, s.out_bytes + s.fwd_tmp_bytes);
         if (saved[u]) throw fail("stage " + std::to_string(i) + " is already stored with autograd");
         saved[u] = true;
+        if (shared) {
+          const int64_t fresh = storages.NewBytes(i + 1);
+          peak = stored + std::max(s.private_saved_bytes + fresh, fresh + s.fwd_tmp_bytes);
+          stored += s.private_saved_bytes + storages.Hold(i + 1);
+          break;
+        }
+        peak = stored + std::max(s.saved_bytes, s.out_bytes + s.fwd_tmp_bytes);
         stored += s.saved_bytes;
         break;
       }
@@ -70,7 +133,7 @@ SimulationResult Simulate(const Chain& chain, const Schedule& schedule) {
         stored += x(length);
         if (act[u]) {
           act[u] = false;
-          stored -= x(length);
+          stored -= shared ? storages.Release(length) : x(length);
         }
         backward_runs[u]++;
         forward_done = true;
@@ -84,12 +147,12 @@ SimulationResult Simulate(const Chain& chain, const Schedule& schedule) {
         if (backward_runs[u] > 0) throw fail("the backward of stage " + std::to_string(i) + " runs twice");
         peak = stored + x(i) + s.bwd_tmp_bytes;
         saved[u] = false;
-        stored -= s.saved_bytes;
+        stored -= shared ? s.private_saved_bytes + storages.Release(i + 1) : s.saved_bytes;
         grad[u + 1] = false;
         stored -= x(i + 1);
         if (act[u]) {
           act[u] = false;
-          stored -= x(i);
+          stored -= shared ? storages.Release(i) : x(i);
         }
         grad[u] = true;
         stored += x(i);

@@ -280,6 +280,14 @@ Chain ChainFromProfile(const Profile& profile) {
   const int n = static_cast<int>(profile.ops.size());
   Chain chain;
   chain.input_bytes = profile.totals.input_bytes;
+  {
+    std::set<int> seen;
+    for (int t : profile.inputs) {
+      const TensorRecord& rec = profile.tensors[static_cast<size_t>(t)];
+      // Model inputs get storage ids below any activation's.
+      if (seen.insert(rec.storage).second) chain.input_storages.push_back({-1000000 - rec.storage, rec.bytes});
+    }
+  }
   std::map<int, bool> storage_kept;
   for (const TensorRecord& t : profile.tensors) storage_kept[t.storage] = storage_kept[t.storage] || t.kept;
 
@@ -313,6 +321,15 @@ Chain ChainFromProfile(const Profile& profile) {
       if (producer >= cut.first_op && producer <= cut.last_op && !storage_kept[s]) saved += liveness.StorageBytes(s);
     }
     stage.saved_bytes = saved;
+    // The storages at the cut, shared with the cuts around it, and the rest
+    // of what the stage saves (its own).
+    int64_t private_saved = saved;
+    for (int s : out) {
+      stage.out_storages.push_back({s, liveness.StorageBytes(s)});
+      int producer = liveness.StorageProducer(s);
+      if (producer >= cut.first_op && producer <= cut.last_op) private_saved -= liveness.StorageBytes(s);
+    }
+    stage.private_saved_bytes = std::max<int64_t>(0, private_saved);
 
     // Transient peaks, replaying the stage's tensors' lifetimes: without
     // autograd storages die at their last use in the stage; with autograd
@@ -340,11 +357,32 @@ Chain ChainFromProfile(const Profile& profile) {
         bool dies = liveness.StorageLastUse(it->first) <= op && out.count(it->first) == 0 && !storage_kept[it->first];
         it = dies ? live_grad.erase(it) : std::next(it);
       }
-      // Backward of this op: gradients of its outputs and inputs, plus its own transient.
-      int64_t grads = 0;
-      for (int t : rec.inputs) grads += profile.tensors[static_cast<size_t>(t)].bytes;
-      for (int t : rec.outputs) grads += profile.tensors[static_cast<size_t>(t)].bytes;
-      bwd_tmp = std::max(bwd_tmp, grads + rec.bwd_tmp_bytes);
+    }
+    // Backward, replayed op by op in reverse: each op's measured transient
+    // on top of the gradients alive at that point, less the saved tensors
+    // already released. Gradients of the stage's inputs are x_i in the chain
+    // model, counted there: not here.
+    {
+      int64_t extra = 0, peak = 0;
+      std::set<int> grads;
+      for (int op = cut.last_op; op >= cut.first_op; --op) {
+        const OpRecord& rec = profile.ops[static_cast<size_t>(op)];
+        int64_t input_grads = 0;
+        for (int t : rec.inputs) {
+          const TensorRecord& in = profile.tensors[static_cast<size_t>(t)];
+          if (in.requires_grad && in.producer < cut.first_op && grads.insert(t).second) input_grads += in.nbytes;
+        }
+        peak = std::max(peak, extra + rec.bwd_tmp_bytes - input_grads);
+        for (int t : rec.outputs) {
+          if (grads.erase(t)) extra -= profile.tensors[static_cast<size_t>(t)].nbytes;
+        }
+        for (int t : rec.inputs) {
+          const TensorRecord& in = profile.tensors[static_cast<size_t>(t)];
+          if (in.requires_grad && in.producer >= cut.first_op && grads.insert(t).second) extra += in.nbytes;
+        }
+        extra -= rec.saved_bytes;
+      }
+      bwd_tmp = std::max<int64_t>(0, peak);
     }
     stage.fwd_tmp_bytes = std::max<int64_t>(0, peak_above_out);
     stage.bwd_tmp_bytes = bwd_tmp;

@@ -252,6 +252,8 @@ class Profiler {
       rec.shape = t.sizes().vec();
       rec.dtype = std::string(c10::toString(t.scalar_type()));
       rec.bytes = StorageBytes(t);
+      rec.nbytes = static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.element_size());
+      rec.requires_grad = t.requires_grad();
       rec.producer = producer;
       record->tensors.push_back(rec);
       record->tensor_impls.push_back(t.unsafeGetTensorImpl());
@@ -259,6 +261,10 @@ class Profiler {
       return rec.id;
     };
 
+    // What the process holds besides the model's state and inputs (the loaded
+    // archive's records) is no part of the step's peak.
+    int64_t other = tracker_.live_bytes() - param_bytes_ - buffer_bytes_;
+    for (const at::Tensor& t : inputs) other -= StorageBytes(t);
     tracker_.ResetPeak();
     Environment env;
     program.BindInputs(env, inputs);
@@ -361,7 +367,7 @@ class Profiler {
     *backward_ms = MsSince(backward_start);
     recorder->active = false;
     g_recorder = nullptr;
-    if (record) record->peak_bytes = tracker_.peak_bytes();
+    if (record) record->peak_bytes = tracker_.peak_bytes() - other;
   }
 
   // Unpacking and indexing pass tensors through: keep their ids.

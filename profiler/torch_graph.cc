@@ -2,6 +2,7 @@
 
 #include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/passes/inliner.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/version.h>
 
 #include <fstream>
@@ -79,7 +80,11 @@ class ModulePaths {
 
 GraphProgram::GraphProgram(torch::jit::Module module) : module_(std::move(module)) {
   graph_ = module_.get_method("forward").graph()->copy();
+  // Inline() inlines method calls only while the graph executor optimises.
+  const bool optimize = torch::jit::getGraphExecutorOptimize();
+  torch::jit::setGraphExecutorOptimize(true);
   torch::jit::Inline(*graph_);
+  torch::jit::setGraphExecutorOptimize(optimize);
   ModulePaths paths(module_);
   for (Node* node : graph_->nodes()) {
     if (!node->blocks().empty()) {

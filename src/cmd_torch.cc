@@ -12,6 +12,7 @@
 #include "ckplan/planner/json_io.h"
 #include "ckplan/planner/stages.h"
 #include "ckplan/planner/units.h"
+#include "ckplan/profiler/executor.h"
 #include "ckplan/profiler/profiler.h"
 #include "commands.h"
 #include "terminal.h"
@@ -123,9 +124,83 @@ void AddProfileCommand(CLI::App& app, Action* action) {
   cmd->callback([o, action] { *action = [o] { return RunProfile(*o); }; });
 }
 
+struct RunCommandOptions {
+  std::string model;
+  std::string plan;
+  std::string output;
+  int steps = 3;
+  std::string loss = "sum";
+  bool force = false;
+  int threads = 1;
+  std::string device = "cpu";
+};
+
+int RunRun(const RunCommandOptions& o) {
+  nlohmann::json plan = ReadJsonFile(o.plan);
+  RunOptions options;
+  options.model_path = o.model;
+  options.plan_path = o.plan;
+  options.steps = o.steps;
+  options.loss = o.loss;
+  options.force = o.force;
+  options.threads = o.threads;
+  options.device = o.device;
+  if (StderrIsTerminal()) {
+    options.progress = [](const std::string& what) {
+      if (what.empty()) {
+        std::fprintf(stderr, "\r\033[K");
+      } else {
+        std::fprintf(stderr, "\r\033[Krunning: %s...", what.c_str());
+      }
+      std::fflush(stderr);
+    };
+  }
+  RunReport r = RunPlan(options, plan);
+  const bool json_to_stdout = o.output == "-";
+  FILE* out = json_to_stdout ? stderr : stdout;
+  std::fprintf(out, "%s under %s (%s, budget %s, %s optimizer): median of %d steps after a warm-up\n",
+               o.model.c_str(), o.plan.c_str(), r.algorithm.c_str(), FormatBytes(r.budget_bytes).c_str(),
+               r.optimizer.c_str(), r.steps);
+  std::vector<std::vector<std::string>> rows = {{"", "peak", "live after forward", "step", "overhead"}};
+  rows.push_back({"predicted", FormatBytes(r.predicted_peak_bytes), "", Format("%.2f ms", r.predicted_time_ms),
+                  Format("%+.1f%%", r.predicted_overhead_pct)});
+  rows.push_back({"under the plan", FormatBytes(r.measured.peak_bytes), FormatBytes(r.measured.live_after_forward_bytes),
+                  Format("%.2f ms", r.measured.step_ms), Format("%+.1f%%", r.measured_overhead_pct)});
+  rows.push_back({"no checkpointing", FormatBytes(r.baseline.peak_bytes),
+                  FormatBytes(r.baseline.live_after_forward_bytes), Format("%.2f ms", r.baseline.step_ms), ""});
+  std::fprintf(out, "%s", FormatTable(rows, {false, true, true, true, true}).c_str());
+  std::fprintf(out, "predicted peak %+.1f%% against measured; gradients: max abs diff %.3g, max rel diff %.3g\n",
+               r.peak_error_pct, r.max_abs_grad_diff, r.max_rel_grad_diff);
+  std::fprintf(out, "verdict: %s\n", r.verdict.c_str());
+  nlohmann::json doc = RunReportToJson(r);
+  if (json_to_stdout) {
+    std::cout << doc.dump(2) << "\n";
+  } else if (!o.output.empty()) {
+    WriteFileAtomic(o.output, doc.dump(2) + "\n");
+    std::fprintf(out, "wrote %s\n", o.output.c_str());
+  }
+  return r.verdict == "ok" ? 0 : static_cast<int>(ExitCode::kVerifyFailed);
+}
+
 void AddRunCommand(CLI::App& app, Action* action) {
-  (void)app;
-  (void)action;
+  auto o = std::make_shared<RunCommandOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "run",
+      "Check a plan with real training steps: run the model under the plan's schedule (checkpointed\n"
+      "stages recomputed in backward) and without checkpointing, with the plan's optimizer, and compare\n"
+      "measured peak memory, time and gradients with the prediction. Exit code 4 unless the verdict is ok\n"
+      "(peak within budget, gradients equal, predicted peak within 5%).");
+  cmd->add_option("model", o->model, "the TorchScript model the plan was made for")->required();
+  cmd->add_option("-p,--plan", o->plan, "plan JSON from `ckplan solve` on this model's profile")->required();
+  cmd->add_option("-o,--output", o->output, "write the run report JSON here; - for stdout");
+  cmd->add_option("--steps", o->steps, "measured steps per mode, after a warm-up")->capture_default_str();
+  cmd->add_option("--loss", o->loss, "sum, mean, or mse against a fixed random target")
+      ->check(CLI::IsMember({"sum", "mean", "mse"}))
+      ->capture_default_str();
+  cmd->add_flag("--force", o->force, "run a plan made for another model file");
+  cmd->add_option("--threads", o->threads, "LibTorch threads")->capture_default_str();
+  cmd->add_option("--device", o->device, "cpu (this build)")->capture_default_str();
+  cmd->callback([o, action] { *action = [o] { return RunRun(*o); }; });
 }
 
 }  // namespace ckplan

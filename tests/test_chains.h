@@ -11,12 +11,23 @@ namespace ckplan::testing {
 
 // x0 = 10; stages (out, saved, fwd_tmp, bwd_tmp, fwd, bwd):
 // (20, 30, 4, 3, 1, 2), (5, 15, 2, 0, 3, 4), (8, 12, 1, 7, 5, 6); loss bwd 0.5, tmp 1.
+inline Stage MakeStage(const char* name, double fwd, double bwd, int64_t out, int64_t saved, int64_t fwd_tmp,
+                       int64_t bwd_tmp) {
+  Stage s;
+  s.name = name;
+  s.fwd_ms = fwd;
+  s.bwd_ms = bwd;
+  s.out_bytes = out;
+  s.saved_bytes = saved;
+  s.fwd_tmp_bytes = fwd_tmp;
+  s.bwd_tmp_bytes = bwd_tmp;
+  return s;
+}
+
 inline Chain ThreeStageChain() {
   Chain c;
   c.input_bytes = 10;
-  c.stages = {{"a", 1, 2, 20, 30, 4, 3, {}, -1, -1},
-              {"b", 3, 4, 5, 15, 2, 0, {}, -1, -1},
-              {"c", 5, 6, 8, 12, 1, 7, {}, -1, -1}};
+  c.stages = {MakeStage("a", 1, 2, 20, 30, 4, 3), MakeStage("b", 3, 4, 5, 15, 2, 0), MakeStage("c", 5, 6, 8, 12, 1, 7)};
   c.loss_bwd_ms = 0.5;
   c.loss_bwd_tmp_bytes = 1;
   return c;

@@ -27,6 +27,12 @@ struct Stage {
   std::vector<std::string> modules;
   int first_op = -1;
   int last_op = -1;
+  /// Optional, for a chain cut from a profile: the storages (id, bytes) that
+  /// cross the cut after this stage (skip connections are shared between
+  /// cuts), and the part of saved_bytes that is the stage's own (not those).
+  /// The simulator then counts each storage once. Empty / -1 when unknown.
+  std::vector<std::pair<int64_t, int64_t>> out_storages;
+  int64_t private_saved_bytes = -1;
 };
 
 struct Chain {
@@ -34,6 +40,11 @@ struct Chain {
   std::vector<Stage> stages;
   double loss_bwd_ms = 0;       ///< the loss's backward (its forward time is 0)
   int64_t loss_bwd_tmp_bytes = 0;
+  /// Optional: the storages of the chain input (see Stage::out_storages).
+  std::vector<std::pair<int64_t, int64_t>> input_storages;
+
+  /// True when every stage knows its storages: the simulator shares them.
+  bool has_storages() const;
 
   /// L, the number of stages without the loss.
   int length() const { return static_cast<int>(stages.size()); }

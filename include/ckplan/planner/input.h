@@ -20,6 +20,10 @@ struct PlannerInput {
   Profile profile;          ///< when from_profile
 };
 
+/// The `source` a plan made from `profile` carries: the model's sha256,
+/// path and inputs.
+nlohmann::json ProfileSource(const Profile& profile, const std::string& profile_path);
+
 /// Reads `path`. For a profile, the fixed part of the step is parameters,
 /// buffers, gradients and `optimizer` state. Throws BadInput naming the file.
 PlannerInput LoadPlannerInput(const std::string& path, const std::string& optimizer);

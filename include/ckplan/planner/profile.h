@@ -16,6 +16,8 @@ struct TensorRecord {
   std::vector<int64_t> shape;
   std::string dtype;        ///< `float32`, `int64`, ...
   int64_t bytes = 0;        ///< of its storage (shared storages: see `storage`)
+  int64_t nbytes = 0;       ///< of the tensor itself (numel x element size): the size of its gradient
+  bool requires_grad = false;
   int producer = -1;        ///< op id, or -1 for a model input
   int storage = -1;         ///< tensors with the same storage id share memory (views, in-place)
   bool kept = false;        ///< still allocated when the forward ends (outputs dropped)

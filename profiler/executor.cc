@@ -1,0 +1,668 @@
+#include "ckplan/profiler/executor.h"
+
+#include <ATen/Parallel.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/script.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
+#include <set>
+
+#include "ckplan/planner/error.h"
+#include "ckplan/planner/json_io.h"
+#include "ckplan/planner/schedule.h"
+#include "ckplan/planner/sha256.h"
+#include "torch_graph.h"
+#include "tracking_allocator.h"
+
+namespace ckplan {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using torch::jit::Value;
+
+double MsSince(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+std::vector<at::Tensor> Flatten(const std::vector<c10::IValue>& values) {
+  std::vector<at::Tensor> out;
+  for (const auto& v : values) CollectTensors(v, &out);
+  return out;
+}
+
+// The forward graph cut into the plan's stages: node ranges and the values
+// live at each cut.
+class StagedProgram {
+ public:
+  StagedProgram(GraphProgram& program, const std::vector<std::pair<int, int>>& op_ranges) : program_(program) {
+    const size_t stages = op_ranges.size();
+    const size_t nodes = program.nodes().size();
+    for (size_t s = 0; s < stages; ++s) {
+      size_t begin = s == 0 ? 0 : program.OpNode(op_ranges[s - 1].second) + 1;
+      size_t end = s + 1 == stages ? nodes - 1 : program.OpNode(op_ranges[s].second);
+      begin_.push_back(begin);
+      end_.push_back(end);
+    }
+    // boundary[k]: values made before stage k starts and read from it on.
+    std::unordered_map<const Value*, size_t> defined_at;
+    for (size_t n = 0; n < nodes; ++n) {
+      for (const Value* out : program.nodes()[n].node->outputs()) defined_at[out] = n;
+    }
+    boundary_.resize(stages + 1);
+    for (size_t k = 0; k <= stages; ++k) {
+      size_t cut = k < stages ? begin_[k] : nodes;
+      for (size_t n = 0; n < cut; ++n) {
+        for (const Value* out : program.nodes()[n].node->outputs()) {
+          size_t last = program.LastUse(out);
+          if (last >= cut && (last > n || k == stages)) boundary_[k].push_back(out);
+        }
+      }
+    }
+  }
+
+  size_t stages() const { return begin_.size(); }
+  const std::vector<const Value*>& boundary(size_t k) const { return boundary_[k]; }
+  size_t begin(size_t s) const { return begin_[s]; }
+  size_t end(size_t s) const { return end_[s]; }
+  GraphProgram& program() { return program_; }
+
+ private:
+  GraphProgram& program_;
+  std::vector<size_t> begin_, end_;
+  std::vector<std::vector<const Value*>> boundary_;
+};
+
+struct SavedStage {
+  std::vector<at::Tensor> leaves;    // per boundary value of the input (undefined when none)
+  std::vector<size_t> tensor_counts; // per boundary value of the input: tensors inside it
+  std::vector<c10::IValue> outputs;  // boundary values of the output, with their autograd graph
+};
+
+struct Measure {
+  int64_t other_bytes = 0;  // live at the step's start that is not the model's state or inputs
+  int64_t peak_bytes = 0;
+  int64_t live_after_forward_bytes = 0;
+  double ms = 0;
+};
+
+class Executor {
+ public:
+  Executor(const RunOptions& options, const nlohmann::json& plan)
+      : options_(options), plan_(plan), tracker_(TrackingAllocator::Instance()) {}
+
+  RunReport Run() {
+    if (options_.device != "cpu") {
+      throw BadInput("--device " + options_.device + ": this build of ckplan runs on the CPU only (LibTorch " +
+                     LibTorchVersion() + " without CUDA)");
+    }
+    if (options_.steps < 1) throw BadInput("invalid --steps " + std::to_string(options_.steps) + ": must be at least 1");
+    if (options_.loss != "sum" && options_.loss != "mean" && options_.loss != "mse") {
+      throw BadInput("invalid --loss '" + options_.loss + "': use sum, mean or mse");
+    }
+    at::set_num_threads(options_.threads);
+    ReadPlan();
+    torch::jit::Module module = LoadModel(options_.model_path);
+    CheckIdentity();
+    GraphProgram program(module);
+    if (program.num_ops() != num_ops_) {
+      throw BadInput(options_.plan_path + ": the plan's stages cover " + std::to_string(num_ops_) +
+                     " ops but the model has " + std::to_string(program.num_ops()) + ": it was made for another model");
+    }
+    CheckModules(program);
+    StagedProgram staged(program, op_ranges_);
+    std::vector<at::Tensor> inputs = MakeInputs(input_specs_, 0);
+    for (const auto& p : module.parameters()) {
+      if (p.requires_grad()) params_.push_back(p);
+    }
+    for (const auto& b : module.buffers()) buffers_.push_back(b);
+
+    // Correctness: the same step with and without the plan, from the same
+    // parameters and random state, gives the same gradients.
+    Progress("checking gradients");
+    RunPlainStep(staged, inputs, /*record=*/true);
+    std::vector<at::Tensor> expected;
+    for (const auto& p : params_) expected.push_back(p.grad().defined() ? p.grad().clone() : at::Tensor());
+    ZeroGrads();
+    RunPlannedStep(staged, inputs);
+    CompareGrads(expected);
+    expected.clear();
+    for (auto& p : params_) p.mutable_grad() = at::Tensor();
+
+    // Measurement: each mode with its own optimizer state, a warm-up, then steps.
+    RunReport report;
+    report.baseline = MeasureMode(staged, inputs, /*planned=*/false);
+    report.measured = MeasureMode(staged, inputs, /*planned=*/true);
+    Progress("");
+    return Finish(report);
+  }
+
+ private:
+  void Progress(const std::string& what) {
+    if (options_.progress) options_.progress(what);
+  }
+
+  void ReadPlan() {
+    JsonReader root(plan_, options_.plan_path);
+    root.ExpectObject();
+    std::string schema = root.Field("schema").String();
+    if (schema != "ckplan.plan/1") root.Field("schema").Fail("expected \"ckplan.plan/1\", got \"" + schema + "\"");
+    JsonReader source = root.Field("source");
+    if (source.Field("kind").String() != "profile") {
+      source.Field("kind").Fail("the plan was made from a chain file; `ckplan run` needs a plan made from a profile of the model");
+    }
+    sha256_ = source.Field("model_sha256").String();
+    JsonReader inputs = source.Field("inputs");
+    for (size_t i = 0; i < inputs.ArraySize(); ++i) {
+      input_specs_.push_back(ParseInputSpec(inputs.Item(i).Field("text").String()));
+    }
+    JsonReader stages = root.Field("stages");
+    int next = 0;
+    for (size_t s = 0; s < stages.ArraySize(); ++s) {
+      JsonReader stage = stages.Item(s);
+      int first = static_cast<int>(stage.Field("first_op").Integer());
+      int last = static_cast<int>(stage.Field("last_op").Integer());
+      if (first != next || last < first) stage.Fail("op ranges must follow one another from op 0");
+      op_ranges_.push_back({first, last});
+      std::vector<std::string> modules;
+      if (stage.Has("modules")) {
+        for (size_t m = 0; m < stage.Field("modules").ArraySize(); ++m) {
+          modules.push_back(stage.Field("modules").Item(m).String());
+        }
+      }
+      stage_modules_.push_back(modules);
+      stage_names_.push_back(stage.Field("name").String());
+      next = last + 1;
+    }
+    if (op_ranges_.empty()) stages.Fail("no stages");
+    num_ops_ = next;
+    schedule_ = ScheduleFromJson(root.Field("schedule").node(), options_.plan_path, "schedule");
+    if (schedule_.empty()) root.Field("schedule").Fail("empty: the plan has no schedule");
+    for (const Operation& op : schedule_) {
+      int max_stage = static_cast<int>(op_ranges_.size()) - (op.kind == OpKind::kLoss ? 0 : 1);
+      if (op.stage > max_stage) root.Field("schedule").Fail("names stage " + std::to_string(op.stage) + ", out of range");
+    }
+    optimizer_ = root.Field("fixed").Field("optimizer").String();
+    algorithm_ = root.Field("algorithm").String();
+    budget_bytes_ = root.Field("budget_bytes").NonNegativeBytes();
+    JsonReader predicted = root.Field("predicted");
+    predicted_peak_ = predicted.Field("peak_bytes").NonNegativeBytes();
+    predicted_ms_ = predicted.Field("time_ms").NonNegativeNumber();
+    predicted_overhead_ = predicted.Field("overhead_pct").node().get<double>();
+  }
+
+  void CheckIdentity() {
+    std::string actual = Sha256File(options_.model_path);
+    if (actual != sha256_ && !options_.force) {
+      throw BadInput(options_.plan_path + ": made for another model (sha256 " + sha256_.substr(0, 12) + ", " +
+                     options_.model_path + " is " + actual.substr(0, 12) + "); use --force to run it anyway");
+    }
+  }
+
+  void CheckModules(GraphProgram& program) {
+    for (size_t s = 0; s < op_ranges_.size(); ++s) {
+      for (const std::string& module : stage_modules_[s]) {
+        bool found = false;
+        for (int op = op_ranges_[s].first; op <= op_ranges_[s].second && !found; ++op) {
+          const std::string& path = program.nodes()[program.OpNode(op)].module_path;
+          found = path == module || path.rfind(module + ".", 0) == 0;
+        }
+        if (!found) {
+          throw BadInput(options_.plan_path + ": stage " + std::to_string(s) + " (" + stage_names_[s] +
+                         ") names module '" + module + "', which its ops in the model do not belong to");
+        }
+      }
+    }
+  }
+
+  // Memory the process holds that is no part of the training step (the loaded
+  // archive's records, copies kept for the gradient check): not counted.
+  int64_t OtherBytes(const std::vector<at::Tensor>& inputs) {
+    std::set<const void*> seen;
+    int64_t step = 0;
+    auto add = [&](const at::Tensor& t) {
+      if (t.defined() && t.has_storage() && seen.insert(t.storage().data_ptr().get()).second) {
+        step += static_cast<int64_t>(t.storage().nbytes());
+      }
+    };
+    for (const auto& p : params_) {
+      add(p);
+      add(p.grad());
+    }
+    for (const auto& b : buffers_) add(b);
+    for (const auto& t : state_a_) add(t);
+    for (const auto& t : state_b_) add(t);
+    for (const auto& t : targets_) add(t);
+    for (const auto& t : inputs) add(t);
+    return tracker_.live_bytes() - step;
+  }
+
+  void ZeroGrads() {
+    torch::NoGradGuard no_grad;
+    for (auto& p : params_) {
+      if (p.grad().defined()) p.mutable_grad().zero_();
+    }
+  }
+
+  void Seed() {
+    at::Generator gen = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_current_seed(12345);
+  }
+
+  at::Tensor Loss(const std::vector<at::Tensor>& outputs) {
+    at::Tensor loss;
+    size_t index = 0;
+    for (const at::Tensor& t : outputs) {
+      if (!t.defined() || !t.is_floating_point() || !t.requires_grad()) continue;
+      at::Tensor term;
+      if (options_.loss == "sum") {
+        term = t.sum();
+      } else if (options_.loss == "mean") {
+        term = t.mean();
+      } else {
+        if (targets_.size() <= index) {
+          at::Generator gen = at::detail::createCPUGenerator(777 + index);
+          targets_.push_back(at::randn(t.sizes(), gen, t.options().requires_grad(false)));
+        }
+        term = (t - targets_[index]).pow(2).mean();
+      }
+      ++index;
+      term = term.to(at::kFloat);
+      loss = loss.defined() ? loss + term : term;
+    }
+    if (!loss.defined()) throw BadInput(options_.model_path + ": no output requires gradients");
+    return loss;
+  }
+
+  // A step without checkpointing, node by node (eager semantics).
+  Measure RunPlainStep(StagedProgram& staged, const std::vector<at::Tensor>& inputs, bool record) {
+    GraphProgram& program = staged.program();
+    Seed();
+    Measure m;
+    m.other_bytes = OtherBytes(inputs);
+    tracker_.ResetPeak();
+    auto start = Clock::now();
+    Environment env;
+    program.BindInputs(env, inputs);
+    for (size_t n = 0; n < program.nodes().size(); ++n) {
+      program.RunNode(n, env);
+      if (record) {
+        for (const Value* out : program.nodes()[n].node->outputs()) {
+          const c10::IValue& v = env.at(out);
+          if (v.isTensor()) requires_grad_[out] = v.toTensor().requires_grad();
+        }
+      }
+      program.FreeDeadAfter(n, env);
+    }
+    std::vector<at::Tensor> outputs = Flatten(program.Outputs(env));
+    m.live_after_forward_bytes = tracker_.live_bytes() - m.other_bytes;
+    at::Tensor loss = Loss(outputs);
+    env.clear();
+    outputs.clear();
+    torch::autograd::backward({loss});
+    loss = at::Tensor();
+    Step();
+    m.ms = MsSince(start);
+    m.peak_bytes = tracker_.peak_bytes() - m.other_bytes;
+    return m;
+  }
+
+  // Runs stage s from the values at its input cut; returns those at its output cut.
+  std::vector<c10::IValue> RunStage(StagedProgram& staged, size_t s, const std::vector<c10::IValue>& in,
+                                    const std::vector<at::Tensor>& inputs, bool with_grad,
+                                    std::vector<at::Tensor>* leaves, bool first_time,
+                                    std::vector<size_t>* tensor_counts = nullptr) {
+    GraphProgram& program = staged.program();
+    // Recomputation: the same random numbers, and buffers (batch norm
+    // statistics) left as the first run left them.
+    at::Generator gen = at::detail::getDefaultCPUGenerator();
+    std::vector<std::pair<at::Tensor, at::Tensor>> restore;
+    std::vector<int64_t> versions;
+    at::Tensor rng_before;
+    if (first_time) {
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      rng_before = gen.get_state();
+      for (const auto& b : buffers_) versions.push_back(b._version());
+    } else {
+      if (rng_state_[s].defined()) {
+        std::lock_guard<std::mutex> lock(gen.mutex());
+        gen.set_state(rng_state_[s]);
+      }
+      for (size_t b : mutated_buffers_[s]) restore.push_back({buffers_[b], buffers_[b].clone()});
+    }
+    std::optional<torch::NoGradGuard> no_grad;
+    if (!with_grad) no_grad.emplace();
+    Environment env;
+    program.BindInputs(env, inputs);
+    const auto& boundary_in = staged.boundary(s);
+    for (size_t k = 0; k < boundary_in.size(); ++k) {
+      const c10::IValue& v = in[k];
+      if (tensor_counts) {
+        std::vector<at::Tensor> inside;
+        CollectTensors(v, &inside);
+        tensor_counts->push_back(inside.size());
+      }
+      if (with_grad && v.isTensor() && requires_grad_[boundary_in[k]]) {
+        at::Tensor leaf = v.toTensor().detach().requires_grad_(true);
+        env[boundary_in[k]] = leaf;
+        leaves->push_back(leaf);
+      } else {
+        env[boundary_in[k]] = v;
+        if (leaves) leaves->push_back(at::Tensor());
+      }
+    }
+    for (size_t n = staged.begin(s); n <= staged.end(s); ++n) {
+      try {
+        program.RunNode(n, env);
+      } catch (const c10::Error& e) {
+        std::string what = e.what_without_backtrace();
+        throw Error(ExitCode::kVerifyFailed,
+                    "stage " + std::to_string(s) + " (" + stage_names_[s] + "): op " +
+                        program.nodes()[n].node->kind().toQualString() + " failed" +
+                        (first_time ? "" : " during recompute") + ": " + what.substr(0, what.find('\n')));
+      }
+      program.FreeDeadAfter(n, env);
+    }
+    std::vector<c10::IValue> out;
+    for (const Value* v : staged.boundary(s + 1)) out.push_back(env.at(v));
+    if (first_time) {
+      for (size_t b = 0; b < buffers_.size(); ++b) {
+        if (buffers_[b]._version() != versions[b]) mutated_buffers_[s].push_back(b);
+      }
+      // Keep the random state only for stages that drew random numbers.
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      if (!at::equal(rng_before, gen.get_state())) rng_state_[s] = rng_before;
+    } else {
+      torch::NoGradGuard guard;
+      for (auto& [buffer, saved] : restore) buffer.copy_(saved);
+    }
+    return out;
+  }
+
+  // A step under the plan: its schedule, operation by operation.
+  Measure RunPlannedStep(StagedProgram& staged, const std::vector<at::Tensor>& inputs) {
+    const size_t stages = staged.stages();
+    Seed();
+    Measure m;
+    m.other_bytes = OtherBytes(inputs);
+    tracker_.ResetPeak();
+    auto start = Clock::now();
+    rng_state_.assign(stages, at::Tensor());
+    mutated_buffers_.assign(stages, {});
+    std::vector<bool> ran(stages, false);
+    std::vector<std::optional<std::vector<c10::IValue>>> act(stages + 1);
+    std::vector<std::optional<SavedStage>> saved(stages);
+    std::vector<std::optional<std::vector<at::Tensor>>> grad(stages + 1);
+    act[0] = std::vector<c10::IValue>();
+    auto input_of = [&](size_t i) -> const std::vector<c10::IValue>& {
+      if (act[i]) return *act[i];
+      if (i > 0 && saved[i - 1]) return saved[i - 1]->outputs;
+      throw Error(ExitCode::kVerifyFailed, "the schedule reads the input of stage " + std::to_string(i) + ", which is not stored");
+    };
+    static const bool trace = std::getenv("CKPLAN_TRACE") != nullptr;
+    if (trace) {
+      int64_t params = 0, grads = 0, state = 0;
+      for (const auto& p : params_) {
+        params += p.numel() * p.element_size();
+        if (p.grad().defined()) grads += p.grad().numel() * p.grad().element_size();
+      }
+      for (const auto& t : state_a_) state += t.numel() * t.element_size();
+      for (const auto& t : state_b_) state += t.numel() * t.element_size();
+      std::fprintf(stderr, "trace start live %lld params %lld grads %lld optimizer %lld\n",
+                   static_cast<long long>(tracker_.live_bytes()), static_cast<long long>(params),
+                   static_cast<long long>(grads), static_cast<long long>(state));
+    }
+    for (const Operation& op : schedule_) {
+      const size_t i = static_cast<size_t>(op.stage);
+      if (trace) tracker_.ResetWindowPeak();
+      switch (op.kind) {
+        case OpKind::kForwardKeepInput:
+        case OpKind::kForwardNoGrad: {
+          act[i + 1] = RunStage(staged, i, input_of(i), inputs, false, nullptr, !ran[i]);
+          ran[i] = true;
+          if (op.kind == OpKind::kForwardNoGrad && i > 0) act[i].reset();
+          break;
+        }
+        case OpKind::kForwardGrad: {
+          SavedStage s;
+          s.outputs = RunStage(staged, i, input_of(i), inputs, true, &s.leaves, !ran[i], &s.tensor_counts);
+          ran[i] = true;
+          saved[i] = std::move(s);
+          break;
+        }
+        case OpKind::kLoss: {
+          m.live_after_forward_bytes = tracker_.live_bytes() - m.other_bytes;
+          std::vector<at::Tensor> outputs = Flatten(input_of(i));
+          std::vector<at::Tensor> leaves;
+          for (const at::Tensor& t : outputs) {
+            leaves.push_back(t.defined() && t.is_floating_point() ? t.detach().requires_grad_(true) : at::Tensor());
+          }
+          std::vector<at::Tensor> loss_inputs;
+          for (size_t k = 0; k < outputs.size(); ++k) loss_inputs.push_back(leaves[k].defined() ? leaves[k] : outputs[k]);
+          at::Tensor loss = Loss(loss_inputs);
+          torch::autograd::backward({loss});
+          std::vector<at::Tensor> g;
+          for (const at::Tensor& leaf : leaves) g.push_back(leaf.defined() ? leaf.grad() : at::Tensor());
+          grad[i] = std::move(g);
+          act[i].reset();
+          break;
+        }
+        case OpKind::kBackward: {
+          if (!saved[i] || !grad[i + 1]) {
+            throw Error(ExitCode::kVerifyFailed, "the schedule runs the backward of stage " + std::to_string(i) +
+                                                     " before its forward with autograd or its output gradient");
+          }
+          std::vector<at::Tensor> roots, root_grads;
+          std::vector<at::Tensor> outputs = Flatten(saved[i]->outputs);
+          const std::vector<at::Tensor>& g = *grad[i + 1];
+          for (size_t k = 0; k < outputs.size() && k < g.size(); ++k) {
+            if (outputs[k].defined() && outputs[k].requires_grad() && g[k].defined()) {
+              roots.push_back(outputs[k]);
+              root_grads.push_back(g[k]);
+            }
+          }
+          outputs.clear();
+          if (!roots.empty()) torch::autograd::backward(roots, root_grads);
+          roots.clear();
+          root_grads.clear();
+          // Gradients of the input cut, one per tensor in it (as Flatten counts them).
+          std::vector<at::Tensor> in_grads;
+          for (size_t k = 0; k < saved[i]->leaves.size(); ++k) {
+            const at::Tensor& leaf = saved[i]->leaves[k];
+            if (leaf.defined()) {
+              in_grads.push_back(leaf.grad());
+            } else {
+              for (size_t t = 0; t < saved[i]->tensor_counts[k]; ++t) in_grads.push_back(at::Tensor());
+            }
+          }
+          grad[i] = std::move(in_grads);
+          saved[i].reset();
+          grad[i + 1].reset();
+          if (i > 0) act[i].reset();
+          break;
+        }
+      }
+      if (trace) {
+        std::fprintf(stderr, "trace %-18s live %10lld peak %10lld\n", Describe(op).c_str(),
+                     static_cast<long long>(tracker_.live_bytes() - m.other_bytes),
+                     static_cast<long long>(tracker_.window_peak_bytes() - m.other_bytes));
+      }
+    }
+    grad.clear();
+    Step();
+    m.ms = MsSince(start);
+    m.peak_bytes = tracker_.peak_bytes() - m.other_bytes;
+    return m;
+  }
+
+  // The optimizer step the plan was solved for, with its state kept across steps.
+  void Step() {
+    if (!stepping_) return;
+    torch::NoGradGuard no_grad;
+    const double lr = options_.lr;
+    ++step_count_;
+    if (optimizer_ == "adam" && state_a_.empty()) {
+      for (const auto& p : params_) {
+        state_a_.push_back(at::zeros_like(p));
+        state_b_.push_back(at::zeros_like(p));
+      }
+    }
+    for (size_t k = 0; k < params_.size(); ++k) {
+      at::Tensor p = params_[k];
+      const at::Tensor& g = p.grad();
+      if (!g.defined()) continue;
+      if (optimizer_ == "sgd") {
+        p.add_(g, -lr);
+      } else if (optimizer_ == "momentum") {
+        if (state_a_.size() <= k) state_a_.push_back(g.clone());
+        else state_a_[k].mul_(0.9).add_(g);
+        p.add_(state_a_[k], -lr);
+      } else if (optimizer_ == "adam") {
+        const double b1 = 0.9, b2 = 0.999, eps = 1e-8;
+        state_a_[k].mul_(b1).add_(g, 1 - b1);
+        state_b_[k].mul_(b2).addcmul_(g, g, 1 - b2);
+        const double bc1 = 1 - std::pow(b1, step_count_), bc2 = 1 - std::pow(b2, step_count_);
+        at::Tensor denom = (state_b_[k].sqrt() / std::sqrt(bc2)).add_(eps);
+        p.addcdiv_(state_a_[k], denom, -lr / bc1);
+      }
+    }
+  }
+
+  void CompareGrads(const std::vector<at::Tensor>& expected) {
+    for (size_t k = 0; k < params_.size(); ++k) {
+      const at::Tensor& a = params_[k].grad();
+      const at::Tensor& b = expected[k];
+      if (!a.defined() && !b.defined()) continue;
+      if (a.defined() != b.defined()) {
+        max_abs_ = std::max(max_abs_, 1.0);
+        max_rel_ = std::max(max_rel_, 1.0);
+        continue;
+      }
+      double diff = (a - b).abs().max().item<double>();
+      double scale = b.abs().max().item<double>();
+      max_abs_ = std::max(max_abs_, diff);
+      max_rel_ = std::max(max_rel_, scale > 0 ? diff / scale : diff);
+    }
+  }
+
+  StepMeasure MeasureMode(StagedProgram& staged, const std::vector<at::Tensor>& inputs, bool planned) {
+    state_a_.clear();
+    state_b_.clear();
+    step_count_ = 0;
+    stepping_ = optimizer_ != "none";
+    std::vector<double> ms;
+    std::vector<Measure> all;
+    const int total = options_.steps + 1;
+    for (int step = 0; step < total; ++step) {
+      Progress(std::string(planned ? "under the plan" : "without checkpointing") + ": step " + std::to_string(step + 1) +
+               "/" + std::to_string(total));
+      ZeroGrads();
+      Measure m = planned ? RunPlannedStep(staged, inputs) : RunPlainStep(staged, inputs, false);
+      if (step > 0) {
+        all.push_back(m);
+        ms.push_back(m.ms);
+      }
+    }
+    StepMeasure result;
+    for (const Measure& m : all) {
+      result.peak_bytes = std::max(result.peak_bytes, m.peak_bytes);
+      result.live_after_forward_bytes = std::max(result.live_after_forward_bytes, m.live_after_forward_bytes);
+    }
+    result.step_ms = Median(ms);
+    for (auto& p : params_) p.mutable_grad() = at::Tensor();
+    state_a_.clear();
+    state_b_.clear();
+    return result;
+  }
+
+  RunReport Finish(RunReport r) {
+    r.model_path = options_.model_path;
+    r.plan_path = options_.plan_path;
+    r.algorithm = algorithm_;
+    r.optimizer = optimizer_;
+    r.budget_bytes = budget_bytes_;
+    r.steps = options_.steps;
+    r.predicted_peak_bytes = predicted_peak_;
+    r.predicted_time_ms = predicted_ms_;
+    r.predicted_overhead_pct = predicted_overhead_;
+    r.measured_overhead_pct =
+        r.baseline.step_ms > 0 ? (r.measured.step_ms - r.baseline.step_ms) / r.baseline.step_ms * 100 : 0;
+    r.max_abs_grad_diff = max_abs_;
+    r.max_rel_grad_diff = max_rel_;
+    r.peak_error_pct = r.measured.peak_bytes > 0
+                           ? static_cast<double>(predicted_peak_ - r.measured.peak_bytes) / r.measured.peak_bytes * 100
+                           : 0;
+    if (r.measured.peak_bytes > budget_bytes_) {
+      r.verdict = "over_budget";
+    } else if (max_rel_ > 1e-6) {
+      r.verdict = "grads_differ";
+    } else if (std::fabs(r.peak_error_pct) > 5.0) {
+      r.verdict = "prediction_off";
+    } else {
+      r.verdict = "ok";
+    }
+    return r;
+  }
+
+  const RunOptions& options_;
+  const nlohmann::json& plan_;
+  TrackingAllocator& tracker_;
+  std::string sha256_, optimizer_, algorithm_;
+  std::vector<InputSpec> input_specs_;
+  std::vector<std::pair<int, int>> op_ranges_;
+  std::vector<std::vector<std::string>> stage_modules_;
+  std::vector<std::string> stage_names_;
+  int num_ops_ = 0;
+  Schedule schedule_;
+  int64_t budget_bytes_ = 0, predicted_peak_ = 0;
+  double predicted_ms_ = 0, predicted_overhead_ = 0;
+  std::vector<at::Tensor> params_, buffers_;
+  std::unordered_map<const Value*, bool> requires_grad_;
+  std::vector<at::Tensor> rng_state_;
+  std::vector<std::vector<size_t>> mutated_buffers_;
+  std::vector<at::Tensor> state_a_, state_b_, targets_;
+  int step_count_ = 0;
+  bool stepping_ = false;
+  double max_abs_ = 0, max_rel_ = 0;
+};
+
+}  // namespace
+
+RunReport RunPlan(const RunOptions& options, const nlohmann::json& plan) { return Executor(options, plan).Run(); }
+
+nlohmann::json RunReportToJson(const RunReport& r) {
+  auto measure = [](const StepMeasure& m) {
+    return nlohmann::json{{"peak_bytes", m.peak_bytes}, {"live_after_forward_bytes", m.live_after_forward_bytes},
+                          {"step_ms", m.step_ms}};
+  };
+  return {{"schema", "ckplan.run/1"},
+          {"model", r.model_path},
+          {"plan", r.plan_path},
+          {"algorithm", r.algorithm},
+          {"optimizer", r.optimizer},
+          {"steps", r.steps},
+          {"measured", measure(r.measured)},
+          {"baseline", measure(r.baseline)},
+          {"predicted", {{"peak_bytes", r.predicted_peak_bytes}, {"time_ms", r.predicted_time_ms},
+                         {"overhead_pct", r.predicted_overhead_pct}}},
+          {"measured_overhead_pct", r.measured_overhead_pct},
+          {"peak_error_pct", r.peak_error_pct},
+          {"budget_bytes", r.budget_bytes},
+          {"max_abs_grad_diff", r.max_abs_grad_diff},
+          {"max_rel_grad_diff", r.max_rel_grad_diff},
+          {"verdict", r.verdict}};
+}
+
+}  // namespace ckplan
