@@ -209,3 +209,31 @@ TEST_CASE("the optimal plan is never slower than the baselines that fit the same
     }
   }
 }
+
+TEST_CASE("the fast solver gives the reference's optimum to the last digit, its schedule and its curve") {
+  for (uint32_t seed = 0; seed < 24; ++seed) {
+    const int length = 5 + static_cast<int>(seed % 6) * 7;
+    Chain chain = testing::RandomChain(length, 900 + seed);
+    if (seed % 4 == 3) {
+      // Zero forward times make leaf and chain choices tie: no shortcut then.
+      for (size_t k = 0; k < chain.stages.size(); k += 3) chain.stages[k].fwd_ms = 0;
+    }
+    if (seed % 5 == 4) chain.stages[0].fwd_tmp_bytes = 50000000;  // a tall floor
+    const int64_t slot = 400000 + 37000 * seed;
+    DiscreteChain c = Discretize(chain, slot);
+    const int64_t low = MinimumMemory(c), high = NoRecomputeMemory(c);
+    for (int64_t memory : {low - 1, low, (low + high) / 2, high, high + 17}) {
+      CAPTURE(seed);
+      CAPTURE(memory);
+      OptimalSolution reference = SolveOptimalReference(c, memory);
+      for (int threads : {1, 2}) {
+        OptimalSolution fast = SolveOptimal(c, memory, threads);
+        CHECK(fast.feasible == reference.feasible);
+        CHECK(fast.time_ms == reference.time_ms);  // bitwise
+        CHECK(fast.schedule == reference.schedule);
+        REQUIRE(fast.curve_ms.size() == reference.curve_ms.size());
+        for (size_t m = 0; m < fast.curve_ms.size(); ++m) CHECK(fast.curve_ms[m] == reference.curve_ms[m]);
+      }
+    }
+  }
+}

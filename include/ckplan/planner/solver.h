@@ -44,6 +44,10 @@ OptimalSolution SolveOptimalReference(const DiscreteChain& chain, int64_t memory
 /// The same optimum, computed fast (see solver_fast.cc); `threads` >= 1.
 OptimalSolution SolveOptimal(const DiscreteChain& chain, int64_t memory_slots, int threads = 1);
 
+/// Bytes of the fast solver's table for this chain and memory (what
+/// SolveOptimal allocates), for benchmarks.
+size_t FastSolverTableBytes(const DiscreteChain& chain, int64_t memory_slots);
+
 /// The smallest total memory (chain input included), in the chain's units,
 /// for which the recurrence is feasible.
 int64_t MinimumMemory(const DiscreteChain& chain);
