@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <memory>
+#include <mutex>
 #include <thread>
 
 #include "ckplan/planner/error.h"
@@ -36,21 +37,53 @@ constexpr int16_t kChain = -1;  // what: choice (b)
 #define CKPLAN_VECTOR_CLONES
 #endif
 
-// Large tables on transparent huge pages where the system allows: far
-// fewer page faults when the table is first written.
-void* HugeAlloc(size_t bytes) {
-  constexpr size_t kHuge = size_t{2} << 20;
-  void* p = nullptr;
-  if (bytes >= kHuge) {
-    if (posix_memalign(&p, kHuge, (bytes + kHuge - 1) / kHuge * kHuge) == 0) {
-      madvise(p, bytes, MADV_HUGEPAGE);
+// The table's memory: on transparent huge pages where the system allows (far
+// fewer page faults when it is first written), and kept for the next solve
+// in this process (a sweep or a report solves many times) while no larger
+// than 4 GB.
+class Arena {
+ public:
+  static double* Take(size_t count) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (cached_ != nullptr && cached_count_ >= count) {
+      double* p = cached_;
+      cached_ = nullptr;
       return p;
     }
+    std::free(cached_);
+    cached_ = nullptr;
+    return Allocate(count);
   }
-  p = std::malloc(std::max<size_t>(bytes, 1));
-  if (p == nullptr) throw Error(ExitCode::kInternal, "out of memory for the solver's table");
-  return p;
-}
+  static void Give(double* p, size_t count) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (cached_ == nullptr && count * sizeof(double) <= (size_t{4} << 30)) {
+      cached_ = p;
+      cached_count_ = count;
+    } else {
+      std::free(p);
+    }
+  }
+
+ private:
+  static double* Allocate(size_t count) {
+    constexpr size_t kHuge = size_t{2} << 20;
+    const size_t bytes = std::max<size_t>(count, 1) * sizeof(double);
+    void* p = nullptr;
+    if (bytes >= kHuge && posix_memalign(&p, kHuge, (bytes + kHuge - 1) / kHuge * kHuge) == 0) {
+      madvise(p, bytes, MADV_HUGEPAGE);
+    } else {
+      p = std::malloc(bytes);
+    }
+    if (p == nullptr) throw Error(ExitCode::kInternal, "out of memory for the solver's table");
+    return static_cast<double*>(p);
+  }
+  static std::mutex mutex_;
+  static double* cached_;
+  static size_t cached_count_;
+};
+std::mutex Arena::mutex_;
+double* Arena::cached_ = nullptr;
+size_t Arena::cached_count_ = 0;
 
 inline double Min(double best, double v) { return v < best ? v : best; }
 
@@ -87,6 +120,11 @@ class FastSolver {
     n_ = c.length + 1;
     cells_.resize(static_cast<size_t>(n_) * n_);
   }
+  ~FastSolver() {
+    if (values_ != nullptr) Arena::Give(values_, stored_);
+  }
+  FastSolver(const FastSolver&) = delete;
+  FastSolver& operator=(const FastSolver&) = delete;
 
   size_t PlanTable() {
     Bounds();
@@ -105,7 +143,7 @@ class FastSolver {
     OptimalSolution solution;
     const size_t total = PlanTable();
     // Every stored entry is written by its cell before anything reads it.
-    values_.reset(static_cast<double*>(HugeAlloc(total * sizeof(double))));
+    values_ = Arena::Take(total);
     stored_ = total;
     for (int i = 0; i < n_; ++i) FillBase(i);
     // Column by column (l = 1..L), rows from the diagonal up (i = l-1..0):
@@ -257,14 +295,14 @@ class FastSolver {
   };
   Operand View(int i, int l, int64_t shift) const {
     const Cell& cell = at(i, l);
-    return {cell.lo + shift, cell.hi + shift, values_.get() + cell.offset, cell.constant};
+    return {cell.lo + shift, cell.hi + shift, values_ + cell.offset, cell.constant};
   }
 
   void FillCell(int i, int l) {
     Cell& cell = at(i, l);
     if (cell.hi <= cell.lo) return;
     const int64_t lo = cell.lo, hi = cell.hi;
-    double* best = values_.get() + cell.offset;  // best[m - lo], m in [lo, hi)
+    double* best = values_ + cell.offset;  // best[m - lo], m in [lo, hi)
 
     // Choice (b) first: stage i kept with autograd, the rest below it.
     {
@@ -392,10 +430,7 @@ class FastSolver {
   const int threads_;
   int n_ = 0;
   std::vector<Cell> cells_;
-  struct FreeDeleter {
-    void operator()(void* p) const { std::free(p); }
-  };
-  std::unique_ptr<double[], FreeDeleter> values_;
+  double* values_ = nullptr;  // from the Arena, given back when done
   size_t stored_ = 0;
 };
 
