@@ -59,6 +59,10 @@ Chain ChainFromJson(const nlohmann::json& doc, const std::string& file) {
         stage.out_storages.push_back({list.Item(k).Item(0).Integer(), list.Item(k).Item(1).NonNegativeBytes()});
       }
       stage.private_saved_bytes = s.Field("private_saved_bytes").NonNegativeBytes();
+      if (s.Has("kept_out_storages")) {
+        JsonReader kept = s.Field("kept_out_storages");
+        for (size_t k = 0; k < kept.ArraySize(); ++k) stage.kept_out_storages.push_back(kept.Item(k).Integer());
+      }
     }
     if (s.Has("first_op")) stage.first_op = static_cast<int>(s.Field("first_op").Integer());
     if (s.Has("last_op")) stage.last_op = static_cast<int>(s.Field("last_op").Integer());
@@ -94,6 +98,7 @@ nlohmann::json ChainToJson(const Chain& chain) {
     if (s.private_saved_bytes >= 0) {
       j["out_storages"] = s.out_storages;
       j["private_saved_bytes"] = s.private_saved_bytes;
+      j["kept_out_storages"] = s.kept_out_storages;
     }
     stages.push_back(std::move(j));
   }

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -75,6 +77,85 @@ bool OptimalFeasible(const Chain& chain, int64_t chain_budget_bytes, int slots) 
 
 }  // namespace
 
+namespace {
+
+// The export for a given set of wrapped stages (each has exactly one module).
+ModuleExport ExportFor(const Chain& chain, const std::vector<bool>& wrap) {
+  ModuleExport out;
+  const int length = chain.length();
+  for (int i = 0; i < length; ++i) {
+    out.schedule.push_back({wrap[static_cast<size_t>(i)] ? OpKind::kForwardKeepInput : OpKind::kForwardGrad, i});
+  }
+  out.schedule.push_back({OpKind::kLoss, length});
+  for (int i = length - 1; i >= 0; --i) {
+    if (wrap[static_cast<size_t>(i)]) out.schedule.push_back({OpKind::kForwardGrad, i});
+    out.schedule.push_back({OpKind::kBackward, i});
+  }
+  out.simulation = Simulate(chain, out.schedule);
+  out.saved_bytes = out.simulation.live_after_forward_bytes - chain.input_bytes;
+  if (chain.has_storages()) {
+    // What PyTorch keeps: the own saved tensors of stages run normally, the
+    // stage outputs some op saves, the inputs of wrapped modules (held for
+    // their recompute) and the model's outputs, each storage once.
+    std::map<int64_t, int64_t> bytes_of;
+    for (const Stage& s : chain.stages) {
+      for (const auto& [id, bytes] : s.out_storages) bytes_of[id] = bytes;
+    }
+    std::set<int64_t> held;
+    int64_t own = 0;
+    for (int i = 0; i < length; ++i) {
+      const Stage& s = chain.stages[static_cast<size_t>(i)];
+      if (!wrap[static_cast<size_t>(i)]) own += s.private_saved_bytes;
+      held.insert(s.kept_out_storages.begin(), s.kept_out_storages.end());
+      if (wrap[static_cast<size_t>(i)] && i > 0) {
+        for (const auto& entry : chain.stages[static_cast<size_t>(i) - 1].out_storages) held.insert(entry.first);
+      }
+    }
+    for (const auto& entry : chain.stages.back().out_storages) held.insert(entry.first);
+    int64_t shared = 0;
+    for (int64_t id : held) shared += bytes_of[id];
+    out.saved_bytes = own + shared;
+  }
+  for (int i = 0; i < length; ++i) {
+    if (!wrap[static_cast<size_t>(i)]) continue;
+    out.checkpoint_modules.push_back(chain.stages[static_cast<size_t>(i)].modules[0]);
+    out.stages.push_back(i);
+  }
+  return out;
+}
+
+}  // namespace
+
+ModuleExport ExportForPyTorch(const Chain& chain, const std::vector<int>& checkpointed) {
+  const int length = chain.length();
+  std::vector<bool> wrap(static_cast<size_t>(length), false);
+  std::vector<std::string> skipped;
+  for (int i : checkpointed) {
+    const Stage& s = chain.stages[static_cast<size_t>(i)];
+    if (s.modules.size() == 1) {
+      wrap[static_cast<size_t>(i)] = true;
+    } else {
+      skipped.push_back(s.name);
+    }
+  }
+  // Wrapping a module only pays when it keeps less than it would without
+  // (its input is held instead of what it saves): drop the ones that don't.
+  ModuleExport best = ExportFor(chain, wrap);
+  for (int i = 0; i < length; ++i) {
+    if (!wrap[static_cast<size_t>(i)]) continue;
+    wrap[static_cast<size_t>(i)] = false;
+    ModuleExport without = ExportFor(chain, wrap);
+    if (without.saved_bytes <= best.saved_bytes) {
+      best = std::move(without);
+      skipped.push_back(chain.stages[static_cast<size_t>(i)].name + " (keeps no less)");
+    } else {
+      wrap[static_cast<size_t>(i)] = true;
+    }
+  }
+  best.skipped_stages = skipped;
+  return best;
+}
+
 int64_t MinimumOptimalBudget(const Chain& chain, const FixedMemory& fixed, int slots) {
   // Exact sizes give a lower bound; rounding to slots only adds. Search up
   // from it for the first feasible budget (to 0.01%).
@@ -132,6 +213,7 @@ Plan MakePlan(const Chain& chain, const FixedMemory& fixed, const PlanRequest& r
     plan.min_budget_bytes = plan.peak_bytes;
     plan.feasible = plan.peak_bytes <= request.budget_bytes;
     plan.checkpointed_stages = CheckpointedStages(plan.schedule, length);
+    plan.pytorch = ExportForPyTorch(chain, plan.checkpointed_stages);
     return plan;
   }
 
@@ -156,6 +238,7 @@ Plan MakePlan(const Chain& chain, const FixedMemory& fixed, const PlanRequest& r
   plan.simulation = Simulate(chain, plan.schedule);
   plan.peak_bytes = fixed.total() + plan.simulation.peak_bytes;
   plan.checkpointed_stages = CheckpointedStages(plan.schedule, length);
+  plan.pytorch = ExportForPyTorch(chain, plan.checkpointed_stages);
   if (plan.simulation.peak_bytes > chain_budget) {
     throw Error(ExitCode::kVerifyFailed,
                 "internal check failed: the optimal schedule simulates to " +
@@ -213,6 +296,23 @@ nlohmann::json PlanToJson(const Plan& plan, const Chain& chain, const nlohmann::
     stored.push_back(plan.fixed.total() + plan.simulation.stored_after_bytes[k]);
   }
   doc["timeline"] = {{"peak_during_bytes", peaks}, {"stored_after_bytes", stored}};
+  // For PyTorch training jobs: the modules to wrap, and what that predicts.
+  const ModuleExport& e = plan.pytorch;
+  const double export_overhead =
+      plan.no_recompute_ms > 0 ? (e.simulation.time_ms - plan.no_recompute_ms) / plan.no_recompute_ms * 100 : 0;
+  doc["checkpoint_modules"] = e.checkpoint_modules;
+  doc["pytorch"] = {
+      {"checkpoint_modules", e.checkpoint_modules},
+      {"skipped_stages", e.skipped_stages},
+      {"settings", {{"use_reentrant", false}, {"preserve_rng_state", true}}},
+      {"predicted",
+       {{"peak_bytes", plan.fixed.total() + e.simulation.peak_bytes},
+        // Kept for backward when the loss starts, model inputs excluded:
+        // what saved_tensors_hooks see, plus the checkpointed modules' inputs.
+        {"saved_bytes", e.saved_bytes},
+        {"time_ms", e.simulation.time_ms},
+        {"overhead_pct", export_overhead},
+        {"fits_budget", plan.fixed.total() + e.simulation.peak_bytes <= plan.budget_bytes}}}};
   if (plan.algorithm == Algorithm::kOptimal) {
     doc["slots"] = plan.slots;
     doc["slot_bytes"] = plan.slot_bytes;

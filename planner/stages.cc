@@ -93,6 +93,9 @@ class Cutter {
  public:
   Cutter(const Profile& p) : profile_(p), liveness_(p) {
     for (const OpRecord& op : p.ops) paths_.push_back(Split(op.module));
+    for (const TensorRecord& t : p.tensors) {
+      if (t.kept) storage_kept_.insert(t.storage);
+    }
     // Ops on the data path: those that read a model input or what such an
     // op made. The others (positions from arange, batch norm's counter)
     // are auxiliary and never start a stage.
@@ -181,6 +184,16 @@ class Cutter {
     }
   }
 
+  // A cut where every crossing tensor is kept for backward anyway costs
+  // nothing to keep. A tensor the model frees after its next use (a Linear's
+  // output going into ReLU) would be kept as the next stage's input: no cut.
+  bool CrossingKept(int position) const {
+    for (int storage : liveness_.Crossing(position)) {
+      if (!storage_kept_.count(storage)) return false;
+    }
+    return true;
+  }
+
   // A cut just before an op that writes an activation in place would hand
   // the stage a tensor it must not modify (a checkpoint input). In-place
   // updates of buffers (batch norm's counter) do not matter.
@@ -258,6 +271,7 @@ class Cutter {
   Liveness liveness_;
   std::vector<std::vector<std::string>> paths_;
   std::vector<bool> data_op_;
+  std::set<int> storage_kept_;
   std::vector<int> cuts_;
 };
 
@@ -327,7 +341,10 @@ Chain ChainFromProfile(const Profile& profile) {
     for (int s : out) {
       stage.out_storages.push_back({s, liveness.StorageBytes(s)});
       int producer = liveness.StorageProducer(s);
-      if (producer >= cut.first_op && producer <= cut.last_op) private_saved -= liveness.StorageBytes(s);
+      if (producer >= cut.first_op && producer <= cut.last_op) {
+        private_saved -= liveness.StorageBytes(s);
+        if (storage_kept[s]) stage.kept_out_storages.push_back(s);
+      }
     }
     stage.private_saved_bytes = std::max<int64_t>(0, private_saved);
 

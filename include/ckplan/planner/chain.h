@@ -33,6 +33,9 @@ struct Stage {
   /// The simulator then counts each storage once. Empty / -1 when unknown.
   std::vector<std::pair<int64_t, int64_t>> out_storages;
   int64_t private_saved_bytes = -1;
+  /// Those of out_storages made by this stage that backward needs anyway
+  /// (saved by an op), as opposed to ones the model frees after their next use.
+  std::vector<int64_t> kept_out_storages;
 };
 
 struct Chain {

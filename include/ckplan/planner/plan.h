@@ -52,6 +52,25 @@ struct CurvePoint {
   double time_ms;
 };
 
+/// What a PyTorch training job does with a plan: wrap whole modules with
+/// torch.utils.checkpoint (non-reentrant, RNG state kept), each on its own.
+/// Checkpointed stages that are not whole modules cannot be wrapped and are
+/// run normally. The schedule that amounts to is simulated like any other.
+struct ModuleExport {
+  std::vector<std::string> checkpoint_modules;
+  std::vector<int> stages;                 ///< the stages wrapped
+  std::vector<std::string> skipped_stages; ///< checkpointed in the plan, not whole modules
+  Schedule schedule;                       ///< per wrapped module: forward keeping its input, recomputed once
+  SimulationResult simulation;
+  /// Kept for backward when the loss starts under PyTorch's autograd (which
+  /// frees what no op saves), model inputs excluded: needs storages; else
+  /// the simulation's figure.
+  int64_t saved_bytes = 0;
+};
+
+/// The export of `checkpointed` stages (empty when the chain has no module paths).
+ModuleExport ExportForPyTorch(const Chain& chain, const std::vector<int>& checkpointed);
+
 struct Plan {
   Algorithm algorithm = Algorithm::kOptimal;
   int every_n = 0;                     ///< segment length for every-n / sqrt
@@ -68,6 +87,7 @@ struct Plan {
   double no_recompute_ms = 0;
   int64_t peak_bytes = 0;              ///< predicted peak of the whole step
   std::vector<CurvePoint> curve;       ///< optimal with sweep: finite points
+  ModuleExport pytorch;                ///< what apply_plan() in Python does
   double overhead_pct() const;
 };
 

@@ -1,0 +1,100 @@
+"""Apply a ckplan plan to a PyTorch model: wrap the modules the plan names with
+torch.utils.checkpoint, and undo it.
+
+    import ckplan_torch
+    ckplan_torch.apply_plan(model, "plan.json")   # before training
+    ...
+    ckplan_torch.remove_plan(model)
+
+The plan (``ckplan.plan/1``, from ``ckplan solve`` on a profile of the model)
+lists ``checkpoint_modules``: module paths as in ``model.named_modules()``.
+Each is checkpointed on its own: its forward keeps only its inputs and is run
+again during backward. Non-reentrant checkpointing where the installed torch
+has it; the RNG state is kept, so dropout gives the same masks. No dependency
+beyond torch.
+"""
+import functools
+import inspect
+import json
+
+import torch
+import torch.utils.checkpoint
+
+__all__ = ["apply_plan", "remove_plan", "load_plan", "checkpointed_modules"]
+
+_ORIGINAL_FORWARD = "_ckplan_original_forward"
+
+
+def load_plan(plan):
+    """A plan as a dict, from a path, a file object or a dict."""
+    if isinstance(plan, dict):
+        doc = plan
+    elif hasattr(plan, "read"):
+        doc = json.load(plan)
+    else:
+        with open(plan) as f:
+            doc = json.load(f)
+    if doc.get("schema") != "ckplan.plan/1":
+        raise ValueError(f"not a ckplan plan (schema {doc.get('schema')!r}, expected 'ckplan.plan/1')")
+    if "checkpoint_modules" not in doc:
+        raise ValueError("the plan has no 'checkpoint_modules': make it with `ckplan solve` on a profile")
+    return doc
+
+
+def _supports_non_reentrant():
+    return "use_reentrant" in inspect.signature(torch.utils.checkpoint.checkpoint).parameters
+
+
+def _wrap(module):
+    original = module.forward
+    non_reentrant = _supports_non_reentrant()
+
+    @functools.wraps(original)
+    def forward(*args, **kwargs):
+        if not torch.is_grad_enabled():
+            return original(*args, **kwargs)
+        if non_reentrant:
+            return torch.utils.checkpoint.checkpoint(original, *args, use_reentrant=False, preserve_rng_state=True,
+                                                     **kwargs)
+        if kwargs:
+            raise TypeError("keyword arguments need non-reentrant checkpointing (torch >= 1.11)")
+        return torch.utils.checkpoint.checkpoint(original, *args, preserve_rng_state=True)
+
+    setattr(module, _ORIGINAL_FORWARD, original)
+    module.forward = forward
+
+
+def apply_plan(model, plan):
+    """Wraps the plan's checkpoint_modules of ``model``; returns their paths.
+
+    Raises KeyError naming a module path the model lacks (nothing is wrapped
+    then), ValueError for a file that is not a plan.
+    """
+    doc = load_plan(plan)
+    paths = list(doc["checkpoint_modules"])
+    named = dict(model.named_modules())
+    missing = [p for p in paths if p not in named]
+    if missing:
+        raise KeyError(f"the plan names module '{missing[0]}', which the model lacks "
+                       f"({len(missing)} of {len(paths)} paths missing)")
+    for path in paths:
+        module = named[path]
+        if not hasattr(module, _ORIGINAL_FORWARD):
+            _wrap(module)
+    return paths
+
+
+def remove_plan(model):
+    """Undoes apply_plan; returns the paths that were unwrapped."""
+    undone = []
+    for path, module in model.named_modules():
+        original = module.__dict__.pop(_ORIGINAL_FORWARD, None)
+        if original is not None:
+            module.__dict__.pop("forward", None)
+            undone.append(path)
+    return undone
+
+
+def checkpointed_modules(model):
+    """Paths of the modules currently wrapped."""
+    return [path for path, module in model.named_modules() if _ORIGINAL_FORWARD in module.__dict__]

@@ -1,0 +1,147 @@
+#!/usr/bin/env python3
+"""ckplan_torch.apply_plan on a real model: trace, profile, solve at a budget,
+apply the plan in PyTorch; what is kept for backward falls to the plan's
+prediction (within 5%) and the gradients equal those without the plan.
+
+    test_apply_plan.py --ckplan BUILD/ckplan --models BUILD/test_models
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+sys.path.insert(0, os.path.join(HERE, "..", "models"))
+
+import torch  # noqa: E402
+
+import ckplan_torch  # noqa: E402
+import make_models  # noqa: E402
+
+FAILURES = []
+PASSED = [0]
+
+
+def check(condition, what):
+    if condition:
+        PASSED[0] += 1
+        print(f"ok: {what}")
+    else:
+        FAILURES.append(what)
+        print(f"FAILED: {what}")
+
+
+def ckplan(binary, *args):
+    result = subprocess.run([binary, *args], capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"ckplan {' '.join(args)} failed ({result.returncode}): {result.stderr}")
+    return result.stdout
+
+
+def kept_for_backward(model, inputs):
+    """Unique storages alive for backward when the loss starts: packed by autograd,
+    held as inputs by checkpointed modules, and the outputs; parameters, buffers
+    and model inputs excluded. Returns (bytes, loss)."""
+    storage_of = make_models.storage_of
+    excluded = {storage_of(t).data_ptr() for t in list(model.parameters()) + list(model.buffers()) + inputs}
+    kept = {}
+
+    def note(t):
+        if isinstance(t, torch.Tensor) and storage_of(t).nbytes() > 0:
+            ptr = storage_of(t).data_ptr()
+            if ptr not in excluded:
+                kept[ptr] = storage_of(t).nbytes()
+
+    hooks = []
+    for path in ckplan_torch.checkpointed_modules(model):
+        module = dict(model.named_modules())[path]
+        hooks.append(module.register_forward_pre_hook(lambda mod, args: [note(a) for a in args] and None))
+
+    def pack(t):
+        note(t)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = model(*inputs)
+    note(out)
+    for h in hooks:
+        h.remove()
+    return sum(kept.values()), out.sum()
+
+
+def grads(model, inputs, seed):
+    model.zero_grad(set_to_none=True)
+    torch.manual_seed(seed)
+    model(*inputs).sum().backward()
+    return [p.grad.clone() for p in model.parameters()]
+
+
+def run_model(args, name, workdir):
+    factory, input_texts = make_models.MODELS[name]
+    model_path = os.path.join(args.models, name + ".pt")
+    profile = os.path.join(workdir, name + ".profile.json")
+    plan_path = os.path.join(workdir, name + ".plan.json")
+    input_args = [a for t in input_texts for a in ("--input", t)]
+    ckplan(args.ckplan, "profile", model_path, *input_args, "--reps", "1", "-o", profile)
+    loose = json.loads(ckplan(args.ckplan, "solve", profile, "--budget", "1TB", "-o", "-"))
+    none = json.loads(ckplan(args.ckplan, "solve", profile, "--budget", "1TB", "--algo", "none", "-o", "-"))
+    budget = (loose["min_budget_bytes"] + none["predicted"]["peak_bytes"]) // 2
+    ckplan(args.ckplan, "solve", profile, "--budget", str(budget), "-o", plan_path)
+    plan = ckplan_torch.load_plan(plan_path)
+    if name in ("gpt", "resnet18", "unet"):
+        check(len(plan["checkpoint_modules"]) > 0, f"{name}: the plan names modules to checkpoint")
+
+    # The same model in eager PyTorch: the same weights and inputs as the traced one.
+    torch.manual_seed(0)
+    model = factory().train()
+    generator = torch.Generator().manual_seed(0)
+    inputs = [make_models.make_input(t, generator) for t in input_texts]
+
+    expected = grads(model, inputs, seed=7)
+    plain_kept, _ = kept_for_backward(model, inputs)
+    wrapped = ckplan_torch.apply_plan(model, plan_path)
+    check(wrapped == plan["checkpoint_modules"], f"{name}: apply_plan wraps exactly the plan's modules")
+    kept, _ = kept_for_backward(model, inputs)
+    predicted = plan["pytorch"]["predicted"]["saved_bytes"]
+    print(f"{name}: kept for backward {kept} B with the plan ({plain_kept} B without), predicted {predicted} B")
+    check(abs(kept - predicted) <= 0.05 * predicted, f"{name}: kept for backward within 5% of the prediction")
+    if plan["checkpoint_modules"]:
+        check(kept < plain_kept, f"{name}: the plan keeps less than no checkpointing")
+    else:
+        check(kept == plain_kept, f"{name}: no module worth wrapping, nothing changes")
+    got = grads(model, inputs, seed=7)
+    diff = max((a - b).abs().max().item() for a, b in zip(got, expected))
+    check(diff == 0.0, f"{name}: gradients equal those without the plan (max abs diff {diff})")
+    check(len(ckplan_torch.remove_plan(model)) == len(wrapped), f"{name}: remove_plan undoes it")
+    check(ckplan_torch.checkpointed_modules(model) == [], f"{name}: nothing stays wrapped")
+
+    # A plan that names a module the model lacks.
+    bad = dict(plan)
+    bad["checkpoint_modules"] = plan["checkpoint_modules"] + ["no.such.module"]
+    try:
+        ckplan_torch.apply_plan(model, bad)
+        check(False, f"{name}: a missing module path is an error")
+    except KeyError as e:
+        check("no.such.module" in str(e), f"{name}: the error names the missing module path")
+    check(ckplan_torch.checkpointed_modules(model) == [], f"{name}: nothing wrapped after the error")
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--ckplan", required=True)
+    parser.add_argument("--models", required=True)
+    parser.add_argument("names", nargs="*", default=["gpt", "mlp_chain", "resnet18", "unet"])
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as workdir:
+        for name in args.names:
+            run_model(args, name, workdir)
+    print(f"{PASSED[0]} passed, {len(FAILURES)} failed")
+    return 1 if FAILURES else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
