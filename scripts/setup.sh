@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 PACKAGES=(cmake g++ make pkg-config libtorch-dev libcli11-dev nlohmann-json3-dev libboost-graph-dev doctest-dev
-          libopenblas0-openmp python3-torch python3-torchvision)
+          libopenblas0-openmp python3-torch python3-torchvision python3-pil chromium)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

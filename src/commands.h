@@ -14,6 +14,7 @@ namespace ckplan {
 using Action = std::function<int()>;
 
 void AddSolveCommand(CLI::App& app, Action* action);
+void AddReportCommand(CLI::App& app, Action* action);
 #ifdef CKPLAN_WITH_TORCH
 void AddProfileCommand(CLI::App& app, Action* action);
 void AddRunCommand(CLI::App& app, Action* action);

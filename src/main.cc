@@ -15,11 +15,13 @@ int main(int argc, char** argv) {
       "  profile  measure per-op activation sizes and times of a TorchScript model\n"
       "  solve    find the checkpoint schedule with the least recomputation under a budget\n"
       "  run      run a real training step under a plan and check it\n"
+      "  report   compare strategies over budgets: HTML with figures, Markdown or JSON\n"
       "Exit codes: 0 ok, 1 internal error, 2 bad input, 3 budget below the minimum, 4 check failed."};
   app.require_subcommand(1);
   app.set_version_flag("--version", "ckplan 0.1.0");
   ckplan::Action action;
   ckplan::AddSolveCommand(app, &action);
+  ckplan::AddReportCommand(app, &action);
 #ifdef CKPLAN_WITH_TORCH
   ckplan::AddProfileCommand(app, &action);
   ckplan::AddRunCommand(app, &action);

@@ -1,0 +1,86 @@
+// `ckplan report`: strategies compared over budgets, for a person to read.
+
+#include <cstdio>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+
+#include "ckplan/planner/error.h"
+#include "ckplan/planner/json_io.h"
+#include "commands.h"
+#include "report.h"
+#include "terminal.h"
+
+namespace ckplan {
+namespace {
+
+struct ReportOptions {
+  std::string input;
+  std::string output;
+  std::string budget;
+  std::string format;
+  std::string optimizer = "adam";
+  int slots = 500;
+  std::vector<int> every = {2, 4, 8};
+  std::vector<std::string> runs;
+};
+
+bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+int RunReport(const ReportOptions& o) {
+  std::string format = o.format;
+  if (format.empty()) format = EndsWith(o.output, ".md") ? "md" : EndsWith(o.output, ".json") ? "json" : "html";
+  if (o.slots < 1 || o.slots > 100000) throw BadInput("invalid --slots " + std::to_string(o.slots) + ": use 1..100000");
+  PlannerInput in = LoadPlannerInput(o.input, o.optimizer);
+  ByteQuantity budget;
+  if (!o.budget.empty()) budget = ParseBytes(o.budget);
+  Report report = MakeReport(in, o.input, budget.bytes, o.budget.empty() ? UnitStyle::kBinary : budget.style, o.slots,
+                             o.every, o.runs);
+  std::string text = format == "md" ? ReportMarkdown(report)
+                     : format == "json" ? ReportJson(report).dump(2) + "\n"
+                                        : ReportHtml(report);
+  if (o.output.empty() || o.output == "-") {
+    std::cout << text;
+    return 0;
+  }
+  WriteFileAtomic(o.output, text);
+  std::printf("%s", FormatTable([&] {
+                std::vector<std::vector<std::string>> rows = {{"strategy", "peak", "step", "overhead", "fits"}};
+                for (const auto& p : report.strategies) {
+                  rows.push_back({p.name, FormatBytes(p.peak_bytes, report.style), Format("%.2f ms", p.time_ms),
+                                  Format("%+.1f%%", p.overhead_pct), p.fits ? "yes" : "no"});
+                }
+                return rows;
+              }(), {false, true, true, true, false}).c_str());
+  std::printf("wrote %s (%s) for budget %s\n", o.output.c_str(), format.c_str(),
+              FormatBytes(report.budget_bytes, report.style).c_str());
+  return 0;
+}
+
+}  // namespace
+
+void AddReportCommand(CLI::App& app, Action* action) {
+  auto o = std::make_shared<ReportOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "report",
+      "Compare checkpointing strategies over budgets: none, every, every-n, sqrt and optimal (one DP gives\n"
+      "the optimal step time for every budget). Writes one self-contained HTML page with SVG figures (the\n"
+      "memory/time trade-off, memory over the schedule, memory per module) and a table; or Markdown, or JSON.");
+  cmd->add_option("input", o->input, "profile or chain JSON")->required();
+  cmd->add_option("-o,--output", o->output, "report file (.html, .md or .json); - or none for stdout");
+  cmd->add_option("-b,--budget", o->budget,
+                  "budget to mark and plan for (default: halfway between the smallest feasible and no checkpointing)");
+  cmd->add_option("--format", o->format, "html, md or json (default: from the output's extension)")
+      ->check(CLI::IsMember({"html", "md", "json"}));
+  cmd->add_option("--optimizer", o->optimizer, "optimizer state counted in the budget")
+      ->check(CLI::IsMember({"none", "sgd", "momentum", "adam"}))
+      ->capture_default_str();
+  cmd->add_option("--slots", o->slots, "memory slots of the dynamic program")->capture_default_str();
+  cmd->add_option("--every", o->every, "segment lengths for the every-n baselines")->delimiter(',')->capture_default_str();
+  cmd->add_option("--runs", o->runs, "run reports from `ckplan run -o`: measured points beside predicted ones");
+  cmd->callback([o, action] { *action = [o] { return RunReport(*o); }; });
+}
+
+}  // namespace ckplan

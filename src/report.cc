@@ -1,0 +1,450 @@
+#include "report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "ckplan/planner/error.h"
+#include "ckplan/planner/json_io.h"
+#include "ckplan/planner/solver.h"
+#include "terminal.h"
+
+namespace ckplan {
+namespace {
+
+double Mib(int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
+
+std::string Escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '&': out += "&amp;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+// Ticks at 1, 2 or 5 times a power of ten.
+std::vector<double> Ticks(double lo, double hi, int target = 6) {
+  if (!(hi > lo)) hi = lo + 1;
+  double raw = (hi - lo) / target;
+  double power = std::pow(10.0, std::floor(std::log10(raw)));
+  double step = power;
+  for (double m : {1.0, 2.0, 5.0, 10.0}) {
+    if (power * m >= raw) {
+      step = power * m;
+      break;
+    }
+  }
+  std::vector<double> ticks;
+  for (double t = std::ceil(lo / step) * step; t <= hi + step * 1e-9; t += step) ticks.push_back(t);
+  return ticks;
+}
+
+std::string Num(double v) {
+  char buffer[32];
+  if (std::fabs(v) >= 100 || v == std::floor(v)) {
+    std::snprintf(buffer, sizeof(buffer), "%.0f", v);
+  } else if (std::fabs(v) >= 10) {
+    std::snprintf(buffer, sizeof(buffer), "%.1f", v);
+  } else {
+    std::snprintf(buffer, sizeof(buffer), "%.2f", v);
+  }
+  return buffer;
+}
+
+// A plot area with axes, ticks, labels and a title: an SVG string builder.
+class Chart {
+ public:
+  Chart(double x_lo, double x_hi, double y_lo, double y_hi, std::string x_label, std::string y_label, std::string title)
+      : x_lo_(x_lo), x_hi_(x_hi), y_lo_(y_lo), y_hi_(y_hi), x_label_(std::move(x_label)), y_label_(std::move(y_label)),
+        title_(std::move(title)) {
+    if (!(x_hi_ > x_lo_)) x_hi_ = x_lo_ + 1;
+    if (!(y_hi_ > y_lo_)) y_hi_ = y_lo_ + 1;
+  }
+  double X(double x) const { return kLeft + (x - x_lo_) / (x_hi_ - x_lo_) * kPlotW; }
+  double Y(double y) const { return kTop + kPlotH - (y - y_lo_) / (y_hi_ - y_lo_) * kPlotH; }
+
+  void Add(const std::string& element) { body_ << element << "\n"; }
+  void Polyline(const std::vector<std::pair<double, double>>& points, const std::string& color, double width,
+                const std::string& dash = "") {
+    std::ostringstream s;
+    s << "<polyline fill=\"none\" stroke=\"" << color << "\" stroke-width=\"" << width << "\"";
+    if (!dash.empty()) s << " stroke-dasharray=\"" << dash << "\"";
+    s << " points=\"";
+    for (const auto& [x, y] : points) s << Num2(X(x)) << "," << Num2(Y(y)) << " ";
+    s << "\"/>";
+    Add(s.str());
+  }
+  void Point(double x, double y, const std::string& color, const std::string& label, const std::string& shape = "circle") {
+    std::ostringstream s;
+    double px = X(x), py = Y(y);
+    if (shape == "circle") {
+      s << "<circle cx=\"" << Num2(px) << "\" cy=\"" << Num2(py) << "\" r=\"5\" fill=\"" << color << "\"/>";
+    } else {
+      s << "<path d=\"M" << Num2(px) << " " << Num2(py - 6) << " L" << Num2(px + 6) << " " << Num2(py + 5) << " L"
+        << Num2(px - 6) << " " << Num2(py + 5) << " Z\" fill=\"" << color << "\"/>";
+    }
+    if (!label.empty()) {
+      s << "<text x=\"" << Num2(px + 8) << "\" y=\"" << Num2(py - 6) << "\" font-size=\"12\" fill=\"#222\">"
+        << Escape(label) << "</text>";
+    }
+    Add(s.str());
+  }
+  void VerticalLine(double x, const std::string& color, const std::string& label) {
+    std::ostringstream s;
+    s << "<line x1=\"" << Num2(X(x)) << "\" y1=\"" << kTop << "\" x2=\"" << Num2(X(x)) << "\" y2=\"" << kTop + kPlotH
+      << "\" stroke=\"" << color << "\" stroke-width=\"1.5\" stroke-dasharray=\"6 4\"/>"
+      << "<text x=\"" << Num2(X(x) + 4) << "\" y=\"" << kTop + 14 << "\" font-size=\"12\" fill=\"" << color << "\">"
+      << Escape(label) << "</text>";
+    Add(s.str());
+  }
+  void HorizontalLine(double y, const std::string& color, const std::string& label) {
+    std::ostringstream s;
+    s << "<line x1=\"" << kLeft << "\" y1=\"" << Num2(Y(y)) << "\" x2=\"" << kLeft + kPlotW << "\" y2=\"" << Num2(Y(y))
+      << "\" stroke=\"" << color << "\" stroke-width=\"1.5\" stroke-dasharray=\"6 4\"/>"
+      << "<text x=\"" << kLeft + kPlotW - 4 << "\" y=\"" << Num2(Y(y) - 5) << "\" font-size=\"12\" text-anchor=\"end\" fill=\""
+      << color << "\">" << Escape(label) << "</text>";
+    Add(s.str());
+  }
+  void Legend(const std::vector<std::pair<std::string, std::string>>& entries) {
+    double y = kTop + 8;
+    for (const auto& [color, label] : entries) {
+      std::ostringstream s;
+      s << "<rect x=\"" << kLeft + kPlotW + 14 << "\" y=\"" << y << "\" width=\"14\" height=\"10\" fill=\"" << color
+        << "\"/><text x=\"" << kLeft + kPlotW + 34 << "\" y=\"" << y + 9 << "\" font-size=\"12\">" << Escape(label)
+        << "</text>";
+      Add(s.str());
+      y += 18;
+    }
+  }
+
+  std::string Svg() const {
+    std::ostringstream s;
+    s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << kWidth << "\" height=\"" << kHeight
+      << "\" viewBox=\"0 0 " << kWidth << " " << kHeight << "\" role=\"img\" aria-label=\"" << Escape(title_) << "\">\n";
+    s << "<rect width=\"100%\" height=\"100%\" fill=\"#fff\"/>\n";
+    s << "<text x=\"" << kWidth / 2 << "\" y=\"20\" font-size=\"15\" font-weight=\"bold\" text-anchor=\"middle\">"
+      << Escape(title_) << "</text>\n";
+    for (double t : Ticks(x_lo_, x_hi_)) {
+      s << "<line x1=\"" << Num2(X(t)) << "\" y1=\"" << kTop << "\" x2=\"" << Num2(X(t)) << "\" y2=\"" << kTop + kPlotH
+        << "\" stroke=\"#eee\"/><text x=\"" << Num2(X(t)) << "\" y=\"" << kTop + kPlotH + 16
+        << "\" font-size=\"11\" text-anchor=\"middle\">" << Num(t) << "</text>\n";
+    }
+    for (double t : Ticks(y_lo_, y_hi_)) {
+      s << "<line x1=\"" << kLeft << "\" y1=\"" << Num2(Y(t)) << "\" x2=\"" << kLeft + kPlotW << "\" y2=\"" << Num2(Y(t))
+        << "\" stroke=\"#eee\"/><text x=\"" << kLeft - 6 << "\" y=\"" << Num2(Y(t) + 4)
+        << "\" font-size=\"11\" text-anchor=\"end\">" << Num(t) << "</text>\n";
+    }
+    s << "<rect x=\"" << kLeft << "\" y=\"" << kTop << "\" width=\"" << kPlotW << "\" height=\"" << kPlotH
+      << "\" fill=\"none\" stroke=\"#444\"/>\n";
+    s << "<text x=\"" << kLeft + kPlotW / 2 << "\" y=\"" << kHeight - 8 << "\" font-size=\"13\" text-anchor=\"middle\">"
+      << Escape(x_label_) << "</text>\n";
+    s << "<text transform=\"translate(16 " << kTop + kPlotH / 2 << ") rotate(-90)\" font-size=\"13\" text-anchor=\"middle\">"
+      << Escape(y_label_) << "</text>\n";
+    s << body_.str() << "</svg>\n";
+    return s.str();
+  }
+
+  static constexpr double kWidth = 860, kHeight = 420, kLeft = 70, kTop = 34, kPlotW = 600, kPlotH = 330;
+
+ private:
+  static std::string Num2(double v) {
+    char buffer[32];
+    std::snprintf(buffer, sizeof(buffer), "%.1f", v);
+    return buffer;
+  }
+  double x_lo_, x_hi_, y_lo_, y_hi_;
+  std::string x_label_, y_label_, title_;
+  std::ostringstream body_;
+};
+
+const char* kColors[] = {"#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22"};
+
+std::string TradeoffSvg(const Report& r) {
+  double x_lo = 1e300, x_hi = 0, y_lo = 1e300, y_hi = 0;
+  auto extend = [&](int64_t bytes, double ms) {
+    x_lo = std::min(x_lo, Mib(bytes));
+    x_hi = std::max(x_hi, Mib(bytes));
+    y_lo = std::min(y_lo, ms);
+    y_hi = std::max(y_hi, ms);
+  };
+  for (const auto& p : r.strategies) extend(p.peak_bytes, p.time_ms);
+  for (const auto& p : r.optimal_curve) extend(p.budget_bytes, p.time_ms);
+  for (const auto& run : r.runs) {
+    extend(run.measured_peak_bytes, run.measured_ms);
+    extend(run.predicted_peak_bytes, run.predicted_ms);
+  }
+  extend(r.budget_bytes, y_lo);
+  double xpad = (x_hi - x_lo) * 0.08 + 1e-9, ypad = (y_hi - y_lo) * 0.1 + 1e-9;
+  Chart chart(x_lo - xpad, x_hi + xpad, std::max(0.0, y_lo - ypad), y_hi + ypad, "peak memory of the step (MiB)",
+              "step time (ms)", "Memory / time trade-off");
+  // The optimal curve as a staircase: the best time for each budget.
+  std::vector<std::pair<double, double>> stairs;
+  for (size_t k = 0; k < r.optimal_curve.size(); ++k) {
+    const auto& p = r.optimal_curve[k];
+    if (k > 0) stairs.push_back({Mib(p.budget_bytes), r.optimal_curve[k - 1].time_ms});
+    stairs.push_back({Mib(p.budget_bytes), p.time_ms});
+  }
+  if (!stairs.empty()) chart.Polyline(stairs, kColors[0], 2.5);
+  chart.VerticalLine(Mib(r.budget_bytes), "#444", "budget " + FormatBytes(r.budget_bytes, r.style));
+  std::vector<std::pair<std::string, std::string>> legend = {{kColors[0], "optimal"}};
+  for (size_t k = 0; k < r.strategies.size(); ++k) {
+    const auto& p = r.strategies[k];
+    const char* color = p.name == "optimal" ? kColors[0] : kColors[1 + k % 7];
+    chart.Point(Mib(p.peak_bytes), p.time_ms, color, p.name);
+    if (p.name != "optimal") legend.push_back({color, p.name});
+  }
+  for (const auto& run : r.runs) {
+    chart.Polyline({{Mib(run.predicted_peak_bytes), run.predicted_ms}, {Mib(run.measured_peak_bytes), run.measured_ms}},
+                   "#999", 1, "3 3");
+    chart.Point(Mib(run.measured_peak_bytes), run.measured_ms, "#000", "measured: " + run.algorithm, "triangle");
+  }
+  if (!r.runs.empty()) legend.push_back({"#000", "measured by ckplan run"});
+  chart.Legend(legend);
+  return chart.Svg();
+}
+
+std::string TimelineSvg(const Report& r) {
+  const SimulationResult& sim = r.chosen.simulation;
+  const int64_t fixed = r.fixed.total();
+  double y_hi = Mib(std::max(r.budget_bytes, fixed + sim.peak_bytes)) * 1.05;
+  const double n = static_cast<double>(sim.peak_during_bytes.size());
+  Chart chart(0, std::max(1.0, n), 0, y_hi, "operation of the schedule (forward, loss, backward; recomputations included)",
+              "memory (MiB)", "Memory over the optimal schedule at the budget");
+  std::vector<std::pair<double, double>> peak, stored;
+  for (size_t k = 0; k < sim.peak_during_bytes.size(); ++k) {
+    peak.push_back({static_cast<double>(k), Mib(fixed + sim.peak_during_bytes[k])});
+    peak.push_back({static_cast<double>(k + 1), Mib(fixed + sim.peak_during_bytes[k])});
+    stored.push_back({static_cast<double>(k + 1), Mib(fixed + sim.stored_after_bytes[k])});
+  }
+  chart.Polyline(peak, "#f4a582", 1.5);
+  chart.Polyline(stored, kColors[1], 2);
+  chart.HorizontalLine(Mib(r.budget_bytes), "#444", "budget");
+  chart.HorizontalLine(Mib(fixed), "#2ca02c", "fixed: parameters, gradients, optimizer state");
+  chart.Legend({{"#f4a582", "peak during the operation"}, {kColors[1], "stored after it"}});
+  return chart.Svg();
+}
+
+std::string ModulesSvg(const Report& r) {
+  const Chain& c = r.chain;
+  const int length = c.length();
+  std::vector<bool> checkpointed(static_cast<size_t>(length), false);
+  for (int i : r.chosen.checkpointed_stages) checkpointed[static_cast<size_t>(i)] = true;
+  int64_t max_saved = 1;
+  for (const Stage& s : c.stages) max_saved = std::max(max_saved, s.saved_bytes);
+  const double row = 18, left = 220, width = 520;
+  const double height = 60 + row * length;
+  std::ostringstream s;
+  s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"860\" height=\"" << height << "\" viewBox=\"0 0 860 " << height
+    << "\" role=\"img\" aria-label=\"Activation memory per stage\">\n<rect width=\"100%\" height=\"100%\" fill=\"#fff\"/>\n";
+  s << "<text x=\"430\" y=\"20\" font-size=\"15\" font-weight=\"bold\" text-anchor=\"middle\">"
+       "Activation memory kept for backward, per stage (module)</text>\n";
+  for (int i = 0; i < length; ++i) {
+    const Stage& st = c.stages[static_cast<size_t>(i)];
+    double y = 36 + row * i;
+    double w = width * static_cast<double>(st.saved_bytes) / static_cast<double>(max_saved);
+    const char* color = checkpointed[static_cast<size_t>(i)] ? "#f4a582" : "#92c5de";
+    s << "<text x=\"" << left - 6 << "\" y=\"" << y + 12 << "\" font-size=\"11\" text-anchor=\"end\">" << Escape(st.name)
+      << "</text><rect x=\"" << left << "\" y=\"" << y + 2 << "\" width=\"" << std::max(1.0, w) << "\" height=\""
+      << row - 4 << "\" fill=\"" << color << "\"/><text x=\"" << left + w + 6 << "\" y=\"" << y + 12
+      << "\" font-size=\"11\">" << FormatBytes(st.saved_bytes) << "</text>\n";
+  }
+  s << "<rect x=\"640\" y=\"" << height - 18 << "\" width=\"12\" height=\"10\" fill=\"#f4a582\"/><text x=\"656\" y=\""
+    << height - 9 << "\" font-size=\"11\">recomputed in the plan</text>";
+  s << "<rect x=\"480\" y=\"" << height - 18 << "\" width=\"12\" height=\"10\" fill=\"#92c5de\"/><text x=\"496\" y=\""
+    << height - 9 << "\" font-size=\"11\">kept</text>\n</svg>\n";
+  return s.str();
+}
+
+std::vector<std::vector<std::string>> StrategyRows(const Report& r) {
+  std::vector<std::vector<std::string>> rows = {{"strategy", "peak", "step", "overhead", "fits the budget"}};
+  for (const auto& p : r.strategies) {
+    rows.push_back({p.name, FormatBytes(p.peak_bytes, r.style), Format("%.2f ms", p.time_ms),
+                    Format("%+.1f%%", std::fabs(p.overhead_pct) < 0.05 ? 0.0 : p.overhead_pct), p.fits ? "yes" : "no"});
+  }
+  return rows;
+}
+
+}  // namespace
+
+Report MakeReport(const PlannerInput& input, const std::string& source, int64_t budget_bytes, UnitStyle style,
+                  int slots, const std::vector<int>& every_n, const std::vector<std::string>& run_files) {
+  Report r;
+  r.source = source;
+  r.title = input.from_profile && input.profile.model.contains("path") ? input.profile.model["path"].get<std::string>()
+                                                                       : source;
+  r.style = style;
+  r.fixed = input.fixed;
+  r.chain = input.chain;
+  r.no_recompute_ms = input.chain.NoRecomputeTimeMs();
+  const int64_t huge = int64_t{1} << 60;
+  auto baseline = [&](Algorithm a, int n) {
+    PlanRequest request;
+    request.algorithm = a;
+    request.budget_bytes = huge;
+    request.every_n = n;
+    return MakePlan(input.chain, input.fixed, request);
+  };
+  Plan none = baseline(Algorithm::kNone, 0);
+  const int64_t minimum = MinimumOptimalBudget(input.chain, input.fixed, slots);
+  r.budget_bytes = budget_bytes > 0 ? budget_bytes : minimum + (none.peak_bytes - minimum) / 2;
+  if (r.budget_bytes < minimum) {
+    throw Error(ExitCode::kInfeasible, Format("budget %s is below the minimum %s", FormatBytes(r.budget_bytes, style).c_str(),
+                                              FormatBytes(minimum, style, true).c_str()));
+  }
+  auto add = [&](const std::string& name, const Plan& p) {
+    r.strategies.push_back({name, p.peak_bytes, p.time_ms, p.overhead_pct(), p.peak_bytes <= r.budget_bytes});
+  };
+  add("none", none);
+  add("every", baseline(Algorithm::kEvery, 1));
+  for (int n : every_n) {
+    if (n > 1 && n < input.chain.length()) add(Format("every-%d", n), baseline(Algorithm::kEveryN, n));
+  }
+  Plan sqrt_plan = baseline(Algorithm::kSqrt, 0);
+  add(Format("sqrt (n=%d)", sqrt_plan.every_n), sqrt_plan);
+
+  // One DP at the largest budget of interest gives the whole optimal curve.
+  PlanRequest sweep;
+  sweep.budget_bytes = std::max(none.peak_bytes, r.budget_bytes);
+  sweep.slots = slots;
+  sweep.sweep = true;
+  Plan top = MakePlan(input.chain, input.fixed, sweep);
+  for (const CurvePoint& p : top.curve) {
+    if (p.budget_bytes >= minimum) r.optimal_curve.push_back(p);
+  }
+  PlanRequest chosen;
+  chosen.budget_bytes = r.budget_bytes;
+  chosen.slots = slots;
+  r.chosen = MakePlan(input.chain, input.fixed, chosen);
+  if (!r.chosen.feasible) throw Error(ExitCode::kInfeasible, "no optimal plan at the budget");
+  add("optimal", r.chosen);
+
+  for (const std::string& file : run_files) {
+    const nlohmann::json parsed = ReadJsonFile(file);
+    JsonReader doc(parsed, file);
+    if (doc.Field("schema").String() != "ckplan.run/1") doc.Field("schema").Fail("expected \"ckplan.run/1\"");
+    RunPoint run;
+    run.label = file;
+    run.algorithm = doc.Field("algorithm").String();
+    run.budget_bytes = doc.Field("budget_bytes").NonNegativeBytes();
+    run.measured_peak_bytes = doc.Field("measured").Field("peak_bytes").NonNegativeBytes();
+    run.measured_ms = doc.Field("measured").Field("step_ms").NonNegativeNumber();
+    run.baseline_ms = doc.Field("baseline").Field("step_ms").NonNegativeNumber();
+    run.predicted_peak_bytes = doc.Field("predicted").Field("peak_bytes").NonNegativeBytes();
+    run.predicted_ms = doc.Field("predicted").Field("time_ms").NonNegativeNumber();
+    run.verdict = doc.Field("verdict").String();
+    r.runs.push_back(run);
+  }
+  return r;
+}
+
+std::string ReportHtml(const Report& r) {
+  std::ostringstream s;
+  s << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>ckplan report: " << Escape(r.title)
+    << "</title>\n<style>body{font-family:sans-serif;margin:24px auto;max-width:900px;color:#222}"
+       "table{border-collapse:collapse;margin:12px 0}td,th{border:1px solid #ccc;padding:4px 10px;text-align:right}"
+       "th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}figure{margin:18px 0}"
+       ".note{color:#555;font-size:14px}</style></head><body>\n";
+  s << "<h1>ckplan report</h1>\n<p>" << Escape(r.title) << " &mdash; budget <b>" << FormatBytes(r.budget_bytes, r.style)
+    << "</b>";
+  if (r.fixed.total() > 0) {
+    s << ", of which fixed " << FormatBytes(r.fixed.total(), r.style) << " (parameters, gradients, " << Escape(r.fixed.optimizer)
+      << " state)";
+  }
+  s << ". Without recomputation a step takes " << Format("%.2f ms", r.no_recompute_ms) << ".</p>\n";
+  s << "<p>The optimal plan at the budget: peak " << FormatBytes(r.chosen.peak_bytes, r.style) << ", step "
+    << Format("%.2f ms (%+.1f%%)", r.chosen.time_ms, r.chosen.overhead_pct()) << ", "
+    << r.chosen.checkpointed_stages.size() << " of " << r.chain.length() << " stages recomputed.</p>\n";
+  s << "<figure>" << TradeoffSvg(r) << "<figcaption class=\"note\">Each strategy's predicted peak memory and step time; "
+       "the optimal plan's best time for every budget from the smallest feasible one ("
+    << (r.optimal_curve.empty() ? std::string("-") : FormatBytes(r.optimal_curve.front().budget_bytes, r.style))
+    << ").</figcaption></figure>\n";
+  s << "<h2>Strategies</h2>\n<table><tr>";
+  auto rows = StrategyRows(r);
+  for (const auto& h : rows[0]) s << "<th>" << Escape(h) << "</th>";
+  s << "</tr>\n";
+  for (size_t k = 1; k < rows.size(); ++k) {
+    s << "<tr>";
+    for (const auto& cell : rows[k]) s << "<td>" << Escape(cell) << "</td>";
+    s << "</tr>\n";
+  }
+  s << "</table>\n";
+  if (!r.runs.empty()) {
+    s << "<h2>Measured by ckplan run</h2>\n<table><tr><th>run</th><th>algorithm</th><th>predicted peak</th><th>measured peak"
+         "</th><th>predicted step</th><th>measured step</th><th>verdict</th></tr>\n";
+    for (const auto& run : r.runs) {
+      s << "<tr><td>" << Escape(run.label) << "</td><td>" << Escape(run.algorithm) << "</td><td>"
+        << FormatBytes(run.predicted_peak_bytes, r.style) << "</td><td>" << FormatBytes(run.measured_peak_bytes, r.style)
+        << "</td><td>" << Format("%.2f ms", run.predicted_ms) << "</td><td>" << Format("%.2f ms", run.measured_ms)
+        << "</td><td>" << Escape(run.verdict) << "</td></tr>\n";
+    }
+    s << "</table>\n";
+  }
+  s << "<h2>The plan over time</h2>\n<figure>" << TimelineSvg(r) << "</figure>\n";
+  s << "<h2>Where the memory goes</h2>\n<figure>" << ModulesSvg(r) << "</figure>\n";
+  s << "<p class=\"note\">Predicted by ckplan's simulator from " << Escape(r.source)
+    << "; times are the profile's medians.</p>\n</body></html>\n";
+  return s.str();
+}
+
+std::string ReportMarkdown(const Report& r) {
+  std::ostringstream s;
+  s << "## ckplan report: " << r.title << "\n\nBudget **" << FormatBytes(r.budget_bytes, r.style) << "**";
+  if (r.fixed.total() > 0) s << " (fixed " << FormatBytes(r.fixed.total(), r.style) << ")";
+  s << "; no recomputation: " << Format("%.2f ms", r.no_recompute_ms) << " a step.\n\n";
+  auto rows = StrategyRows(r);
+  for (size_t k = 0; k < rows.size(); ++k) {
+    s << "|";
+    for (const auto& cell : rows[k]) s << " " << cell << " |";
+    s << "\n";
+    if (k == 0) {
+      s << "|";
+      for (size_t c = 0; c < rows[0].size(); ++c) s << (c == 0 ? " --- |" : " ---: |");
+      s << "\n";
+    }
+  }
+  if (!r.runs.empty()) {
+    s << "\n| run | algorithm | predicted peak | measured peak | predicted step | measured step | verdict |\n"
+         "| --- | --- | ---: | ---: | ---: | ---: | --- |\n";
+    for (const auto& run : r.runs) {
+      s << "| " << run.label << " | " << run.algorithm << " | " << FormatBytes(run.predicted_peak_bytes, r.style) << " | "
+        << FormatBytes(run.measured_peak_bytes, r.style) << " | " << Format("%.2f ms", run.predicted_ms) << " | "
+        << Format("%.2f ms", run.measured_ms) << " | " << run.verdict << " |\n";
+    }
+  }
+  s << "\nOptimal step time by budget:\n\n| budget | step | overhead |\n| ---: | ---: | ---: |\n";
+  size_t stride = std::max<size_t>(1, r.optimal_curve.size() / 10);
+  for (size_t k = 0; k < r.optimal_curve.size(); k += stride) {
+    const auto& p = r.optimal_curve[k];
+    double overhead = r.no_recompute_ms > 0 ? (p.time_ms - r.no_recompute_ms) / r.no_recompute_ms * 100 : 0;
+    s << "| " << FormatBytes(p.budget_bytes, r.style) << " | " << Format("%.2f ms", p.time_ms) << " | "
+      << Format("%+.1f%%", overhead) << " |\n";
+  }
+  return s.str();
+}
+
+nlohmann::json ReportJson(const Report& r) {
+  nlohmann::json strategies = nlohmann::json::array();
+  for (const auto& p : r.strategies) {
+    strategies.push_back({{"name", p.name}, {"peak_bytes", p.peak_bytes}, {"time_ms", p.time_ms},
+                          {"overhead_pct", p.overhead_pct}, {"fits", p.fits}});
+  }
+  nlohmann::json curve = nlohmann::json::array();
+  for (const auto& p : r.optimal_curve) curve.push_back({{"budget_bytes", p.budget_bytes}, {"time_ms", p.time_ms}});
+  nlohmann::json runs = nlohmann::json::array();
+  for (const auto& run : r.runs) {
+    runs.push_back({{"file", run.label}, {"algorithm", run.algorithm}, {"measured_peak_bytes", run.measured_peak_bytes},
+                    {"measured_ms", run.measured_ms}, {"predicted_peak_bytes", run.predicted_peak_bytes},
+                    {"predicted_ms", run.predicted_ms}, {"verdict", run.verdict}});
+  }
+  return {{"schema", "ckplan.report/1"}, {"source", r.source}, {"budget_bytes", r.budget_bytes},
+          {"fixed_bytes", r.fixed.total()}, {"no_recompute_ms", r.no_recompute_ms}, {"strategies", strategies},
+          {"optimal_curve", curve}, {"runs", runs}};
+}
+
+}  // namespace ckplan

@@ -1,0 +1,60 @@
+#pragma once
+// `ckplan report`: the memory/time trade-off of a model, strategies
+// compared, as self-contained HTML (inline SVG, no JavaScript), Markdown or
+// JSON. Torch-free: a writer of planner values.
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ckplan/planner/input.h"
+#include "ckplan/planner/plan.h"
+
+namespace ckplan {
+
+struct StrategyPoint {
+  std::string name;       ///< `none`, `every`, `every-4`, `sqrt (n=4)`, `optimal`
+  int64_t peak_bytes = 0;
+  double time_ms = 0;
+  double overhead_pct = 0;
+  bool fits = false;
+};
+
+struct RunPoint {
+  std::string label;          ///< file name
+  std::string algorithm;
+  int64_t budget_bytes = 0;
+  int64_t measured_peak_bytes = 0;
+  double measured_ms = 0;
+  int64_t predicted_peak_bytes = 0;
+  double predicted_ms = 0;
+  double baseline_ms = 0;
+  std::string verdict;
+};
+
+struct Report {
+  std::string source;            ///< the input file
+  std::string title;             ///< model path or chain
+  int64_t budget_bytes = 0;
+  UnitStyle style = UnitStyle::kBinary;
+  FixedMemory fixed;
+  double no_recompute_ms = 0;
+  std::vector<StrategyPoint> strategies;
+  std::vector<CurvePoint> optimal_curve;  ///< every budget from the smallest feasible up
+  Plan chosen;                   ///< the optimal plan at the budget
+  Chain chain;
+  std::vector<RunPoint> runs;
+};
+
+/// Sweeps the budgets (one DP gives the whole optimal curve) and plans every
+/// strategy. `budget_bytes` 0: halfway between the smallest feasible budget
+/// and the no-checkpointing peak.
+Report MakeReport(const PlannerInput& input, const std::string& source, int64_t budget_bytes, UnitStyle style,
+                  int slots, const std::vector<int>& every_n, const std::vector<std::string>& run_files);
+
+std::string ReportHtml(const Report& report);
+std::string ReportMarkdown(const Report& report);
+nlohmann::json ReportJson(const Report& report);
+
+}  // namespace ckplan
