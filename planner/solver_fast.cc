@@ -339,64 +339,52 @@ class FastSolver {
       leaves.push_back({forward_sum, std::max({lo, a.begin, b.begin}), a, b});
     }
 
-    // bound[b]: the cost of some schedule that fits in the memory where
-    // block b of kBlock memories starts, so an upper bound on the optimum
-    // from there on (what fits in less memory fits in more), made from the
-    // best so far and refreshed as leaves improve it. Where it is below a
-    // leaf's lower bound, that leaf cannot win, nor with more memory.
+    // Memories in blocks, upwards. The optimum never grows with memory, so
+    // the finished optimum just below a block bounds every memory in it; and
+    // a leaf at j costs at least its extra forwards plus its two parts at
+    // the block's largest memory (they never grow with memory either). A
+    // leaf whose bound is above the optimum below the block cannot win in it.
     constexpr int64_t kBlock = 32;
-    const int64_t blocks = (hi - lo + kBlock - 1) / kBlock;
-    thread_local std::vector<double> bound;
-    auto refresh_bound = [&] {
-      bound.resize(static_cast<size_t>(blocks));
-      double running = kInfinity;
-      for (int64_t b = 0; b < blocks; ++b) {
-        bound[static_cast<size_t>(b)] = running;  // memories below the block only
-        const int64_t first = b * kBlock, last = std::min(hi - lo, first + kBlock);
-        double block_min = kInfinity;
-        for (int64_t k = first; k < last; ++k) block_min = Min(block_min, best[k]);
-        running = Min(running, block_min);
-      }
-    };
-    refresh_bound();
-    int64_t relaxed = 0, next_refresh = (hi - lo) / 2;
-    for (const Leaf& leaf : leaves) {
-      const int64_t begin = leaf.begin;
-      if (begin >= hi) continue;
-      const double least = leaf.forward_sum + total - margin;
-      const int64_t first_block = (begin - lo) / kBlock;
-      const int64_t cut_block = std::lower_bound(bound.begin() + first_block, bound.end(), least,
-                                                 [](double value, double limit) { return value >= limit; }) -
-                                bound.begin();
-      const int64_t end = std::min(hi, lo + cut_block * kBlock);
-      if (begin >= end) continue;
-      const Operand& a = leaf.a;
-      const Operand& b = leaf.b;
-      // Split [begin, end) where either operand turns constant.
-      int64_t cuts[4] = {begin, std::clamp(a.end, begin, end), std::clamp(b.end, begin, end), end};
-      if (cuts[1] > cuts[2]) std::swap(cuts[1], cuts[2]);
-      for (int piece = 0; piece < 3; ++piece) {
-        const int64_t from = cuts[piece], to = cuts[piece + 1];
-        if (from >= to) continue;
-        const bool a_array = from < a.end, b_array = from < b.end;
-        const double* ap = a.data + (from - a.begin);
-        const double* bp = b.data + (from - b.begin);
-        double* bestp = best + (from - lo);
-        if (a_array && b_array) {
-          RelaxArrayArray(to - from, leaf.forward_sum, ap, bp, bestp);
-        } else if (a_array) {
-          RelaxArrayConst(to - from, leaf.forward_sum, ap, b.constant, bestp);
-        } else if (b_array) {
-          RelaxConstArray(to - from, leaf.forward_sum + a.constant, bp, bestp);
-        } else {
-          RelaxConst(to - from, (leaf.forward_sum + a.constant) + b.constant, bestp);
+    for (int64_t m0 = lo; m0 < hi; m0 += kBlock) {
+      const int64_t m1 = std::min(hi, m0 + kBlock);
+      const double ceiling = m0 > lo ? best[m0 - 1 - lo] + margin : kInfinity;
+      const int64_t last = m1 - 1;
+      for (size_t n = 0; n < leaves.size(); ++n) {
+        const Leaf& leaf = leaves[n];
+        if (leaf.forward_sum + total - margin > ceiling) break;  // no later leaf either
+        // The bound reads two scattered cells: fetch the next leaf's early.
+        if (n + 2 < leaves.size()) {
+          const Leaf& ahead = leaves[n + 2];
+          if (last >= ahead.a.begin && last < ahead.a.end) __builtin_prefetch(ahead.a.data + (last - ahead.a.begin));
+          if (last >= ahead.b.begin && last < ahead.b.end) __builtin_prefetch(ahead.b.data + (last - ahead.b.begin));
         }
-      }
-      // Refresh at geometric intervals: a few passes over the cell in all.
-      relaxed += end - begin;
-      if (relaxed > next_refresh) {
-        refresh_bound();
-        next_refresh = relaxed + 3 * (relaxed + (hi - lo));
+        const int64_t begin = std::max(m0, leaf.begin);
+        if (begin >= m1) continue;
+        const Operand& a = leaf.a;
+        const Operand& b = leaf.b;
+        const double a_low = last < a.end ? a.data[last - a.begin] : a.constant;
+        const double b_low = last < b.end ? b.data[last - b.begin] : b.constant;
+        if ((leaf.forward_sum + a_low) + b_low > ceiling) continue;
+        // Split [begin, m1) where either operand turns constant.
+        int64_t cuts[4] = {begin, std::clamp(a.end, begin, m1), std::clamp(b.end, begin, m1), m1};
+        if (cuts[1] > cuts[2]) std::swap(cuts[1], cuts[2]);
+        for (int piece = 0; piece < 3; ++piece) {
+          const int64_t from = cuts[piece], to = cuts[piece + 1];
+          if (from >= to) continue;
+          const bool a_array = from < a.end, b_array = from < b.end;
+          const double* ap = a.data + (from - a.begin);
+          const double* bp = b.data + (from - b.begin);
+          double* bestp = best + (from - lo);
+          if (a_array && b_array) {
+            RelaxArrayArray(to - from, leaf.forward_sum, ap, bp, bestp);
+          } else if (a_array) {
+            RelaxArrayConst(to - from, leaf.forward_sum, ap, b.constant, bestp);
+          } else if (b_array) {
+            RelaxConstArray(to - from, leaf.forward_sum + a.constant, bp, bestp);
+          } else {
+            RelaxConst(to - from, (leaf.forward_sum + a.constant) + b.constant, bestp);
+          }
+        }
       }
     }
   }
