@@ -1,0 +1,6 @@
+// Built without CUPTI: no activity source; the profiler uses CUDA events.
+#include "ckplan/profiler/kernel_timing.h"
+
+namespace ckplan {
+std::unique_ptr<KernelActivitySource> MakeCuptiSource() { return nullptr; }
+}  // namespace ckplan
