@@ -6,6 +6,7 @@
 //
 //   bench_solver [--lengths 50,100,200,400] [--slots 500,1000,2000] [--max-plain-work N] [--runs N]
 
+#include <malloc.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -76,6 +77,10 @@ int main(int argc, char** argv) {
   std::vector<int> lengths = {50, 100, 200, 400}, slots = {500, 1000, 2000};
   double max_plain_work = 3e10;  // (L^3 / 6) * S: the plain DP is skipped beyond this
   int runs = 5;
+  // Freed memory stays in the process: fresh mappings fault page by page,
+  // which on virtual machines adds noise to both solvers' times.
+  mallopt(M_MMAP_THRESHOLD, 1 << 30);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--lengths")) lengths = ParseList(argv[i + 1]);
     if (!std::strcmp(argv[i], "--slots")) slots = ParseList(argv[i + 1]);
