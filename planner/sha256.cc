@@ -1,5 +1,6 @@
 #include "ckplan/planner/sha256.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -26,14 +27,18 @@ inline uint32_t Rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
 class Sha256 {
  public:
   void Update(const unsigned char* data, size_t size) {
-    for (size_t i = 0; i < size; ++i) {
-      block_[block_size_++] = data[i];
+    length_ += size;
+    while (size > 0) {
+      const size_t take = std::min<size_t>(64 - block_size_, size);
+      std::memcpy(block_ + block_size_, data, take);
+      block_size_ += take;
+      data += take;
+      size -= take;
       if (block_size_ == 64) {
         Compress();
         block_size_ = 0;
       }
     }
-    length_ += size;
   }
 
   std::string HexDigest() {
