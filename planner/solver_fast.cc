@@ -189,10 +189,7 @@ class FastSolver {
   Cell& at(int i, int l) { return cells_[static_cast<size_t>(i) * n_ + l]; }
   const Cell& at(int i, int l) const { return cells_[static_cast<size_t>(i) * n_ + l]; }
 
-  int64_t BaseNeed(int i) const {
-    const size_t u = static_cast<size_t>(i);
-    return std::max(c_.x[u] + c_.x[u + 1] + c_.xbar[u + 1] + c_.bwd_tmp[u], c_.x[u + 1] + c_.xbar[u + 1] + c_.fwd_tmp[u]);
-  }
+  int64_t BaseNeed(int i) const { return BaseMemory(c_, i); }
 
   // Per cell: the smallest feasible memory (as MinimumMemory), the memory
   // from which the sub-chain needs no recomputation, and the cost there.

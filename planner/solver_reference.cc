@@ -32,12 +32,7 @@ DiscreteChain Discretize(const Chain& chain, int64_t slot_bytes) {
 
 namespace {
 
-// The base case's memory need: stage i with autograd, then its backward.
-int64_t BaseNeed(const DiscreteChain& c, int i) {
-  const size_t u = static_cast<size_t>(i);
-  return std::max(c.x[u] + c.x[u + 1] + c.xbar[u + 1] + c.bwd_tmp[u],
-                  c.x[u + 1] + c.xbar[u + 1] + c.fwd_tmp[u]);
-}
+int64_t BaseNeed(const DiscreteChain& c, int i) { return BaseMemory(c, i); }
 
 // The floor for l > i: every forward of i..l-1 while the gradient of x_{l+1} is held.
 int64_t FloorNeed(const DiscreteChain& c, int i, int l) {
@@ -51,6 +46,11 @@ int64_t FloorNeed(const DiscreteChain& c, int i, int l) {
 }
 
 }  // namespace
+
+int64_t BaseMemory(const DiscreteChain& c, int i) {
+  const size_t u = static_cast<size_t>(i);
+  return std::max(c.x[u] + c.x[u + 1] + c.xbar[u + 1] + c.bwd_tmp[u], c.x[u + 1] + c.xbar[u + 1] + c.fwd_tmp[u]);
+}
 
 int64_t MinimumMemory(const DiscreteChain& c) {
   const int n = c.length + 1;

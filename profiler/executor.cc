@@ -16,25 +16,16 @@
 #include "ckplan/planner/json_io.h"
 #include "ckplan/planner/schedule.h"
 #include "ckplan/planner/sha256.h"
+#include "timing.h"
 #include "torch_graph.h"
 #include "tracking_allocator.h"
 
 namespace ckplan {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using torch::jit::Value;
 
-double MsSince(Clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-}
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 std::vector<at::Tensor> Flatten(const std::vector<c10::IValue>& values) {
   std::vector<at::Tensor> out;

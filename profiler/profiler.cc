@@ -13,24 +13,15 @@
 
 #include "ckplan/planner/error.h"
 #include "ckplan/planner/sha256.h"
+#include "timing.h"
 #include "torch_graph.h"
 #include "tracking_allocator.h"
 
 namespace ckplan {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 
-double Median(std::vector<double> values) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  size_t n = values.size();
-  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
 
-double MsSince(Clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-}
 
 // Backward functions are linked to forward ops through autograd sequence
 // numbers: every autograd node made while op k ran has a number in op k's range.

@@ -48,6 +48,11 @@ OptimalSolution SolveOptimal(const DiscreteChain& chain, int64_t memory_slots, i
 /// SolveOptimal allocates), for benchmarks.
 size_t FastSolverTableBytes(const DiscreteChain& chain, int64_t memory_slots);
 
+/// The recurrence's base case: the memory stage i needs (its input held
+/// outside) to run with autograd and then backward, the gradient of its
+/// output held: max(x_i + x_{i+1} + xbar_{i+1} + bwdtmp_i, x_{i+1} + xbar_{i+1} + fwdtmp_i).
+int64_t BaseMemory(const DiscreteChain& chain, int i);
+
 /// The smallest total memory (chain input included), in the chain's units,
 /// for which the recurrence is feasible.
 int64_t MinimumMemory(const DiscreteChain& chain);
