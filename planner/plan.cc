@@ -164,6 +164,11 @@ int64_t MinimumOptimalBudget(const Chain& chain, const FixedMemory& fixed, int s
   int64_t upper = lower;
   int64_t step = std::max<int64_t>(lower / 64, 1);
   while (!OptimalFeasible(chain, upper, slots)) {
+    // Sizes round up to whole slots: with too few slots no budget works.
+    if (upper > (int64_t{1} << 61) - step || step > (int64_t{1} << 60)) {
+      throw BadInput("no budget is feasible with --slots " + std::to_string(slots) +
+                     ": every value takes at least one slot; use more slots (default 500)");
+    }
     lower = upper;
     upper += step;
     step *= 2;

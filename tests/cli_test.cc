@@ -190,3 +190,11 @@ TEST_CASE("--help explains") {
   CHECK(r.out.find("--budget") != std::string::npos);
   CHECK(r.out.find("24GiB") != std::string::npos);
 }
+
+TEST_CASE("too few slots is a one-line error, not a hang") {
+  std::string dir = TempDir();
+  std::string chain = WriteChain(dir);
+  CommandResult r = RunCkplan("solve " + chain + " --budget 1GB --slots 1", dir);
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("no budget is feasible with --slots 1") != std::string::npos);
+}
