@@ -20,12 +20,14 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "ckplan 0.1.0");
   ckplan::Action action;
-  ckplan::AddSolveCommand(app, &action);
-  ckplan::AddReportCommand(app, &action);
 #ifdef CKPLAN_WITH_TORCH
   ckplan::AddProfileCommand(app, &action);
+#endif
+  ckplan::AddSolveCommand(app, &action);
+#ifdef CKPLAN_WITH_TORCH
   ckplan::AddRunCommand(app, &action);
 #endif
+  ckplan::AddReportCommand(app, &action);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
