@@ -29,6 +29,7 @@ struct SolveOptions {
   std::string sweep_path;
   int threads = 1;
   bool show_stages = false;
+  std::string chain_out;
 };
 
 std::string Ms(double ms) { return Format("%.2f ms", ms); }
@@ -69,8 +70,12 @@ std::string PrintableMinimum(int64_t minimum, UnitStyle style, const std::functi
 int RunSolve(const SolveOptions& o) {
   PlannerInput in = LoadPlannerInput(o.input, o.optimizer);
   const std::string what = in.from_profile ? "model" : "chain";
-  if (o.show_stages) {
-    PrintStages(in);
+  if (!o.chain_out.empty()) {
+    WriteFileAtomic(o.chain_out, ChainToJson(in.chain).dump(2) + "\n");
+    std::fprintf(stderr, "wrote the chain to %s\n", o.chain_out.c_str());
+  }
+  if (o.show_stages || !o.chain_out.empty()) {
+    if (o.show_stages) PrintStages(in);
     if (o.budget.empty()) return 0;
   }
   if (o.budget.empty()) throw BadInput("--budget is required (for example --budget 24GB)");
@@ -214,6 +219,8 @@ void AddSolveCommand(CLI::App& app, Action* action) {
                   "write the optimal memory/time curve for every budget up to this one (ckplan.sweep/1); - for stdout");
   cmd->add_option("--threads", options->threads, "solver threads (default 1)");
   cmd->add_flag("--show-stages", options->show_stages, "print the chain's stages (--budget optional)");
+  cmd->add_option("--chain-out", options->chain_out,
+                  "write the chain the profile is cut into (ckplan.chain/1) to this file (--budget optional)");
   cmd->callback([options, action] { *action = [options] { return RunSolve(*options); }; });
 }
 

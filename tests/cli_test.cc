@@ -198,3 +198,15 @@ TEST_CASE("too few slots is a one-line error, not a hang") {
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("no budget is feasible with --slots 1") != std::string::npos);
 }
+
+TEST_CASE("--chain-out writes the chain a profile is cut into, and solve reads it back") {
+  std::string dir = TempDir();
+  std::string profile = std::string(CKPLAN_SOURCE_DIR) + "/data/example.profile.json";
+  CommandResult r = RunCkplan("solve " + profile + " --chain-out " + dir + "/chain.json", dir);
+  REQUIRE(r.exit_code == 0);
+  nlohmann::json chain = nlohmann::json::parse(ReadAll(dir + "/chain.json"));
+  CHECK(chain["schema"] == "ckplan.chain/1");
+  CHECK(chain["stages"].size() >= 10);
+  CommandResult again = RunCkplan("solve " + dir + "/chain.json --budget 8MiB", dir);
+  CHECK(again.exit_code == 0);
+}
