@@ -119,7 +119,6 @@ ModuleExport ExportFor(const Chain& chain, const std::vector<bool>& wrap) {
   for (int i = 0; i < length; ++i) {
     if (!wrap[static_cast<size_t>(i)]) continue;
     out.checkpoint_modules.push_back(chain.stages[static_cast<size_t>(i)].modules[0]);
-    out.stages.push_back(i);
   }
   return out;
 }
@@ -154,6 +153,10 @@ ModuleExport ExportForPyTorch(const Chain& chain, const std::vector<int>& checkp
   }
   best.skipped_stages = skipped;
   return best;
+}
+
+bool OptimalBudgetFeasible(const Chain& chain, const FixedMemory& fixed, int64_t budget_bytes, int slots) {
+  return OptimalFeasible(chain, budget_bytes - fixed.total(), slots);
 }
 
 int64_t MinimumOptimalBudget(const Chain& chain, const FixedMemory& fixed, int slots) {

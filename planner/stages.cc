@@ -35,7 +35,7 @@ std::string Join(const std::vector<std::string>& parts, size_t count) {
 // output), and for each cut position the storages crossing it.
 class Liveness {
  public:
-  explicit Liveness(const Profile& p) : profile_(p) {
+  explicit Liveness(const Profile& p) {
     const int n = static_cast<int>(p.ops.size());
     last_use_.assign(p.tensors.size(), -1);
     for (const OpRecord& op : p.ops) {
@@ -76,7 +76,6 @@ class Liveness {
   int LastUse(int tensor) const { return last_use_[static_cast<size_t>(tensor)]; }
 
  private:
-  const Profile& profile_;
   std::vector<int> last_use_;
   std::map<int, int> storage_last_use_;
   std::map<int, int> storage_producer_;
@@ -91,7 +90,7 @@ struct Segment {
 
 class Cutter {
  public:
-  Cutter(const Profile& p) : profile_(p), liveness_(p) {
+  Cutter(const Profile& p, const Liveness& liveness) : profile_(p), liveness_(liveness) {
     for (const OpRecord& op : p.ops) paths_.push_back(Split(op.module));
     for (const TensorRecord& t : p.tensors) {
       if (t.kept) storage_kept_.insert(t.storage);
@@ -177,7 +176,7 @@ class Cutter {
     }
     for (size_t c = 1; c < children.size(); ++c) {
       int position = children[c].first;
-      if (!WritesActivationInPlace(position)) cuts_.push_back(position);
+      if (CutAllowedBefore(position)) cuts_.push_back(position);
     }
     for (const Segment& child : children) {
       if (!Key(child.first, segment.depth).empty()) Refine(child, false);
@@ -194,14 +193,15 @@ class Cutter {
     return true;
   }
 
-  // A cut just before an op that writes an activation in place would hand
-  // the stage a tensor it must not modify (a checkpoint input). In-place
-  // updates of buffers (batch norm's counter) do not matter.
-  bool WritesActivationInPlace(int position) const {
-    if (!data_op_[static_cast<size_t>(position)]) return true;  // auxiliary: stays with what precedes it
+  // No cut just before an auxiliary op (it stays with what precedes it), nor
+  // before an op that writes an activation in place: that would hand the
+  // stage a tensor it must not modify (a checkpoint input). In-place updates
+  // of buffers (batch norm's counter) do not matter.
+  bool CutAllowedBefore(int position) const {
+    if (!data_op_[static_cast<size_t>(position)]) return false;
     const OpRecord& op = profile_.ops[static_cast<size_t>(position)];
-    if (!op.inplace || op.inputs.empty()) return false;
-    return !profile_.tensors[static_cast<size_t>(op.inputs[0])].external;
+    if (!op.inplace || op.inputs.empty()) return true;
+    return profile_.tensors[static_cast<size_t>(op.inputs[0])].external;
   }
 
   StageCut MakeStage(int first, int last) const {
@@ -268,7 +268,7 @@ class Cutter {
   }
 
   const Profile& profile_;
-  Liveness liveness_;
+  const Liveness& liveness_;
   std::vector<std::vector<std::string>> paths_;
   std::vector<bool> data_op_;
   std::set<int> storage_kept_;
@@ -285,12 +285,14 @@ CutLoad CutLoadAt(const Profile& profile, int position) {
 
 std::vector<StageCut> CutStages(const Profile& profile) {
   if (profile.ops.empty()) throw BadInput("profile has no ops");
-  return Cutter(profile).Run();
+  Liveness liveness(profile);
+  return Cutter(profile, liveness).Run();
 }
 
 Chain ChainFromProfile(const Profile& profile) {
-  std::vector<StageCut> cuts = CutStages(profile);
+  if (profile.ops.empty()) throw BadInput("profile has no ops");
   Liveness liveness(profile);
+  std::vector<StageCut> cuts = Cutter(profile, liveness).Run();
   const int n = static_cast<int>(profile.ops.size());
   Chain chain;
   chain.input_bytes = profile.totals.input_bytes;

@@ -132,6 +132,9 @@ class Profiler {
     }
     if (program.num_ops() == 0) throw BadInput(path + ": the forward graph has no tensor ops");
     std::vector<at::Tensor> inputs = MakeInputs(options_.inputs, options_.seed);
+    // Storages allocated from here on are the forward's; older ones (the
+    // parameters, the inputs) are external.
+    first_forward_allocation_ = tracker_.NextAllocationId();
     InstallBackwardCallback();
 
     const size_t ops = static_cast<size_t>(program.num_ops());
@@ -407,7 +410,6 @@ class Profiler {
   }
 
   void RunOrExplain(GraphProgram& program, size_t index, Environment& env, const std::vector<at::Tensor>& inputs) {
-    if (first_forward_allocation_ == 0) first_forward_allocation_ = NextAllocationId();
     try {
       program.RunNode(index, env);
     } catch (const c10::Error& e) {
@@ -420,11 +422,6 @@ class Profiler {
     }
   }
 
-  int64_t NextAllocationId() {
-    // Allocate one byte to learn the allocator's next id.
-    at::Tensor probe = at::empty({1}, at::kByte);
-    return tracker_.AllocationId(StorageData(probe));
-  }
 
   const ProfileOptions& options_;
   std::vector<std::string>* warnings_;

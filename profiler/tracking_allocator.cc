@@ -104,6 +104,11 @@ int64_t TrackingAllocator::AllocationId(const void* ptr) const {
   return it == live_.end() ? -1 : it->second.id;
 }
 
+int64_t TrackingAllocator::NextAllocationId() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return next_id_;
+}
+
 bool TrackingAllocator::IsLive(int64_t allocation_id) const {
   std::lock_guard<std::mutex> lock(mutex_);
   return by_id_.count(allocation_id) > 0;

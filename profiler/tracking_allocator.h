@@ -17,7 +17,6 @@ namespace ckplan {
 /// Owner ids below 0 are not ops.
 constexpr int kOwnerNone = -1;
 constexpr int kOwnerLoss = -2;
-constexpr int kOwnerOptimizer = -3;
 
 class TrackingAllocator final : public c10::Allocator {
  public:
@@ -45,6 +44,9 @@ class TrackingAllocator final : public c10::Allocator {
   /// A unique, increasing id of the live allocation at `ptr` (storage data
   /// pointer), or -1 if none.
   int64_t AllocationId(const void* ptr) const;
+  /// The id the next allocation will get: allocations from now on have ids
+  /// at least this.
+  int64_t NextAllocationId() const;
   bool IsLive(int64_t allocation_id) const;
 
   struct LiveAllocation {

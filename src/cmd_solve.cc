@@ -85,7 +85,6 @@ int RunSolve(const SolveOptions& o) {
   if (o.every_n > 0 && o.algorithm == "optimal") request.algorithm = Algorithm::kEveryN;
   if (request.algorithm == Algorithm::kEveryN && o.every_n < 1) throw BadInput("--algo every-n needs --every N");
   request.budget_bytes = budget.bytes;
-  request.style = budget.style;
   request.slots = o.slots;
   request.every_n = o.every_n;
   request.threads = o.threads;
@@ -110,9 +109,7 @@ int RunSolve(const SolveOptions& o) {
       PlanRequest check = request;
       check.budget_bytes = value;
       check.sweep = false;
-      if (request.algorithm == Algorithm::kOptimal) {
-        return MinimumOptimalBudget(in.chain, in.fixed, o.slots) <= value;
-      }
+      if (request.algorithm == Algorithm::kOptimal) return OptimalBudgetFeasible(in.chain, in.fixed, value, o.slots);
       return MakePlan(in.chain, in.fixed, check).feasible;
     });
     std::string algo = request.algorithm == Algorithm::kOptimal ? Format("optimal, %d slots", o.slots)
@@ -160,11 +157,7 @@ int RunSolve(const SolveOptions& o) {
     nlohmann::json sweep = {{"schema", "ckplan.sweep/1"}, {"source", in.source}, {"slots", plan.slots},
                             {"slot_bytes", plan.slot_bytes}, {"fixed_bytes", in.fixed.total()},
                             {"no_recompute_ms", plan.no_recompute_ms}, {"points", points}};
-    if (o.sweep_path == "-") {
-      std::cout << sweep.dump(2) << "\n";
-    } else {
-      WriteFileAtomic(o.sweep_path, sweep.dump(2) + "\n");
-    }
+    EmitOutput(o.sweep_path, sweep.dump(2) + "\n", human);
     // A readable digest: where the optimal step time changes, about 12 rows.
     std::vector<std::vector<std::string>> curve_rows = {{"budget", "step", "overhead"}};
     double last_time = -1;
@@ -183,13 +176,7 @@ int RunSolve(const SolveOptions& o) {
                  FormatTable(curve_rows, {true, true, true}).c_str());
   }
 
-  nlohmann::json doc = PlanToJson(plan, in.chain, in.source);
-  if (json_to_stdout) {
-    std::cout << doc.dump(2) << "\n";
-  } else if (!o.output.empty()) {
-    WriteFileAtomic(o.output, doc.dump(2) + "\n");
-    std::fprintf(human, "\nwrote %s\n", o.output.c_str());
-  }
+  EmitOutput(o.output, PlanToJson(plan, in.chain, in.source).dump(2) + "\n", human);
   return 0;
 }
 

@@ -92,13 +92,7 @@ int RunProfile(const ProfileCommandOptions& o) {
   Profile profile = ProfileModel(options, &warnings);
   for (const std::string& w : warnings) std::fprintf(stderr, "ckplan: warning: %s\n", w.c_str());
   PrintProfileSummary(profile, human, o.top);
-  std::string text = ProfileToJson(profile).dump(1) + "\n";
-  if (json_to_stdout) {
-    std::cout << text;
-  } else if (!o.output.empty()) {
-    WriteFileAtomic(o.output, text);
-    std::fprintf(human, "\nwrote %s\n", o.output.c_str());
-  }
+  EmitOutput(o.output, ProfileToJson(profile).dump(1) + "\n", human);
   return 0;
 }
 
@@ -172,13 +166,7 @@ int RunRun(const RunCommandOptions& o) {
   std::fprintf(out, "predicted peak %+.1f%% against measured; gradients: max abs diff %.3g, max rel diff %.3g\n",
                r.peak_error_pct, r.max_abs_grad_diff, r.max_rel_grad_diff);
   std::fprintf(out, "verdict: %s\n", r.verdict.c_str());
-  nlohmann::json doc = RunReportToJson(r);
-  if (json_to_stdout) {
-    std::cout << doc.dump(2) << "\n";
-  } else if (!o.output.empty()) {
-    WriteFileAtomic(o.output, doc.dump(2) + "\n");
-    std::fprintf(out, "wrote %s\n", o.output.c_str());
-  }
+  EmitOutput(o.output, RunReportToJson(r).dump(2) + "\n", out);
   return r.verdict == "ok" ? 0 : static_cast<int>(ExitCode::kVerifyFailed);
 }
 

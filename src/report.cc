@@ -291,11 +291,21 @@ Report MakeReport(const PlannerInput& input, const std::string& source, int64_t 
     return MakePlan(input.chain, input.fixed, request);
   };
   Plan none = baseline(Algorithm::kNone, 0);
-  const int64_t minimum = MinimumOptimalBudget(input.chain, input.fixed, slots);
+  // One DP at the largest budget of interest gives the whole optimal curve,
+  // and its plan says the smallest feasible budget.
+  PlanRequest sweep;
+  sweep.budget_bytes = std::max(none.peak_bytes, budget_bytes);
+  sweep.slots = slots;
+  sweep.sweep = true;
+  Plan top = MakePlan(input.chain, input.fixed, sweep);
+  const int64_t minimum = top.min_budget_bytes;
   r.budget_bytes = budget_bytes > 0 ? budget_bytes : minimum + (none.peak_bytes - minimum) / 2;
   if (r.budget_bytes < minimum) {
     throw Error(ExitCode::kInfeasible, Format("budget %s is below the minimum %s", FormatBytes(r.budget_bytes, style).c_str(),
                                               FormatBytes(minimum, style, true).c_str()));
+  }
+  for (const CurvePoint& p : top.curve) {
+    if (p.budget_bytes >= minimum) r.optimal_curve.push_back(p);
   }
   auto add = [&](const std::string& name, const Plan& p) {
     r.strategies.push_back({name, p.peak_bytes, p.time_ms, p.overhead_pct(), p.peak_bytes <= r.budget_bytes});
@@ -308,15 +318,6 @@ Report MakeReport(const PlannerInput& input, const std::string& source, int64_t 
   Plan sqrt_plan = baseline(Algorithm::kSqrt, 0);
   add(Format("sqrt (n=%d)", sqrt_plan.every_n), sqrt_plan);
 
-  // One DP at the largest budget of interest gives the whole optimal curve.
-  PlanRequest sweep;
-  sweep.budget_bytes = std::max(none.peak_bytes, r.budget_bytes);
-  sweep.slots = slots;
-  sweep.sweep = true;
-  Plan top = MakePlan(input.chain, input.fixed, sweep);
-  for (const CurvePoint& p : top.curve) {
-    if (p.budget_bytes >= minimum) r.optimal_curve.push_back(p);
-  }
   PlanRequest chosen;
   chosen.budget_bytes = r.budget_bytes;
   chosen.slots = slots;

@@ -1,5 +1,7 @@
 #include "terminal.h"
 
+#include "ckplan/planner/json_io.h"
+
 #include <algorithm>
 #include <cstdarg>
 #include <cstdio>
@@ -37,6 +39,17 @@ std::string Format(const char* format, ...) {
   std::vsnprintf(buffer, sizeof(buffer), format, args);
   va_end(args);
   return buffer;
+}
+
+void EmitOutput(const std::string& path, const std::string& text, FILE* human) {
+  if (path.empty()) return;
+  if (path == "-") {
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fflush(stdout);
+    return;
+  }
+  WriteFileAtomic(path, text);
+  std::fprintf(human, "\nwrote %s\n", path.c_str());
 }
 
 bool StderrIsTerminal() { return ::isatty(2) == 1; }

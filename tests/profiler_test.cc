@@ -82,11 +82,16 @@ bool Contains(const std::vector<std::string>& names, const std::string& name) {
   return std::find(names.begin(), names.end(), name) != names.end();
 }
 
-std::string ProfileError(const std::string& model, const std::vector<std::string>& inputs) {
+ProfileOptions OneRep(const std::string& model, const std::vector<std::string>& inputs) {
   ProfileOptions options;
   options.model_path = model;
   for (const auto& text : inputs) options.inputs.push_back(ParseInputSpec(text));
   options.reps = 1;
+  return options;
+}
+
+std::string ProfileError(const std::string& model, const std::vector<std::string>& inputs) {
+  ProfileOptions options = OneRep(model, inputs);
   std::vector<std::string> warnings;
   try {
     ProfileModel(options, &warnings);
@@ -209,24 +214,16 @@ TEST_CASE("bad models and inputs are one-line errors naming the file, op and mod
 }
 
 TEST_CASE("a model in eval mode is profiled with a warning") {
-  ProfileOptions options;
-  options.model_path = ModelPath("eval_mode");
-  options.inputs = {ParseInputSpec("4x16")};
-  options.reps = 1;
   std::vector<std::string> warnings;
-  Profile p = ProfileModel(options, &warnings);
+  Profile p = ProfileModel(OneRep(ModelPath("eval_mode"), {"4x16"}), &warnings);
   REQUIRE(warnings.size() == 1);
   CHECK(warnings[0].find("eval mode") != std::string::npos);
   CHECK(p.model["training"] == false);
 }
 
 TEST_CASE("profiles are repeatable: same sizes and graph on a second run") {
-  ProfileOptions options;
-  options.model_path = ModelPath("gpt");
-  options.inputs = {ParseInputSpec("4x64:int64:0..512")};
-  options.reps = 1;
   std::vector<std::string> warnings;
-  Profile again = ProfileModel(options, &warnings);
+  Profile again = ProfileModel(OneRep(ModelPath("gpt"), {"4x64:int64:0..512"}), &warnings);
   const Profile& first = ProfileOf("gpt");
   CHECK(again.totals.saved_bytes == first.totals.saved_bytes);
   REQUIRE(again.ops.size() == first.ops.size());

@@ -20,19 +20,7 @@ import torch  # noqa: E402
 
 import ckplan_torch  # noqa: E402
 import make_models  # noqa: E402
-
-FAILURES = []
-PASSED = [0]
-
-
-def check(condition, what):
-    if condition:
-        PASSED[0] += 1
-        print(f"ok: {what}")
-    else:
-        FAILURES.append(what)
-        print(f"FAILED: {what}")
-
+from checks import check, finish  # noqa: E402
 
 def ckplan(binary, *args):
     result = subprocess.run([binary, *args], capture_output=True, text=True)
@@ -139,8 +127,7 @@ def main():
     with tempfile.TemporaryDirectory() as workdir:
         for name in args.names:
             run_model(args, name, workdir)
-    print(f"{PASSED[0]} passed, {len(FAILURES)} failed")
-    return 1 if FAILURES else 0
+    return finish()
 
 
 if __name__ == "__main__":

@@ -40,7 +40,6 @@ FixedMemory FixedMemoryFor(int64_t param_bytes, int64_t buffer_bytes, const std:
 struct PlanRequest {
   Algorithm algorithm = Algorithm::kOptimal;
   int64_t budget_bytes = 0;
-  UnitStyle style = UnitStyle::kBinary;  ///< how the user wrote the budget
   int slots = 500;
   int every_n = 2;        ///< for kEveryN
   int threads = 1;
@@ -58,7 +57,6 @@ struct CurvePoint {
 /// run normally. The schedule that amounts to is simulated like any other.
 struct ModuleExport {
   std::vector<std::string> checkpoint_modules;
-  std::vector<int> stages;                 ///< the stages wrapped
   std::vector<std::string> skipped_stages; ///< checkpointed in the plan, not whole modules
   Schedule schedule;                       ///< per wrapped module: forward keeping its input, recomputed once
   SimulationResult simulation;
@@ -97,6 +95,10 @@ struct Plan {
 /// infeasible budget is not an error: feasible is false and
 /// min_budget_bytes says what would work.
 Plan MakePlan(const Chain& chain, const FixedMemory& fixed, const PlanRequest& request);
+
+/// Whether the optimal algorithm with `slots` slots finds a plan within
+/// `budget_bytes` (whole step): the feasibility check alone, no DP table.
+bool OptimalBudgetFeasible(const Chain& chain, const FixedMemory& fixed, int64_t budget_bytes, int slots);
 
 /// The smallest budget (whole step) for which the optimal algorithm with
 /// `slots` slots is feasible.

@@ -4,7 +4,7 @@ screenshot of `ckplan report` on the bundled profile, and the page must show
 its figures (the optimal curve's red, the per-module bars' blue), its table
 text and no blank page. Also checks the Markdown and JSON forms.
 
-    report_render_test.py --ckplan BUILD/ckplan --profile data/example.profile.json [--chromium PATH]
+    tests/python/report_render_test.py --ckplan BUILD/ckplan --profile data/example.profile.json [--chromium PATH]
 """
 import argparse
 import json
@@ -16,18 +16,7 @@ import tempfile
 
 from PIL import Image
 
-FAILURES = []
-PASSED = [0]
-
-
-def check(condition, what):
-    if condition:
-        PASSED[0] += 1
-        print(f"ok: {what}")
-    else:
-        FAILURES.append(what)
-        print(f"FAILED: {what}")
-
+from checks import check, finish
 
 def count_near(image, rgb, tolerance=40):
     r0, g0, b0 = rgb
@@ -78,8 +67,7 @@ def main():
         check(doc["schema"] == "ckplan.report/1" and "optimal" in names and "none" in names, "JSON has the strategies")
         times = [p["time_ms"] for p in doc["optimal_curve"]]
         check(len(times) > 20 and all(a >= b for a, b in zip(times, times[1:])), "the optimal curve never rises")
-    print(f"{PASSED[0]} passed, {len(FAILURES)} failed")
-    return 1 if FAILURES else 0
+    return finish()
 
 
 if __name__ == "__main__":

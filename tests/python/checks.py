@@ -1,0 +1,20 @@
+"""Assertions for the Python tests: each check prints ok/FAILED, and the run
+ends with the 'N passed, N failed' line that CI reads."""
+
+_failures = []
+_passed = [0]
+
+
+def check(condition, what):
+    if condition:
+        _passed[0] += 1
+        print(f"ok: {what}")
+    else:
+        _failures.append(what)
+        print(f"FAILED: {what}")
+
+
+def finish():
+    """Prints the summary; returns the exit code."""
+    print(f"{_passed[0]} passed, {len(_failures)} failed")
+    return 1 if _failures else 0
