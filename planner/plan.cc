@@ -52,7 +52,8 @@ FixedMemory FixedMemoryFor(int64_t param_bytes, int64_t buffer_bytes, const std:
 
 double Plan::overhead_pct() const {
   if (no_recompute_ms <= 0) return 0;
-  return (time_ms - no_recompute_ms) / no_recompute_ms * 100.0;
+  const double pct = (time_ms - no_recompute_ms) / no_recompute_ms * 100.0;
+  return std::fabs(pct) < 1e-9 ? 0.0 : pct;  // the same sum in another order is no overhead
 }
 
 namespace {
