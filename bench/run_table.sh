@@ -4,6 +4,7 @@
 # and the every baseline; predicted against measured peak and step (adam).
 #   bash bench/run_table.sh [BUILD_DIR]     (after scripts/test.sh built the test models)
 set -euo pipefail
+PY=${CKPLAN_PYTHON:-.venv/bin/python3}
 BUILD=${1:-build}
 CK=$BUILD/ckplan
 M=$BUILD/test_models
@@ -11,16 +12,16 @@ T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 printf "| model | plan | budget | predicted peak | measured peak | error | predicted step | measured step | baseline step | verdict |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---|\n"
 for m in mlp_chain resnet18 gpt unet; do
-  inp=$(/usr/bin/python3 -c "import json;print(' '.join('--input '+t for t in json.load(open('$M/$m.json'))['inputs']))")
+  inp=$("$PY" -c "import json;print(' '.join('--input '+t for t in json.load(open('$M/$m.json'))['inputs']))")
   $CK profile $M/$m.pt $inp -o $T/rt_$m.prof.json > /dev/null
-  min=$($CK solve $T/rt_$m.prof.json --budget 1TB -o - 2>/dev/null | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["min_budget_bytes"])')
-  none=$($CK solve $T/rt_$m.prof.json --budget 1TB --algo none -o - 2>/dev/null | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["predicted"]["peak_bytes"])')
+  min=$($CK solve $T/rt_$m.prof.json --budget 1TB -o - 2>/dev/null | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["min_budget_bytes"])')
+  none=$($CK solve $T/rt_$m.prof.json --budget 1TB --algo none -o - 2>/dev/null | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["predicted"]["peak_bytes"])')
   half=$(( (min + none) / 2 ))
   for spec in "optimal $half" "every 1TB"; do
     set -- $spec
     $CK solve $T/rt_$m.prof.json --budget $2 --algo $1 -o $T/rt_$m.$1.plan.json > /dev/null
     $CK run $M/$m.pt --plan $T/rt_$m.$1.plan.json --steps 5 -o $T/rt_$m.$1.run.json > /dev/null
-    /usr/bin/python3 - "$m" "$1" $T/rt_$m.$1.run.json <<'PY'
+    "$PY" - "$m" "$1" $T/rt_$m.$1.run.json <<'PY'
 import json,sys
 r=json.load(open(sys.argv[3])); M=1024*1024
 b = "-" if r["budget_bytes"] >= 1e12 else "%.2f MiB" % (r['budget_bytes']/M)

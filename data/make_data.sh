@@ -3,6 +3,7 @@
 # root after building): data/example.pt from data/make_example.py, and
 # data/example.profile.json from `ckplan profile`.
 set -euo pipefail
+PY=${CKPLAN_PYTHON:-.venv/bin/python3}
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-/usr/bin/python3 data/make_example.py data/example.pt
+"$PY" data/make_example.py data/example.pt
 "${CKPLAN:-build/ckplan}" profile data/example.pt --input 8x3x32x32 -o data/example.profile.json

@@ -3,7 +3,7 @@
 a residual convnet (stem, three stages of two residual blocks, pool, head),
 traced in train mode. Input: 8x3x32x32.
 
-    /usr/bin/python3 data/make_example.py [OUT]
+    .venv/bin/python3 data/make_example.py [OUT]
 """
 import os
 import sys

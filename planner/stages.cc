@@ -138,9 +138,16 @@ class Cutter {
   }
 
  private:
+  // Storages crossing a cut, those made by auxiliary ops left out: positions,
+  // causal masks and rotary tables do not depend on the input, and cross
+  // every cut between the blocks that read them alike.
   int CrossingCount(int position) const {
     if (position <= 0 || position >= static_cast<int>(profile_.ops.size())) return 1;
-    return static_cast<int>(liveness_.Crossing(position).size());
+    int count = 0;
+    for (int storage : liveness_.Crossing(position)) {
+      if (data_op_[static_cast<size_t>(liveness_.StorageProducer(storage))]) ++count;
+    }
+    return count;
   }
 
   // The key of an op at `depth`: its path component there, "" if it sits

@@ -32,20 +32,18 @@ TrackingAllocator& TrackingAllocator::Instance() {
 void TrackingAllocator::SetOwner(int owner) { g_owner = owner; }
 int TrackingAllocator::Owner() { return g_owner; }
 
-c10::DataPtr TrackingAllocator::allocate(size_t bytes) CKPLAN_ALLOCATOR_CONST {
+c10::DataPtr TrackingAllocator::allocate(size_t bytes) {
   void* ptr = bytes == 0 ? nullptr : c10::alloc_cpu(bytes);
-  if (ptr != nullptr) const_cast<TrackingAllocator*>(this)->Record(ptr, bytes);
+  if (ptr != nullptr) Record(ptr, bytes);
   // oneDNN frees through raw_deleter(): context == data, a plain deleter.
   return {ptr, ptr, &TrackingAllocator::Delete, c10::Device(c10::DeviceType::CPU)};
 }
 
 c10::DeleterFnPtr TrackingAllocator::raw_deleter() const { return &TrackingAllocator::Delete; }
 
-#if CKPLAN_ALLOCATOR_HAS_COPY_DATA
 void TrackingAllocator::copy_data(void* dest, const void* src, std::size_t count) const {
   std::memcpy(dest, src, count);
 }
-#endif
 
 void TrackingAllocator::Delete(void* ptr) {
   if (ptr == nullptr) return;

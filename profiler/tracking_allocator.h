@@ -10,8 +10,6 @@
 #include <unordered_map>
 #include <vector>
 
-#include "torch_compat.h"
-
 namespace ckplan {
 
 /// Owner ids below 0 are not ops.
@@ -23,11 +21,9 @@ class TrackingAllocator final : public c10::Allocator {
   /// The one instance; installed as the CPU allocator on first use.
   static TrackingAllocator& Instance();
 
-  c10::DataPtr allocate(size_t bytes) CKPLAN_ALLOCATOR_CONST override;
+  c10::DataPtr allocate(size_t bytes) override;
   c10::DeleterFnPtr raw_deleter() const override;
-#if CKPLAN_ALLOCATOR_HAS_COPY_DATA
   void copy_data(void* dest, const void* src, std::size_t count) const override;
-#endif
 
   /// The owner new allocations are attributed to, on this thread.
   static void SetOwner(int owner);

@@ -95,7 +95,47 @@ void CheckOk(const std::string& name) {
   }
 }
 
+// The optimal plan at the budget halfway between the every baseline's peak
+// and no checkpointing: verdict ok, gradients equal to the plain step's.
+void CheckOkBetweenEveryAndNone(const std::string& name) {
+  const Prepared& p = Prepare(name);
+  PlanRequest request;
+  request.budget_bytes = 1LL << 50;
+  request.algorithm = Algorithm::kNone;
+  const int64_t none = MakePlan(p.chain, p.fixed, request).peak_bytes;
+  request.algorithm = Algorithm::kEvery;
+  const int64_t every = MakePlan(p.chain, p.fixed, request).peak_bytes;
+  CAPTURE(name);
+  CAPTURE(every);
+  CAPTURE(none);
+  REQUIRE(every < none);
+  const int64_t budget = every + (none - every) / 2;
+  nlohmann::json plan = PlanFor(p, Algorithm::kOptimal, budget);
+  RunReport r = Run(name, plan);
+  CAPTURE(r.measured.peak_bytes);
+  CAPTURE(r.predicted_peak_bytes);
+  CAPTURE(r.peak_error_pct);
+  CHECK(!plan["checkpointed_stages"].empty());
+  CHECK(r.verdict == "ok");
+  CHECK(r.max_rel_grad_diff == 0.0);
+  CHECK(r.measured.peak_bytes <= budget);
+  CHECK(r.measured.peak_bytes < r.baseline.peak_bytes);
+}
+
 }  // namespace
+
+TEST_CASE("run: decoder with scaled_dot_product_attention and dropout, halfway between every and none: ok") {
+  CheckOkBetweenEveryAndNone("sdpa_decoder");
+}
+
+TEST_CASE("run: the decoder in bfloat16, halfway between every and none: ok") {
+  CheckOkBetweenEveryAndNone("bf16_decoder");
+}
+
+TEST_CASE("run: Hugging Face GPT-2 and Llama, halfway between every and none: ok") {
+  CheckOkBetweenEveryAndNone("gpt2");
+  CheckOkBetweenEveryAndNone("llama");
+}
 
 TEST_CASE("run: a chain of Linear+ReLU blocks, optimal at the halfway budget and every: verdict ok") {
   CheckOk("mlp_chain");
