@@ -16,6 +16,7 @@
 #include "ckplan/planner/json_io.h"
 #include "ckplan/planner/schedule.h"
 #include "ckplan/planner/sha256.h"
+#include "device.h"
 #include "timing.h"
 #include "torch_graph.h"
 #include "tracking_allocator.h"
@@ -86,6 +87,8 @@ struct Measure {
   int64_t peak_bytes = 0;
   int64_t live_after_forward_bytes = 0;
   double ms = 0;
+  int64_t device_base = -1;  // bytes allocated on the GPU at the reset
+  int64_t ledger_kept = 0;   // the ledger's live bytes at the reset that are the model's
 };
 
 class Executor {
@@ -94,17 +97,16 @@ class Executor {
       : options_(options), plan_(plan), tracker_(TrackingAllocator::Instance()) {}
 
   RunReport Run() {
-    if (options_.device != "cpu") {
-      throw BadInput("--device " + options_.device + ": this build of ckplan runs on the CPU only (LibTorch " +
-                     LibTorchVersion() + " without CUDA)");
-    }
     if (options_.steps < 1) throw BadInput("invalid --steps " + std::to_string(options_.steps) + ": must be at least 1");
     if (options_.loss != "sum" && options_.loss != "mean" && options_.loss != "mse") {
       throw BadInput("invalid --loss '" + options_.loss + "': use sum, mean or mse");
     }
     at::set_num_threads(options_.threads);
+    device_ = OpenDevice(options_.device);
+    TrackDeviceMemory(device_);
     ReadPlan();
     torch::jit::Module module = LoadModel(options_.model_path);
+    if (device_.cuda()) module.to(device_.device);
     CheckIdentity();
     GraphProgram program(module);
     if (program.num_ops() != num_ops_) {
@@ -114,6 +116,9 @@ class Executor {
     CheckModules(program);
     StagedProgram staged(program, op_ranges_);
     std::vector<at::Tensor> inputs = MakeInputs(input_specs_, 0);
+    if (device_.cuda()) {
+      for (at::Tensor& t : inputs) t = t.to(device_.device);
+    }
     for (const auto& p : module.parameters()) {
       if (p.requires_grad()) params_.push_back(p);
     }
@@ -247,9 +252,10 @@ class Executor {
   }
 
   void Seed() {
-    at::Generator gen = at::detail::getDefaultCPUGenerator();
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    gen.set_current_seed(12345);
+    for (at::Generator gen : {at::detail::getDefaultCPUGenerator(), DefaultGenerator(device_)}) {
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      gen.set_current_seed(12345);
+    }
   }
 
   at::Tensor Loss(const std::vector<at::Tensor>& outputs) {
@@ -265,7 +271,8 @@ class Executor {
       } else {
         if (targets_.size() <= index) {
           at::Generator gen = at::detail::createCPUGenerator(777 + index);
-          targets_.push_back(at::randn(t.sizes(), gen, t.options().requires_grad(false)));
+          targets_.push_back(
+              at::randn(t.sizes(), gen, t.options().device(at::kCPU).requires_grad(false)).to(t.device()));
         }
         term = (t - targets_[index]).pow(2).mean();
       }
@@ -284,6 +291,8 @@ class Executor {
     Measure m;
     m.other_bytes = OtherBytes(inputs);
     tracker_.ResetPeak();
+    m.ledger_kept = tracker_.live_bytes() - m.other_bytes;
+    m.device_base = ResetDevicePeak(device_);
     auto start = Clock::now();
     Environment env;
     program.BindInputs(env, inputs);
@@ -305,9 +314,16 @@ class Executor {
     torch::autograd::backward({loss});
     loss = at::Tensor();
     Step();
+    SynchronizeDevice(device_);  // kernels run after their launch returns
     m.ms = MsSince(start);
-    m.peak_bytes = tracker_.peak_bytes() - m.other_bytes;
+    m.peak_bytes = StepPeak(m);
     return m;
+  }
+
+  // The step's peak: the CUDA caching allocator's statistics on a GPU, the
+  // tracking ledger on the CPU.
+  int64_t StepPeak(const Measure& m) const {
+    return StepPeakBytes(device_, m.device_base, m.ledger_kept, tracker_.peak_bytes() - m.other_bytes);
   }
 
   // Runs stage s from the values at its input cut; returns those at its output cut.
@@ -318,7 +334,7 @@ class Executor {
     GraphProgram& program = staged.program();
     // Recomputation: the same random numbers, and buffers (batch norm
     // statistics) left as the first run left them.
-    at::Generator gen = at::detail::getDefaultCPUGenerator();
+    at::Generator gen = DefaultGenerator(device_);
     std::vector<std::pair<at::Tensor, at::Tensor>> restore;
     std::vector<int64_t> versions;
     at::Tensor rng_before;
@@ -389,6 +405,8 @@ class Executor {
     Measure m;
     m.other_bytes = OtherBytes(inputs);
     tracker_.ResetPeak();
+    m.ledger_kept = tracker_.live_bytes() - m.other_bytes;
+    m.device_base = ResetDevicePeak(device_);
     auto start = Clock::now();
     rng_state_.assign(stages, at::Tensor());
     mutated_buffers_.assign(stages, {});
@@ -493,8 +511,9 @@ class Executor {
     }
     grad.clear();
     Step();
+    SynchronizeDevice(device_);  // kernels run after their launch returns
     m.ms = MsSince(start);
-    m.peak_bytes = tracker_.peak_bytes() - m.other_bytes;
+    m.peak_bytes = StepPeak(m);
     return m;
   }
 
@@ -610,6 +629,7 @@ class Executor {
   const RunOptions& options_;
   const nlohmann::json& plan_;
   TrackingAllocator& tracker_;
+  DeviceInfo device_;
   std::string sha256_, optimizer_, algorithm_;
   std::vector<InputSpec> input_specs_;
   std::vector<std::pair<int, int>> op_ranges_;

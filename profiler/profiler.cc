@@ -9,10 +9,12 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <numeric>
 #include <set>
 
 #include "ckplan/planner/error.h"
 #include "ckplan/planner/sha256.h"
+#include "device.h"
 #include "timing.h"
 #include "torch_graph.h"
 #include "tracking_allocator.h"
@@ -31,6 +33,7 @@ struct BackwardRecorder {
   std::vector<uint64_t> range_ends;
   std::vector<double> bwd_ms;
   std::vector<int64_t> bwd_tmp_bytes;
+  GpuOpTimer* gpu_timer = nullptr;  // kernel time on a GPU
 
   int OpFor(int64_t seq) const {
     if (seq < 0) return -1;
@@ -60,6 +63,7 @@ std::unique_ptr<at::ObserverContext> OnBackwardStart(const at::RecordFunction& f
   ctx->live_at_start = tracker.live_bytes();
   tracker.ResetWindowPeak();
   if (ctx->op >= 0) TrackingAllocator::SetOwner(ctx->op);
+  if (ctx->op >= 0 && g_recorder->gpu_timer) g_recorder->gpu_timer->Begin(ctx->op, /*backward=*/true);
   ctx->start = Clock::now();
   return ctx;
 }
@@ -70,6 +74,7 @@ void OnBackwardEnd(const at::RecordFunction&, at::ObserverContext* raw) {
   double ms = MsSince(ctx->start);
   TrackingAllocator::SetOwner(ctx->previous_owner);
   if (ctx->op < 0) return;
+  if (g_recorder->gpu_timer) g_recorder->gpu_timer->End(ctx->op, /*backward=*/true);
   size_t op = static_cast<size_t>(ctx->op);
   g_recorder->bwd_ms[op] += ms;
   int64_t transient = TrackingAllocator::Instance().window_peak_bytes() - ctx->live_at_start;
@@ -115,15 +120,14 @@ class Profiler {
       : options_(options), warnings_(warnings), tracker_(TrackingAllocator::Instance()) {}
 
   Profile Run() {
-    if (options_.device != "cpu") {
-      throw BadInput("--device " + options_.device + ": this build of ckplan measures on the CPU only (LibTorch " +
-                     LibTorchVersion() + " without CUDA)");
-    }
     if (options_.reps < 1) throw BadInput("invalid --reps " + std::to_string(options_.reps) + ": must be at least 1");
+    device_ = OpenDevice(options_.device);
+    TrackDeviceMemory(device_);
     at::set_num_threads(options_.threads);
     const std::string& path = options_.model_path;
     std::string sha256 = Sha256File(path);
     torch::jit::Module module = LoadModel(path);
+    if (device_.cuda()) module.to(device_.device);
     CheckModel(module);
     GraphProgram program(module);
     if (program.num_inputs() != options_.inputs.size()) {
@@ -132,6 +136,9 @@ class Profiler {
     }
     if (program.num_ops() == 0) throw BadInput(path + ": the forward graph has no tensor ops");
     std::vector<at::Tensor> inputs = MakeInputs(options_.inputs, options_.seed);
+    if (device_.cuda()) {
+      for (at::Tensor& t : inputs) t = t.to(device_.device);
+    }
     // Storages allocated from here on are the forward's; older ones (the
     // parameters, the inputs) are external.
     first_forward_allocation_ = tracker_.NextAllocationId();
@@ -168,9 +175,12 @@ class Profiler {
     nlohmann::json input_specs = nlohmann::json::array();
     for (const InputSpec& spec : options_.inputs) input_specs.push_back(InputSpecToJson(spec));
     profile.model = {{"path", path}, {"sha256", sha256}, {"inputs", input_specs}, {"training", module.is_training()}};
-    profile.environment = {{"libtorch", LibTorchVersion()}, {"threads", options_.threads}, {"device", "cpu"},
-                           {"reps", options_.reps}, {"seed", options_.seed}, {"timer", "steady_clock"},
-                           {"memory", "tracking CPU allocator"}};
+    profile.environment = {{"libtorch", LibTorchVersion()}, {"threads", options_.threads}, {"device", device_.name},
+                           {"reps", options_.reps}, {"seed", options_.seed},
+                           {"timer", device_.cuda() ? timer_line_ : "steady_clock"},
+                           {"memory", device_.cuda() ? "CUDA caching allocator: its trace per op, its device "
+                                                       "statistics for the step's peak"
+                                                     : "tracking CPU allocator"}};
     profile.tensors = record.tensors;
     profile.inputs = record.inputs;
     profile.outputs = record.outputs;
@@ -260,6 +270,10 @@ class Profiler {
     int64_t other = tracker_.live_bytes() - param_bytes_ - buffer_bytes_;
     for (const at::Tensor& t : inputs) other -= StorageBytes(t);
     tracker_.ResetPeak();
+    const int64_t ledger_kept = tracker_.live_bytes() - other;
+    const int64_t device_base = ResetDevicePeak(device_);
+    std::unique_ptr<GpuOpTimer> gpu_timer = MakeGpuOpTimer(device_, &timer_line_);
+    recorder->gpu_timer = gpu_timer.get();
     Environment env;
     program.BindInputs(env, inputs);
     if (record) {
@@ -285,7 +299,9 @@ class Profiler {
       const auto start = Clock::now();
       {
         OwnerScope owner(node.op_id);
+        if (gpu_timer) gpu_timer->Begin(node.op_id, /*backward=*/false);
         RunOrExplain(program, index, env, inputs);
+        if (gpu_timer) gpu_timer->End(node.op_id, /*backward=*/false);
       }
       (*op_ms)[op] = MsSince(start);
       const uint64_t seq_after = at::sequence_number::peek();
@@ -361,7 +377,18 @@ class Profiler {
     *backward_ms = MsSince(backward_start);
     recorder->active = false;
     g_recorder = nullptr;
-    if (record) record->peak_bytes = tracker_.peak_bytes() - other;
+    if (gpu_timer) {
+      // Kernel time replaces host time: launches return before kernels end.
+      std::fill(op_ms->begin(), op_ms->end(), 0.0);
+      std::fill(recorder->bwd_ms.begin(), recorder->bwd_ms.end(), 0.0);
+      gpu_timer->Collect(op_ms, &recorder->bwd_ms);
+      *forward_ms = std::accumulate(op_ms->begin(), op_ms->end(), 0.0);
+      *backward_ms = std::accumulate(recorder->bwd_ms.begin(), recorder->bwd_ms.end(), 0.0);
+      recorder->gpu_timer = nullptr;
+    }
+    if (record) {
+      record->peak_bytes = StepPeakBytes(device_, device_base, ledger_kept, tracker_.peak_bytes() - other);
+    }
   }
 
   // Unpacking and indexing pass tensors through: keep their ids.
@@ -424,6 +451,8 @@ class Profiler {
 
 
   const ProfileOptions& options_;
+  DeviceInfo device_;
+  std::string timer_line_;
   std::vector<std::string>* warnings_;
   TrackingAllocator& tracker_;
   int64_t param_bytes_ = 0;

@@ -5,6 +5,7 @@
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/version.h>
 
+#include <algorithm>
 #include <fstream>
 #include <regex>
 #include <set>
@@ -255,6 +256,26 @@ torch::jit::Module LoadModel(const std::string& path) {
       throw BadInput(path + ": not a TorchScript archive (" + first_line + ")");
     }
     throw BadInput(path + ": cannot load the TorchScript model: " + first_line);
+  } catch (const std::exception& e) {
+    // The TorchScript compiler's errors (torch::jit::ErrorReport) when it
+    // reads the archive's code: an op LibTorch does not have is a custom op
+    // or one from an extension library, registered in the Python process
+    // that saved the model.
+    const std::string message = e.what();
+    std::smatch match;
+    static const std::regex unknown_re("Unknown builtin op: ([A-Za-z0-9_:.]+?)\\.?\\s");
+    if (std::regex_search(message, match, unknown_re)) {
+      std::string where;
+      std::smatch owner;
+      static const std::regex owner_re("self: __torch__\\.(?:[A-Za-z0-9_]+\\.)*([A-Za-z0-9_]+)");
+      if (std::regex_search(message, owner, owner_re)) where = " in a module of class '" + owner[1].str() + "'";
+      throw BadInput(path + ": unknown op " + match[1].str() + where + ": LibTorch " + LibTorchVersion() +
+                     " does not have it (a custom or extension op, registered by Python code when the model was "
+                     "saved); ckplan runs models made of PyTorch's own ops");
+    }
+    const size_t start = std::min(message.find_first_not_of('\n'), message.size());
+    const std::string first_line = message.substr(start, message.find('\n', start) - start);
+    throw BadInput(path + ": cannot compile the TorchScript model's code: " + first_line);
   }
 }
 

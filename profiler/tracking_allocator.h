@@ -25,6 +25,11 @@ class TrackingAllocator final : public c10::Allocator {
   c10::DeleterFnPtr raw_deleter() const override;
   void copy_data(void* dest, const void* src, std::size_t count) const override;
 
+  /// Allocations made by another allocator (the CUDA caching allocator's
+  /// trace), counted in the same ledger and attributed to the current owner.
+  void RecordExternal(void* ptr, size_t bytes) { Record(ptr, bytes); }
+  void ForgetExternal(void* ptr) { Forget(ptr); }
+
   /// The owner new allocations are attributed to, on this thread.
   static void SetOwner(int owner);
   static int Owner();

@@ -43,6 +43,11 @@ void PrintProfileSummary(const Profile& p, FILE* out, int top) {
   std::fprintf(out, "kept for backward %s, outputs %s, peak of the step %s\n", FormatBytes(t.saved_bytes).c_str(),
                FormatBytes(t.output_bytes).c_str(), FormatBytes(t.peak_bytes).c_str());
   std::fprintf(out, "forward %.2f ms, backward %.2f ms\n", t.fwd_ms, t.bwd_ms);
+  const std::string device = p.environment.value("device", "cpu");
+  if (device != "cpu") {
+    std::fprintf(out, "device %s; %s; memory: %s\n", device.c_str(), p.environment.value("timer", "").c_str(),
+                 p.environment.value("memory", "").c_str());
+  }
 
   Chain chain = ChainFromProfile(p);
   std::vector<std::vector<std::string>> rows = {{"#", "stage", "ops", "fwd", "bwd", "out", "saved"}};
@@ -103,7 +108,8 @@ void AddProfileCommand(CLI::App& app, Action* action) {
   CLI::App* cmd = app.add_subcommand(
       "profile",
       "Measure a TorchScript model: for every op of the forward graph, its module path, tensors,\n"
-      "the bytes it keeps for backward and its forward/backward time, from real passes on the CPU.\n"
+      "the bytes it keeps for backward and its forward/backward time, from real passes on the CPU\n"
+      "(or a GPU with --device cuda).\n"
       "MODEL is a file from torch.jit.trace(model, example).save(path), saved in train mode.");
   cmd->add_option("model", o->model, "TorchScript model file")->required();
   cmd->add_option("-i,--input", o->inputs,
@@ -113,7 +119,10 @@ void AddProfileCommand(CLI::App& app, Action* action) {
   cmd->add_option("-o,--output", o->output, "write the profile JSON here (ckplan.profile/1); - for stdout");
   cmd->add_option("--reps", o->reps, "measured repetitions after one warm-up; times are medians")->capture_default_str();
   cmd->add_option("--threads", o->threads, "LibTorch threads")->capture_default_str();
-  cmd->add_option("--device", o->device, "cpu (this build)")->capture_default_str();
+  cmd->add_option("--device", o->device,
+                  "cpu, or cuda[:N]: GPU memory from the CUDA caching allocator, kernel time from CUPTI\n"
+                  "(needs a build whose LibTorch has CUDA, as the torch wheel's has, and a GPU)")
+      ->capture_default_str();
   cmd->add_option("--top", o->top, "how many ops to list by memory kept")->capture_default_str();
   cmd->callback([o, action] { *action = [o] { return RunProfile(*o); }; });
 }
@@ -187,7 +196,10 @@ void AddRunCommand(CLI::App& app, Action* action) {
       ->capture_default_str();
   cmd->add_flag("--force", o->force, "run a plan made for another model file");
   cmd->add_option("--threads", o->threads, "LibTorch threads")->capture_default_str();
-  cmd->add_option("--device", o->device, "cpu (this build)")->capture_default_str();
+  cmd->add_option("--device", o->device,
+                  "cpu, or cuda[:N]: GPU memory from the CUDA caching allocator, kernel time from CUPTI\n"
+                  "(needs a build whose LibTorch has CUDA, as the torch wheel's has, and a GPU)")
+      ->capture_default_str();
   cmd->callback([o, action] { *action = [o] { return RunRun(*o); }; });
 }
 

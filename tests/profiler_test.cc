@@ -265,6 +265,10 @@ TEST_CASE("bad models and inputs are one-line errors naming the file, op and mod
   std::string shape = ProfileError(ModelPath("resnet18"), {"2x5x64x64"});
   CHECK(shape.find("op aten::_convolution in module 'conv1'") != std::string::npos);
   CHECK(shape.find("2x5x64x64") != std::string::npos);
+  std::string custom = ProfileError(ModelPath("custom_op"), {"4x16"});
+  CHECK(custom.find("unknown op ckplan_test::scale") != std::string::npos);
+  CHECK(custom.find("Scale") != std::string::npos);  // the module that calls it
+  CHECK(std::count(custom.begin(), custom.end(), '\n') == 0);
   std::string dtype = ProfileError(ModelPath("gpt"), {"4x64:float32"});
   CHECK(dtype.find("module 'wte'") != std::string::npos);
   CHECK(std::count(dtype.begin(), dtype.end(), '\n') == 0);
@@ -287,5 +291,41 @@ TEST_CASE("profiles are repeatable: same sizes and graph on a second run") {
   for (size_t i = 0; i < again.ops.size(); ++i) {
     CHECK(again.ops[i].saved_bytes == first.ops[i].saved_bytes);
     CHECK(again.ops[i].inputs == first.ops[i].inputs);
+  }
+}
+
+TEST_CASE("--device cuda: the same sizes as on the CPU where a GPU is, a one-line refusal where none is") {
+  ProfileOptions options = OneRep(ModelPath("mlp_chain"), {Reference("mlp_chain")["inputs"][0].get<std::string>()});
+  options.device = "cuda";
+  std::vector<std::string> warnings;
+  if (UsableCudaDevices() == 0) {
+    try {
+      ProfileModel(options, &warnings);
+      FAIL("profiled on a GPU on a machine without one");
+    } catch (const Error& e) {
+      const std::string message = e.what();
+      CHECK(e.code() == ExitCode::kBadInput);
+      // A CUDA build says there is no GPU; a CPU-only build says it has no CUDA.
+      CHECK((message.find("no usable CUDA GPU") != std::string::npos ||
+             message.find("this build of ckplan has no CUDA") != std::string::npos));
+      CHECK(std::count(message.begin(), message.end(), '\n') == 0);
+    }
+  } else {
+    Profile gpu = ProfileModel(options, &warnings);
+    const Profile& cpu = ProfileOf("mlp_chain");
+    CHECK(gpu.environment["device"].get<std::string>().rfind("cuda:0", 0) == 0);
+    REQUIRE(gpu.ops.size() == cpu.ops.size());
+    // PyTorch's count, and the CPU profile: same tensors kept on either device.
+    CHECK(gpu.totals.saved_bytes == Reference("mlp_chain")["saved_bytes"].get<int64_t>());
+    for (size_t i = 0; i < gpu.ops.size(); ++i) CHECK(gpu.ops[i].saved_bytes == cpu.ops[i].saved_bytes);
+    CHECK(gpu.totals.peak_bytes >= gpu.totals.saved_bytes);
+    CHECK(gpu.totals.fwd_ms > 0);
+  }
+  options.device = "tpu";
+  try {
+    ProfileModel(options, &warnings);
+    FAIL("accepted --device tpu");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("invalid --device 'tpu'") != std::string::npos);
   }
 }

@@ -402,6 +402,18 @@ def make_error_cases(out_dir):
             zout.writestr(item, data)
     with open(os.path.join(out_dir, "not_a_model.pt"), "w") as f:
         f.write("this is not a TorchScript archive\n")
+    # An op from a library registered in Python only (as custom kernels are):
+    # the archive names it, LibTorch cannot find it.
+    lib = torch.library.Library("ckplan_test", "DEF")
+    lib.define("scale(Tensor x) -> Tensor")
+    lib.impl("scale", lambda t: t * 2, "CPU")
+
+    class Scale(nn.Module):
+        def forward(self, t):
+            return torch.ops.ckplan_test.scale(t)
+
+    custom = nn.Sequential(nn.Linear(16, 16), Scale(), nn.Linear(16, 4))
+    torch.jit.trace(custom, (x,), check_trace=False).save(os.path.join(out_dir, "custom_op.pt"))
 
 
 def main():

@@ -29,4 +29,8 @@ struct ProfileOptions {
 /// `warnings`.
 Profile ProfileModel(const ProfileOptions& options, std::vector<std::string>* warnings);
 
+/// CUDA GPUs this build can use on this machine: 0 without a GPU or when the
+/// LibTorch ckplan was built against has no CUDA.
+int UsableCudaDevices();
+
 }  // namespace ckplan
