@@ -11,7 +11,7 @@ M=$BUILD/test_models
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 printf "| model | plan | budget | predicted peak | measured peak | error | predicted step | measured step | baseline step | verdict |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---|\n"
-for m in mlp_chain resnet18 gpt unet; do
+for m in ${MODELS:-mlp_chain resnet18 gpt unet sdpa_decoder bf16_decoder gpt2 llama}; do
   inp=$("$PY" -c "import json;print(' '.join('--input '+t for t in json.load(open('$M/$m.json'))['inputs']))")
   $CK profile $M/$m.pt $inp -o $T/rt_$m.prof.json > /dev/null
   min=$($CK solve $T/rt_$m.prof.json --budget 1TB -o - 2>/dev/null | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["min_budget_bytes"])')
