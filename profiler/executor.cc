@@ -62,7 +62,14 @@ class StagedProgram {
         }
       }
     }
+    for (size_t s = 0; s < stages; ++s) written_.push_back(WrittenInputs(s));
   }
+
+  /// Whether stage s writes in place into its input k (`dropout_` on a
+  /// `flatten` of it): such an input is copied when the stage starts, or a
+  /// recomputation would read the written values, and autograd refuses to
+  /// write into a view of the leaf that collects the input's gradient.
+  bool Writes(size_t s, size_t k) const { return written_[s][k]; }
 
   size_t stages() const { return begin_.size(); }
   const std::vector<const Value*>& boundary(size_t k) const { return boundary_[k]; }
@@ -71,9 +78,41 @@ class StagedProgram {
   GraphProgram& program() { return program_; }
 
  private:
+  // From the ops' schemas: outputs that alias an input (views, unpacked
+  // lists) carry its index; an argument marked as written (`Tensor(a!)`)
+  // that carries one marks that input written.
+  std::vector<bool> WrittenInputs(size_t s) const {
+    const std::vector<const Value*>& in = boundary_[s];
+    std::vector<bool> written(in.size(), false);
+    std::unordered_map<const Value*, size_t> alias_of;
+    for (size_t k = 0; k < in.size(); ++k) alias_of[in[k]] = k;
+    for (size_t n = begin_[s]; n <= end_[s]; ++n) {
+      const torch::jit::Node* node = program_.nodes()[n].node;
+      std::optional<size_t> source;
+      bool aliasing_outputs = node->kind() == c10::prim::ListUnpack || node->kind() == c10::prim::TupleUnpack;
+      const c10::FunctionSchema* schema = node->maybeSchema();
+      for (size_t i = 0; i < node->inputs().size(); ++i) {
+        auto it = alias_of.find(node->inputs()[i]);
+        if (it == alias_of.end()) continue;
+        const c10::AliasInfo* info =
+            schema && i < schema->arguments().size() ? schema->arguments()[i].alias_info() : nullptr;
+        if (info && info->isWrite()) written[it->second] = true;
+        if (info || aliasing_outputs) source = it->second;
+      }
+      if (!source) continue;
+      for (size_t j = 0; j < node->outputs().size(); ++j) {
+        const bool aliases = aliasing_outputs || (schema && j < schema->returns().size() &&
+                                                  schema->returns()[j].alias_info() != nullptr);
+        if (aliases) alias_of[node->outputs()[j]] = *source;
+      }
+    }
+    return written;
+  }
+
   GraphProgram& program_;
   std::vector<size_t> begin_, end_;
   std::vector<std::vector<const Value*>> boundary_;
+  std::vector<std::vector<bool>> written_;
 };
 
 struct SavedStage {
@@ -361,12 +400,14 @@ class Executor {
         CollectTensors(v, &inside);
         tensor_counts->push_back(inside.size());
       }
+      const bool written = v.isTensor() && staged.Writes(s, k);
       if (with_grad && v.isTensor() && requires_grad_[boundary_in[k]]) {
         at::Tensor leaf = v.toTensor().detach().requires_grad_(true);
-        env[boundary_in[k]] = leaf;
+        // A copy with a grad_fn: autograd lets the stage write into it.
+        env[boundary_in[k]] = written ? leaf.clone() : leaf;
         leaves->push_back(leaf);
       } else {
-        env[boundary_in[k]] = v;
+        env[boundary_in[k]] = written ? c10::IValue(v.toTensor().clone()) : v;
         if (leaves) leaves->push_back(at::Tensor());
       }
     }

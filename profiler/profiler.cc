@@ -373,7 +373,16 @@ class Profiler {
     recorder->active = true;
     g_recorder = recorder;
     const auto backward_start = Clock::now();
-    torch::autograd::backward({loss});
+    try {
+      torch::autograd::backward({loss});
+    } catch (const c10::Error& e) {
+      // The model as saved cannot be trained (an in-place write into a value
+      // an earlier op saved): PyTorch's eager backward fails the same way.
+      recorder->active = false;
+      g_recorder = nullptr;
+      const std::string what = e.what_without_backtrace();
+      throw BadInput(options_.model_path + ": its backward pass fails in PyTorch: " + what.substr(0, what.find('\n')));
+    }
     *backward_ms = MsSince(backward_start);
     recorder->active = false;
     g_recorder = nullptr;

@@ -1,7 +1,9 @@
 // ckplan: measure what a model keeps for backward, and plan where to
 // checkpoint it so that a training step fits a memory budget.
 
+#include <algorithm>
 #include <cstdio>
+#include <string>
 #include <exception>
 
 #include <CLI/CLI.hpp>
@@ -46,7 +48,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ckplan: error: %s\n", e.what());
     return static_cast<int>(e.code());
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "ckplan: error: internal: %s\n", e.what());
+    // One line: LibTorch's messages carry a backtrace on the lines after.
+    std::string what = e.what();
+    const size_t start = std::min(what.find_first_not_of('\n'), what.size());
+    what = what.substr(start, what.find('\n', start) - start);
+    std::fprintf(stderr, "ckplan: error: internal: %s\n", what.c_str());
     return static_cast<int>(ckplan::ExitCode::kInternal);
   }
 }

@@ -137,6 +137,25 @@ TEST_CASE("run: Hugging Face GPT-2 and Llama, halfway between every and none: ok
   CheckOkBetweenEveryAndNone("llama");
 }
 
+TEST_CASE("run: a head that writes in place into a view of a stage's input (dropout_ after flatten): ok") {
+  // Every stage recomputed (every), and the optimal plan at the halfway
+  // budget: the written input is copied, so the recomputed dropout_ reads
+  // the values the first run read; gradients equal the plain step's.
+  const Prepared& p = Prepare("inplace_head");
+  for (Algorithm algorithm : {Algorithm::kEvery, Algorithm::kOptimal}) {
+    CAPTURE(AlgorithmName(algorithm));
+    nlohmann::json plan = PlanFor(p, algorithm, algorithm == Algorithm::kOptimal ? Halfway(p) : 1LL << 50);
+    RunReport r = Run("inplace_head", plan);
+    CAPTURE(r.measured.peak_bytes);
+    CAPTURE(r.predicted_peak_bytes);
+    CHECK(!plan["checkpointed_stages"].empty());
+    CHECK(r.verdict == "ok");
+    CHECK(r.max_rel_grad_diff == 0.0);
+    CHECK(std::fabs(r.peak_error_pct) <= 5.0);
+    CHECK(r.measured.peak_bytes <= r.budget_bytes);
+  }
+}
+
 TEST_CASE("run: a chain of Linear+ReLU blocks, optimal at the halfway budget and every: verdict ok") {
   CheckOk("mlp_chain");
 }

@@ -269,6 +269,10 @@ TEST_CASE("bad models and inputs are one-line errors naming the file, op and mod
   CHECK(custom.find("unknown op ckplan_test::scale") != std::string::npos);
   CHECK(custom.find("Scale") != std::string::npos);  // the module that calls it
   CHECK(std::count(custom.begin(), custom.end(), '\n') == 0);
+  std::string untrainable = ProfileError(ModelPath("untrainable"), {"4x16"});
+  CHECK(untrainable.find("its backward pass fails in PyTorch: one of the variables needed for gradient "
+                         "computation has been modified by an inplace operation") != std::string::npos);
+  CHECK(std::count(untrainable.begin(), untrainable.end(), '\n') == 0);
   std::string dtype = ProfileError(ModelPath("gpt"), {"4x64:float32"});
   CHECK(dtype.find("module 'wte'") != std::string::npos);
   CHECK(std::count(dtype.begin(), dtype.end(), '\n') == 0);

@@ -258,6 +258,24 @@ def torchvision_model(name):
     return getattr(torchvision.models, name)(num_classes=10)
 
 
+class InplaceHead(nn.Module):
+    """Convolutions, then a head that writes in place into a view of its
+    input (torchvision's EfficientNet and MobileNet classifiers:
+    flatten, then Dropout(inplace=True))."""
+
+    def __init__(self):
+        super().__init__()
+        self.features = nn.Sequential(*[nn.Sequential(nn.Conv2d(3 if i == 0 else 16, 16, 3, padding=1), nn.ReLU(inplace=True))
+                                        for i in range(4)])
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        # As MobileNetV3's: Hardswish saves its input, so writing into its output is allowed.
+        self.classifier = nn.Sequential(nn.Dropout(0.3, inplace=True), nn.Linear(16, 16), nn.Hardswish(inplace=True),
+                                        nn.Dropout(0.3, inplace=True), nn.Linear(16, 10))
+
+    def forward(self, x):
+        return self.classifier(torch.flatten(self.pool(self.features(x)), 1))
+
+
 MODELS = {
     "mlp_chain": (lambda: MlpChain(), ["32x256"]),
     "resnet18": (lambda: torchvision_model("resnet18"), ["2x3x64x64"]),
@@ -271,6 +289,7 @@ MODELS = {
     "llama": (lambda: hf_model("llama"), ["2x64:int64:0..512"]),
     "bert": (lambda: hf_model("bert"), ["2x64:int64:0..512"]),
     "vit": (lambda: hf_model("vit"), ["2x3x32x32"]),
+    "inplace_head": (lambda: InplaceHead(), ["8x3x64x64"]),
 }
 
 
@@ -402,6 +421,10 @@ def make_error_cases(out_dir):
             zout.writestr(item, data)
     with open(os.path.join(out_dir, "not_a_model.pt"), "w") as f:
         f.write("this is not a TorchScript archive\n")
+    # Writes into a value ReLU saved for its backward: PyTorch's backward fails too.
+    untrainable = nn.Sequential(nn.Linear(16, 16), nn.ReLU(inplace=True), nn.Dropout(0.3, inplace=True),
+                                nn.Linear(16, 4))
+    torch.jit.trace(untrainable, (x,), check_trace=False).save(os.path.join(out_dir, "untrainable.pt"))
     # An op from a library registered in Python only (as custom kernels are):
     # the archive names it, LibTorch cannot find it.
     lib = torch.library.Library("ckplan_test", "DEF")
