@@ -16,8 +16,9 @@ bool BuiltWithCuda() { return false; }
 DeviceInfo OpenDevice(const std::string& text) {
   if (text == "cpu") return DeviceInfo{c10::Device(c10::DeviceType::CPU), "cpu"};
   if (text.rfind("cuda", 0) == 0) {
-    throw BadInput("--device " + text + ": this build of ckplan has no CUDA (LibTorch " + LibTorchVersion() +
-                   " without CUDA): build it against the CUDA torch wheel (scripts/setup.sh does)");
+    throw BadInput("--device " + text + ": this build of ckplan is CPU only (LibTorch " + LibTorchVersion() +
+                   " without CUDA, or -DCKPLAN_WITH_CUDA=OFF): build it against the CUDA torch wheel, as "
+                   "scripts/setup.sh does");
   }
   throw BadInput("invalid --device '" + text + "': use cpu or cuda[:N]");
 }

@@ -158,10 +158,15 @@ class Executor {
     if (device_.cuda()) {
       for (at::Tensor& t : inputs) t = t.to(device_.device);
     }
+    // Tied weights (GPT-2's lm_head and wte) are one parameter listed twice:
+    // one gradient, one optimizer update, counted once.
+    std::set<const void*> seen;
     for (const auto& p : module.parameters()) {
-      if (p.requires_grad()) params_.push_back(p);
+      if (p.requires_grad() && seen.insert(p.unsafeGetTensorImpl()).second) params_.push_back(p);
     }
-    for (const auto& b : module.buffers()) buffers_.push_back(b);
+    for (const auto& b : module.buffers()) {
+      if (seen.insert(b.unsafeGetTensorImpl()).second) buffers_.push_back(b);
+    }
 
     // Correctness: the same step with and without the plan, from the same
     // parameters and random state, gives the same gradients.

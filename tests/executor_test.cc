@@ -137,6 +137,10 @@ TEST_CASE("run: Hugging Face GPT-2 and Llama, halfway between every and none: ok
   CheckOkBetweenEveryAndNone("llama");
 }
 
+TEST_CASE("run: GPT-2's tied weights (lm_head = wte) are one parameter: prediction within 5% under every and optimal") {
+  CheckOk("gpt2");
+}
+
 TEST_CASE("run: a head that writes in place into a view of a stage's input (dropout_ after flatten): ok") {
   // Every stage recomputed (every), and the optimal plan at the halfway
   // budget: the written input is copied, so the recomputed dropout_ reads
