@@ -108,6 +108,22 @@ class Cutter {
         for (int t : op.outputs) data_tensor[static_cast<size_t>(t)] = true;
       }
     }
+    // An op that writes an activation in place (directly, or through a view:
+    // `dropout_` after `flatten`) must be in the stage that made it: a cut in
+    // between would hand a stage an input it modifies, which a recomputation
+    // would then read modified. No cut after the storage's producer up to
+    // the writer.
+    no_cut_.assign(p.ops.size() + 1, false);
+    for (size_t j = 0; j < p.ops.size(); ++j) {
+      const OpRecord& op = p.ops[j];
+      if (!op.inplace || op.inputs.empty()) continue;
+      const TensorRecord& written = p.tensors[static_cast<size_t>(op.inputs[0])];
+      if (written.external) continue;  // parameters, buffers (batch norm's counter), model inputs
+      const int producer = liveness_.StorageProducer(written.storage);
+      for (int position = std::max(producer, 0) + 1; position <= static_cast<int>(j); ++position) {
+        no_cut_[static_cast<size_t>(position)] = true;
+      }
+    }
   }
 
   std::vector<StageCut> Run() {
@@ -205,10 +221,7 @@ class Cutter {
   // stage a tensor it must not modify (a checkpoint input). In-place updates
   // of buffers (batch norm's counter) do not matter.
   bool CutAllowedBefore(int position) const {
-    if (!data_op_[static_cast<size_t>(position)]) return false;
-    const OpRecord& op = profile_.ops[static_cast<size_t>(position)];
-    if (!op.inplace || op.inputs.empty()) return true;
-    return profile_.tensors[static_cast<size_t>(op.inputs[0])].external;
+    return data_op_[static_cast<size_t>(position)] && !no_cut_[static_cast<size_t>(position)];
   }
 
   StageCut MakeStage(int first, int last) const {
@@ -279,6 +292,7 @@ class Cutter {
   std::vector<std::vector<std::string>> paths_;
   std::vector<bool> data_op_;
   std::set<int> storage_kept_;
+  std::vector<bool> no_cut_;  // by position: a later op writes in place into a storage crossing it
   std::vector<int> cuts_;
 };
 

@@ -590,8 +590,20 @@ class Executor {
         state_a_[k].mul_(b1).add_(g, 1 - b1);
         state_b_[k].mul_(b2).addcmul_(g, g, 1 - b2);
         const double bc1 = 1 - std::pow(b1, step_count_), bc2 = 1 - std::pow(b2, step_count_);
-        at::Tensor denom = (state_b_[k].sqrt() / std::sqrt(bc2)).add_(eps);
-        p.addcdiv_(state_a_[k], denom, -lr / bc1);
+        // In slices: the update's temporary stays small (at most 256 KiB in
+        // float32) instead of the size of the largest parameter, which on a
+        // model with a large classifier outgrew the activations' peak.
+        const bool flat = p.is_contiguous() && state_a_[k].is_contiguous() && state_b_[k].is_contiguous();
+        const int64_t kSlice = flat ? int64_t{1} << 16 : p.numel();
+        at::Tensor pf = flat ? p.view({-1}) : p, af = flat ? state_a_[k].view({-1}) : state_a_[k],
+                   bf = flat ? state_b_[k].view({-1}) : state_b_[k];
+        for (int64_t i = 0; i < pf.numel(); i += kSlice) {
+          const int64_t len = std::min(kSlice, pf.numel() - i);
+          auto slice = [&](const at::Tensor& t) { return flat ? t.narrow(0, i, len) : t; };
+          at::Tensor denom = slice(bf).sqrt();
+          denom.div_(std::sqrt(bc2)).add_(eps);
+          slice(pf).addcdiv_(slice(af), denom, -lr / bc1);
+        }
       }
     }
   }

@@ -333,3 +333,29 @@ TEST_CASE("--device cuda: the same sizes as on the CPU where a GPU is, a one-lin
     CHECK(std::string(e.what()).find("invalid --device 'tpu'") != std::string::npos);
   }
 }
+
+TEST_CASE("no stage cut separates an activation from an op that writes it in place, even through a view") {
+  // inplace_head: pool -> flatten (a view) -> dropout_ writes the pool's output.
+  const Profile& p = ProfileOf("inplace_head");
+  CHECK(p.totals.saved_bytes == Reference("inplace_head")["saved_bytes"].get<int64_t>());
+  const std::vector<StageCut> stages = CutStages(p);
+  CHECK(stages.size() >= 5);
+  int written_in_place = 0;
+  for (const StageCut& stage : stages) {
+    for (int op = stage.first_op; op <= stage.last_op; ++op) {
+      const OpRecord& record = p.ops[static_cast<size_t>(op)];
+      if (!record.inplace) continue;
+      ++written_in_place;
+      const TensorRecord& written = p.tensors[static_cast<size_t>(record.inputs[0])];
+      if (written.external) continue;
+      // The written storage was made inside the same stage.
+      int producer = -1;
+      for (const TensorRecord& t : p.tensors) {
+        if (t.storage == written.storage && !t.external && (producer < 0 || t.producer < producer)) producer = t.producer;
+      }
+      CAPTURE(record.kind);
+      CHECK(producer >= stage.first_op);
+    }
+  }
+  CHECK(written_in_place >= 6);  // 4 relu_, hardswish_, 2 dropout_
+}

@@ -290,6 +290,7 @@ MODELS = {
     "bert": (lambda: hf_model("bert"), ["2x64:int64:0..512"]),
     "vit": (lambda: hf_model("vit"), ["2x3x32x32"]),
     "inplace_head": (lambda: InplaceHead(), ["8x3x64x64"]),
+    "mobilenet_v3_small": (lambda: torchvision_model("mobilenet_v3_small"), ["2x3x64x64"]),
 }
 
 
