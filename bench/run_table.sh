@@ -11,7 +11,7 @@ M=$BUILD/test_models
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 printf "| model | plan | budget | predicted peak | measured peak | error | predicted step | measured step | baseline step | verdict |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---|\n"
-for m in ${MODELS:-mlp_chain resnet18 gpt unet sdpa_decoder bf16_decoder gpt2 llama}; do
+for m in ${MODELS:-mlp_chain resnet18 mobilenet_v3_small gpt unet sdpa_decoder bf16_decoder gpt2 llama}; do
   inp=$("$PY" -c "import json;print(' '.join('--input '+t for t in json.load(open('$M/$m.json'))['inputs']))")
   $CK profile $M/$m.pt $inp -o $T/rt_$m.prof.json > /dev/null
   min=$($CK solve $T/rt_$m.prof.json --budget 1TB -o - 2>/dev/null | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["min_budget_bytes"])')
@@ -20,7 +20,7 @@ for m in ${MODELS:-mlp_chain resnet18 gpt unet sdpa_decoder bf16_decoder gpt2 ll
   for spec in "optimal $half" "every 1TB"; do
     set -- $spec
     $CK solve $T/rt_$m.prof.json --budget $2 --algo $1 -o $T/rt_$m.$1.plan.json > /dev/null
-    $CK run $M/$m.pt --plan $T/rt_$m.$1.plan.json --steps 5 -o $T/rt_$m.$1.run.json > /dev/null
+    $CK run $M/$m.pt --plan $T/rt_$m.$1.plan.json --steps 5 -o $T/rt_$m.$1.run.json > /dev/null || true  # the verdict is in the table
     "$PY" - "$m" "$1" $T/rt_$m.$1.run.json <<'PY'
 import json,sys
 r=json.load(open(sys.argv[3])); M=1024*1024
