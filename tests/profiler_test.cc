@@ -255,7 +255,7 @@ TEST_CASE("the profile JSON round-trips and records identity, inputs and edges")
 
 TEST_CASE("bad models and inputs are one-line errors naming the file, op and module") {
   CHECK(ProfileError(ModelPath("missing"), {"4x16"}).find("missing.pt: cannot open") != std::string::npos);
-  CHECK(ProfileError(ModelPath("not_a_model"), {"4x16"}).find("not a model archive") != std::string::npos);
+  CHECK(ProfileError(ModelPath("not_a_model"), {"4x16"}).find("not a TorchScript archive") != std::string::npos);
   std::string newer = ProfileError(ModelPath("newer_version"), {"4x16"});
   CHECK(newer.find("saved by a newer PyTorch (file format version 99)") != std::string::npos);
   CHECK(newer.find("LibTorch 2.") != std::string::npos);
