@@ -33,7 +33,7 @@ EDGE_NUMBERS = [0, 1, -1, 0.5, -0.0, 2**31, 2**50, 2**50 + 1, 2**53 + 1, 2**62, 
                 2**64 - 1, -(2**63), 1e15, 1e20, 1e300, -1e300, 1e-300, 16384, 1e9, 1e9 + 1]
 # Written into the text as they are: not representable in Python's json.
 RAW_NUMBERS = ["1e400", "-1e400", "NaN", "Infinity", "18446744073709551616", "1" + "0" * 400, "0.1e-400"]
-BUDGETS = ["1MB", "8MiB", "64MiB", "1GB", "1TB", "100", "1EiB", "9.2e18", "7.99EiB"]
+BUDGETS = ["1MB", "8MiB", "64MiB", "1GB", "1TB", "100", "1EiB", "9.1e18", "9.2e18", "7.99EiB"]
 
 
 def walk(node, path=()):
