@@ -3,6 +3,7 @@
 // crashes, hangs or writes where it should not.
 
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -152,17 +153,29 @@ TEST_CASE("inputs that are not regular files are refused") {
 TEST_CASE("outputs: a device is written to and never replaced; write errors are not exit 0") {
   std::string dir = TempDir();
   std::string chain = Write(dir, "chain.json", ChainToJson(RandomChain(5, 1)).dump());
-  CommandResult null_out = RunCkplan("solve " + chain + " --budget 1TB -o /dev/null", dir);
-  CHECK(null_out.exit_code == 0);
-  CHECK(IsCharDevice("/dev/null"));
+  // Device nodes of our own (null and full): a faulty ckplan must not be able
+  // to replace the system's /dev/null, as the one of issue 13 would have.
+  const std::string null_device = dir + "/null", full_device = dir + "/full";
+  if (::mknod(null_device.c_str(), S_IFCHR | 0666, makedev(1, 3)) == 0 &&
+      ::mknod(full_device.c_str(), S_IFCHR | 0666, makedev(1, 7)) == 0) {
+    CommandResult null_out = RunCkplan("solve " + chain + " --budget 1TB -o " + null_device, dir);
+    CHECK(null_out.exit_code == 0);
+    CHECK(IsCharDevice(null_device));
+    CommandResult full = RunCkplan("solve " + chain + " --budget 1TB -o " + full_device, dir);
+    CheckRefusal(full, 1, full_device + ": write failed: No space left on device");
+    CHECK(IsCharDevice(full_device));
+    CheckRefusal(RunCkplan("report " + chain + " -o " + full_device + " --format md", dir), 1, "write failed");
+    CHECK(IsCharDevice(full_device));
+  } else {
+    MESSAGE("cannot make device nodes here (not root): device outputs not tested");
+  }
+  // stdout on a full disk (the shell opens /dev/full; ckplan never names it).
   if (IsCharDevice("/dev/full")) {
-    CommandResult full = RunCkplan("solve " + chain + " --budget 1TB -o /dev/full", dir);
-    CheckRefusal(full, 1, "/dev/full: write failed: No space left on device");
-    CHECK(IsCharDevice("/dev/full"));
     const std::string binary = CKPLAN_BINARY;
-    CHECK(Shell(binary + " solve " + chain + " --budget 1TB -o - >/dev/full 2>/dev/null") == 1);
-    CHECK(Shell(binary + " report " + chain + " --format md >/dev/full 2>/dev/null") == 1);
-    CHECK(Shell(binary + " solve " + chain + " --budget 1TB >/dev/full 2>/dev/null") == 1);
+    CHECK(Shell(binary + " solve " + chain + " --budget 1TB -o - >/dev/full 2>" + dir + "/err.txt") == 1);
+    CHECK(ReadAll(dir + "/err.txt").find("cannot write to stdout") != std::string::npos);
+    CHECK(Shell(binary + " report " + chain + " --format md >/dev/full 2>" + dir + "/err.txt") == 1);
+    CHECK(Shell(binary + " solve " + chain + " --budget 1TB >/dev/full 2>" + dir + "/err.txt") == 1);
   }
 }
 
