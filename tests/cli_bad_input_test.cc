@@ -120,7 +120,7 @@ TEST_CASE("numbers out of range, deep nesting and deep module paths are one-line
   CHECK(r.exit_code == 0);
 }
 
-TEST_CASE("times: out of range refused; huge but valid ones end in report") {
+TEST_CASE("times out of range are refused, and huge but valid ones end in report") {
   std::string dir = TempDir();
   nlohmann::json chain = ProfileChain(dir);
   chain["stages"][3]["fwd_ms"] = 16384;
@@ -150,7 +150,7 @@ TEST_CASE("inputs that are not regular files are refused") {
               " --budget 1TB >/dev/null 2>&1") == 0);
 }
 
-TEST_CASE("outputs: a device is written to and never replaced; write errors are not exit 0") {
+TEST_CASE("an output device is written to and never replaced, and write errors are not exit 0") {
   std::string dir = TempDir();
   std::string chain = Write(dir, "chain.json", ChainToJson(RandomChain(5, 1)).dump());
   // Device nodes of our own (null and full): a faulty ckplan must not be able
@@ -194,7 +194,7 @@ TEST_CASE("an output into a missing folder is refused before any work") {
   CheckRefusal(RunCkplan("solve " + chain + " --budget 1TB -o " + dir, dir), 2, "is a directory");
 }
 
-TEST_CASE("inconsistent inputs exit 2 naming the field; odd but consistent ones plan") {
+TEST_CASE("inconsistent inputs exit 2 naming the field, and odd but consistent ones plan") {
   std::string dir = TempDir();
   nlohmann::json repeated = ProfileChain(dir);
   repeated["stages"][2]["out_storages"].push_back(repeated["stages"][2]["out_storages"][0]);
