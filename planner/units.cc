@@ -65,7 +65,7 @@ ByteQuantity ParseBytes(const std::string& text, const std::string& what) {
   if (!std::isfinite(value)) throw fail("not a finite number");
   if (value <= 0) throw fail("must be positive");
   double bytes = value * found->factor;
-  if (bytes >= 9.2e18) throw fail("too large");
+  if (bytes >= 9.2e18) throw fail("too large: at most 9.2e18 bytes (8 EiB)");
   if (bytes < 1) throw fail("less than one byte");
   return ByteQuantity{static_cast<int64_t>(std::floor(bytes)), found->style};
 }

@@ -26,6 +26,7 @@ TEST_CASE("bad budgets are errors that quote the text") {
   }
   CHECK_THROWS_WITH(ParseBytes("24XB"), doctest::Contains("'24XB'"));
   CHECK_THROWS_WITH(ParseBytes("-1GB"), doctest::Contains("must be positive"));
+  CHECK_THROWS_WITH(ParseBytes("9EiB"), doctest::Contains("too large: at most 9.2e18 bytes"));
   try {
     ParseBytes("0");
   } catch (const Error& e) {
