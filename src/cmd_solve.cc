@@ -73,7 +73,8 @@ int RunSolve(const SolveOptions& o) {
   // Options and output folders first, so that a typo fails before any work.
   if (o.every_given && o.every_n < 1) throw BadInput("invalid --every " + std::to_string(o.every_n) + ": must be at least 1");
   if (o.slots < 1 || o.slots > 100000) throw BadInput("invalid --slots " + std::to_string(o.slots) + ": use 1..100000");
-  if (o.threads < 1) throw BadInput("invalid --threads " + std::to_string(o.threads));
+  // Each solver thread is started up front: thousands would fail to start.
+  if (o.threads < 1 || o.threads > 256) throw BadInput("invalid --threads " + std::to_string(o.threads) + ": use 1..256");
   for (const std::string* path : {&o.output, &o.sweep_path, &o.chain_out}) CheckOutputPath(*path);
   if (!o.budget.empty()) ParseBytes(o.budget);
   PlannerInput in = LoadPlannerInput(o.input, o.optimizer);
@@ -210,7 +211,7 @@ void AddSolveCommand(CLI::App& app, Action* action) {
       ->capture_default_str();
   cmd->add_option("--sweep", options->sweep_path,
                   "write the optimal memory/time curve for every budget up to this one (ckplan.sweep/1); - for stdout");
-  cmd->add_option("--threads", options->threads, "solver threads (default 1)");
+  cmd->add_option("--threads", options->threads, "solver threads, 1..256 (default 1)");
   cmd->add_flag("--show-stages", options->show_stages, "print the chain's stages (--budget optional)");
   cmd->add_option("--chain-out", options->chain_out,
                   "write the chain the profile is cut into (ckplan.chain/1) to this file (--budget optional)");

@@ -265,13 +265,17 @@ TEST_CASE("the optimal solver refuses a request too large before allocating") {
                "the optimal solver would need up to ");
 }
 
-TEST_CASE("options: --every below 1, unknown options, report's output name") {
+TEST_CASE("options: --every below 1, --threads out of range, unknown options, report's output name") {
   std::string dir = TempDir();
   std::string chain = Write(dir, "chain.json", ChainToJson(RandomChain(20, 1)).dump());
   CheckRefusal(RunCkplan("solve " + chain + " --budget 1TB --every 0", dir), 2, "invalid --every 0: must be at least 1");
   CheckRefusal(RunCkplan("solve " + chain + " --budget 1TB --every -3", dir), 2, "invalid --every -3");
   CheckRefusal(RunCkplan("report " + chain + " --every 0 --format md", dir), 2, "invalid --every 0");
   CheckRefusal(RunCkplan("solve " + chain + " --budget 1TB --loss bogus", dir), 2, "--loss");
+  // Thousands of solver threads once aborted the process (SIGABRT).
+  CheckRefusal(RunCkplan("solve " + chain + " --budget 1TB --threads 100000", dir), 2, "invalid --threads 100000: use 1..256");
+  CheckRefusal(RunCkplan("solve " + chain + " --budget 1TB --threads 0", dir), 2, "invalid --threads 0");
+  CHECK(RunCkplan("solve " + chain + " --budget 1TB --threads 256", dir).exit_code == 0);
   CheckRefusal(RunCkplan("solve " + chain + " --budget 1TB --algo magic", dir), 2, "magic");
   CheckRefusal(RunCkplan("report " + chain + " -o " + dir + "/r.txt", dir), 2,
                dir + "/r.txt: cannot tell the format from the name");

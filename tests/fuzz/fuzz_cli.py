@@ -180,7 +180,7 @@ def one_case(args, seed_docs, case, work):
         command = [args.ckplan, "solve"] + inputs + ["--budget", rng.choice(BUDGETS), "-o",
                                                      os.path.join(out_dir, expected)]
         command += rng.choice([[], [], ["--algo", "none"], ["--algo", "sqrt"], ["--every", "2"],
-                               ["--slots", "50"], ["--sweep", os.path.join(out_dir, "sweep.json")]])
+                               ["--slots", "50"], ["--threads", "3"], ["--sweep", os.path.join(out_dir, "sweep.json")]])
     else:
         expected = rng.choice(["r.md", "r.json", "r.html"])
         command = [args.ckplan, "report"] + inputs + ["-o", os.path.join(out_dir, expected), "--slots", "100"]
