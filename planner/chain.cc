@@ -1,7 +1,11 @@
 #include "ckplan/planner/chain.h"
 
+#include <map>
+#include <set>
+
 #include <nlohmann/json.hpp>
 
+#include "ckplan/planner/error.h"
 #include "ckplan/planner/json_io.h"
 
 namespace ckplan {
@@ -24,6 +28,92 @@ double Chain::NoRecomputeTimeMs() const {
   double total = 0;
   for (const Stage& s : stages) total += s.fwd_ms + s.bwd_ms;
   return total + loss_bwd_ms;
+}
+
+namespace {
+
+// [id, bytes]
+std::pair<int64_t, int64_t> ReadStorage(const JsonReader& entry) {
+  if (entry.ArraySize() != 2) entry.Fail("expected [storage id, bytes]");
+  return {entry.Item(0).Integer(), entry.Item(1).NonNegativeBytes()};
+}
+
+}  // namespace
+
+void ValidateChain(const Chain& chain, const std::string& file, const std::string& what) {
+  auto fail = [&](const std::string& field, const std::string& why) {
+    throw BadInput(file + ": " + what + (what.empty() ? "" : ": ") + "field '" + field + "': " + why);
+  };
+  if (chain.stages.empty()) fail("stages", "a chain needs at least one stage");
+  // Every byte figure together: the planner's sums of them then fit in an int64.
+  int64_t total = SaturatingAdd(chain.input_bytes, chain.loss_bwd_tmp_bytes);
+  for (const auto& entry : chain.input_storages) total = SaturatingAdd(total, entry.second);
+  for (const Stage& s : chain.stages) {
+    for (int64_t bytes : {s.out_bytes, s.saved_bytes, s.fwd_tmp_bytes, s.bwd_tmp_bytes, s.private_saved_bytes}) {
+      total = SaturatingAdd(total, std::max<int64_t>(bytes, 0));
+    }
+    for (const auto& entry : s.out_storages) total = SaturatingAdd(total, entry.second);
+  }
+  if (total > kMaxTotalBytes) {
+    fail("stages", "its byte figures add up to more than " + LimitText(kMaxTotalBytes) + ", more than any model has");
+  }
+  // Storages (optional): each cut lists distinct ids that add up to the
+  // value it carries, an id has one size, and a stage's own saved part is
+  // within what it saves.
+  std::map<int64_t, std::pair<int64_t, std::string>> size_of;
+  auto check_cut = [&](const std::vector<std::pair<int64_t, int64_t>>& cut, const std::string& field,
+                       int64_t value_bytes, const std::string& value_name) {
+    std::set<int64_t> seen;
+    int64_t sum = 0;
+    for (size_t k = 0; k < cut.size(); ++k) {
+      const auto& [id, bytes] = cut[k];
+      const std::string entry = field + "[" + std::to_string(k) + "]";
+      if (!seen.insert(id).second) fail(entry, "storage id " + std::to_string(id) + " is listed twice");
+      auto [it, fresh] = size_of.insert({id, {bytes, entry}});
+      if (!fresh && it->second.first != bytes) {
+        fail(entry, "storage id " + std::to_string(id) + " has " + std::to_string(bytes) + " B here but " +
+                        std::to_string(it->second.first) + " B in " + it->second.second);
+      }
+      sum += bytes;
+    }
+    if (sum > value_bytes) {
+      fail(field, "its storages add up to " + std::to_string(sum) + " B, more than " + value_name + " " +
+                      std::to_string(value_bytes) + " B");
+    }
+  };
+  check_cut(chain.input_storages, "input_storages", chain.input_bytes, "input_bytes");
+  for (size_t i = 0; i < chain.stages.size(); ++i) {
+    const Stage& s = chain.stages[i];
+    const std::string prefix = "stages[" + std::to_string(i) + "].";
+    check_cut(s.out_storages, prefix + "out_storages", s.out_bytes, "out_bytes");
+    if (s.private_saved_bytes > s.saved_bytes) {
+      fail(prefix + "private_saved_bytes", "is above saved_bytes " + std::to_string(s.saved_bytes));
+    }
+    // Run with autograd, the stage keeps its own part and the storages it
+    // makes (those not already at its input): saved_bytes, which the solver
+    // counts, must cover them, or the plan's peak could pass its budget.
+    if (chain.has_storages()) {
+      const auto& before = i == 0 ? chain.input_storages : chain.stages[i - 1].out_storages;
+      std::set<int64_t> carried;
+      for (const auto& entry : before) carried.insert(entry.first);
+      int64_t made = 0;
+      for (const auto& [id, bytes] : s.out_storages) {
+        if (!carried.count(id)) made += bytes;
+      }
+      if (s.private_saved_bytes + made > s.saved_bytes) {
+        fail(prefix + "saved_bytes", std::to_string(s.saved_bytes) + " B is less than the stage's own part " +
+                                         std::to_string(s.private_saved_bytes) + " B and the storages it makes " +
+                                         std::to_string(made) + " B");
+      }
+    }
+    std::set<int64_t> own;
+    for (const auto& entry : s.out_storages) own.insert(entry.first);
+    for (size_t k = 0; k < s.kept_out_storages.size(); ++k) {
+      if (!own.count(s.kept_out_storages[k])) {
+        fail(prefix + "kept_out_storages[" + std::to_string(k) + "]", "not one of the stage's out_storages");
+      }
+    }
+  }
 }
 
 Chain ChainFromJson(const nlohmann::json& doc, const std::string& file) {
@@ -55,17 +145,17 @@ Chain ChainFromJson(const nlohmann::json& doc, const std::string& file) {
     }
     if (s.Has("out_storages")) {
       JsonReader list = s.Field("out_storages");
-      for (size_t k = 0; k < list.ArraySize(); ++k) {
-        stage.out_storages.push_back({list.Item(k).Item(0).Integer(), list.Item(k).Item(1).NonNegativeBytes()});
-      }
+      for (size_t k = 0; k < list.ArraySize(); ++k) stage.out_storages.push_back(ReadStorage(list.Item(k)));
       stage.private_saved_bytes = s.Field("private_saved_bytes").NonNegativeBytes();
       if (s.Has("kept_out_storages")) {
         JsonReader kept = s.Field("kept_out_storages");
         for (size_t k = 0; k < kept.ArraySize(); ++k) stage.kept_out_storages.push_back(kept.Item(k).Integer());
       }
     }
-    if (s.Has("first_op")) stage.first_op = static_cast<int>(s.Field("first_op").Integer());
-    if (s.Has("last_op")) stage.last_op = static_cast<int>(s.Field("last_op").Integer());
+    if (s.Has("first_op") || s.Has("last_op")) {
+      stage.first_op = s.Field("first_op").IntegerIn(0, INT32_MAX);
+      stage.last_op = s.Field("last_op").IntegerIn(stage.first_op, INT32_MAX);
+    }
     chain.stages.push_back(std::move(stage));
   }
   JsonReader loss = root.Field("loss");
@@ -73,10 +163,9 @@ Chain ChainFromJson(const nlohmann::json& doc, const std::string& file) {
   chain.loss_bwd_tmp_bytes = loss.Field("bwd_tmp_bytes").NonNegativeBytes();
   if (root.Has("input_storages")) {
     JsonReader list = root.Field("input_storages");
-    for (size_t k = 0; k < list.ArraySize(); ++k) {
-      chain.input_storages.push_back({list.Item(k).Item(0).Integer(), list.Item(k).Item(1).NonNegativeBytes()});
-    }
+    for (size_t k = 0; k < list.ArraySize(); ++k) chain.input_storages.push_back(ReadStorage(list.Item(k)));
   }
+  ValidateChain(chain, file, "");
   return chain;
 }
 

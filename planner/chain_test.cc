@@ -68,3 +68,57 @@ TEST_CASE("chain errors name the file and the field") {
 
   CHECK(ErrorOf(nlohmann::json::array()) == "c.json: field '<root>': expected an object");
 }
+
+TEST_CASE("chain values no model has, and inconsistent storages, are refused naming the field") {
+  nlohmann::json doc = Valid();
+  doc["stages"][1]["saved_bytes"] = INT64_MAX;
+  CHECK(ErrorOf(doc) == "c.json: field 'stages[1].saved_bytes': too large: 9223372036854775807 B is above 1 PiB, "
+                        "more than any model has");
+  doc = Valid();
+  doc["stages"][1]["saved_bytes"] = 18446744073709551615ULL;
+  CHECK(ErrorOf(doc).find("field 'stages[1].saved_bytes': too large") != std::string::npos);
+  doc = Valid();
+  doc["stages"][0]["bwd_ms"] = 1e20;
+  CHECK(ErrorOf(doc).find("field 'stages[0].bwd_ms': too large") != std::string::npos);
+  doc = Valid();
+  for (auto& stage : doc["stages"]) stage["fwd_tmp_bytes"] = int64_t{1} << 50;  // each at the limit
+  for (int k = 0; k < 70; ++k) doc["stages"].push_back(doc["stages"][0]);
+  CHECK(ErrorOf(doc).find("add up to more than 64 PiB") != std::string::npos);
+  doc = Valid();
+  doc["stages"][0]["first_op"] = 5;
+  doc["stages"][0]["last_op"] = 4;
+  CHECK(ErrorOf(doc).find("field 'stages[0].last_op': out of range 5..") != std::string::npos);
+
+  // Storages: a cut of two ids, then the same id twice, a size that differs,
+  // more than the value, and a saved_bytes below what the stage keeps.
+  auto with_storages = [] {
+    nlohmann::json d = Valid();
+    d["input_storages"] = {{-1, 10}};
+    d["stages"][0]["out_storages"] = {{1, 12}, {2, 8}};
+    d["stages"][0]["private_saved_bytes"] = 10;
+    d["stages"][1]["out_storages"] = {{3, 5}};
+    d["stages"][1]["private_saved_bytes"] = 10;
+    d["stages"][2]["out_storages"] = {{3, 5}};
+    d["stages"][2]["private_saved_bytes"] = 12;
+    return d;
+  };
+  CHECK(ErrorOf(with_storages()).empty());
+  doc = with_storages();
+  doc["stages"][0]["out_storages"] = {{1, 12}, {1, 8}};
+  CHECK(ErrorOf(doc) == "c.json: field 'stages[0].out_storages[1]': storage id 1 is listed twice");
+  doc = with_storages();
+  doc["stages"][2]["out_storages"] = {{3, 4}};
+  CHECK(ErrorOf(doc).find("field 'stages[2].out_storages[0]': storage id 3 has 4 B here but 5 B in "
+                          "stages[1].out_storages[0]") != std::string::npos);
+  doc = with_storages();
+  doc["stages"][0]["out_storages"] = {{1, 12}, {2, 9}};
+  CHECK(ErrorOf(doc).find("field 'stages[0].out_storages': its storages add up to 21 B, more than out_bytes 20 B") !=
+        std::string::npos);
+  doc = with_storages();
+  doc["stages"][0]["private_saved_bytes"] = 11;  // 11 + 20 made > 30 saved
+  CHECK(ErrorOf(doc) == "c.json: field 'stages[0].saved_bytes': 30 B is less than the stage's own part 11 B and "
+                        "the storages it makes 20 B");
+  doc = with_storages();
+  doc["stages"][2]["private_saved_bytes"] = 13;  // storage 3 is carried from stage 1: only 13 > 12
+  CHECK(ErrorOf(doc).find("field 'stages[2].private_saved_bytes': is above saved_bytes 12") != std::string::npos);
+}

@@ -33,6 +33,7 @@ PlannerInput LoadPlannerInput(const std::string& path, const std::string& optimi
     input.from_profile = true;
     input.profile = ProfileFromJson(doc, path);
     input.chain = ChainFromProfile(input.profile);
+    ValidateChain(input.chain, path, "the chain cut from it");
     input.fixed = FixedMemoryFor(input.profile.totals.param_bytes, input.profile.totals.buffer_bytes, optimizer);
     input.source = ProfileSource(input.profile, path);
     return input;

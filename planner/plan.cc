@@ -5,11 +5,14 @@
 #include <map>
 #include <set>
 
+#include <unistd.h>
+
 #include <nlohmann/json.hpp>
 
 #include "ckplan/planner/baselines.h"
 #include "ckplan/planner/error.h"
 #include "ckplan/planner/solver.h"
+#include "ckplan/planner/units.h"
 
 namespace ckplan {
 
@@ -156,11 +159,41 @@ ModuleExport ExportForPyTorch(const Chain& chain, const std::vector<int>& checkp
   return best;
 }
 
+double OptimalSolverBytesEstimate(int length, int slots) {
+  // Per cell (i, l) of the (L+1)^2 table: its bounds (about 64 bytes with
+  // the minimum-memory pass), and for the upper half a time per memory slot.
+  const double n = static_cast<double>(length) + 1;
+  return n * n * 64 + n * (n + 1) / 2 * (static_cast<double>(slots) + 1) * sizeof(double);
+}
+
+void CheckOptimalSolverScale(int length, int slots, double memory_bytes) {
+  if (length > kMaxOptimalStages) {
+    throw BadInput("the chain has " + std::to_string(length) + " stages; the optimal solver takes at most " +
+                   std::to_string(kMaxOptimalStages));
+  }
+  if (memory_bytes <= 0) {
+    const long pages = ::sysconf(_SC_PHYS_PAGES), page_bytes = ::sysconf(_SC_PAGE_SIZE);
+    if (pages <= 0 || page_bytes <= 0) return;
+    memory_bytes = static_cast<double>(pages) * static_cast<double>(page_bytes);
+  }
+  const double need = OptimalSolverBytesEstimate(length, slots);
+  if (need > memory_bytes) {
+    auto text = [](double bytes) {
+      return bytes >= 9e18 ? std::string("more than 8 EiB") : FormatBytes(static_cast<int64_t>(bytes));
+    };
+    throw BadInput("the optimal solver would need up to " + text(need) + " for " + std::to_string(length) +
+                   " stages at " + std::to_string(slots) + " slots, more than this machine's " + text(memory_bytes) +
+                   " of memory; use fewer --slots or a chain of fewer stages");
+  }
+}
+
 bool OptimalBudgetFeasible(const Chain& chain, const FixedMemory& fixed, int64_t budget_bytes, int slots) {
+  CheckOptimalSolverScale(chain.length(), slots);
   return OptimalFeasible(chain, budget_bytes - fixed.total(), slots);
 }
 
 int64_t MinimumOptimalBudget(const Chain& chain, const FixedMemory& fixed, int slots) {
+  CheckOptimalSolverScale(chain.length(), slots);
   // Exact sizes give a lower bound; rounding to slots only adds. Search up
   // from it for the first feasible budget (to 0.01%).
   int64_t lower = MinimumMemory(Discretize(chain, 1));
@@ -227,6 +260,7 @@ Plan MakePlan(const Chain& chain, const FixedMemory& fixed, const PlanRequest& r
   }
 
   plan.slots = request.slots;
+  CheckOptimalSolverScale(length, request.slots);
   plan.min_budget_bytes = MinimumOptimalBudget(chain, fixed, request.slots);
   SlotGrid grid = GridFor(chain_budget, request.slots);
   plan.slot_bytes = grid.slot_bytes;

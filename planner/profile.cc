@@ -3,6 +3,8 @@
 #include <boost/graph/adjacency_list.hpp>
 #include <boost/graph/topological_sort.hpp>
 
+#include <set>
+
 #include "ckplan/planner/error.h"
 #include "ckplan/planner/json_io.h"
 
@@ -19,6 +21,9 @@ std::vector<int> ReadIds(const JsonReader& array, int limit) {
   }
   return ids;
 }
+
+// Storage ids: the profiler numbers them from 0, and untracked ones -1 - tensor.
+constexpr int64_t kMaxStorageId = int64_t{1} << 30;
 
 }  // namespace
 
@@ -45,14 +50,16 @@ Profile ProfileFromJson(const nlohmann::json& doc, const std::string& file) {
   p.totals.peak_bytes = totals.Field("peak_bytes").NonNegativeBytes();
 
   JsonReader tensors = root.Field("tensors");
+  if (tensors.ArraySize() > static_cast<size_t>(kMaxStorageId)) tensors.Fail("too many tensors");
   const int tensor_count = static_cast<int>(tensors.ArraySize());
   JsonReader ops = root.Field("ops");
+  if (ops.ArraySize() > static_cast<size_t>(kMaxStorageId)) ops.Fail("too many ops");
   const int op_count = static_cast<int>(ops.ArraySize());
   if (op_count == 0) ops.Fail("a profile needs at least one op");
   for (int t = 0; t < tensor_count; ++t) {
     JsonReader r = tensors.Item(static_cast<size_t>(t));
     TensorRecord rec;
-    rec.id = static_cast<int>(r.Field("id").Integer());
+    rec.id = r.Field("id").IntegerIn(0, tensor_count - 1);
     if (rec.id != t) r.Field("id").Fail("tensor ids must be 0.." + std::to_string(tensor_count - 1) + " in order");
     JsonReader shape = r.Field("shape");
     for (size_t k = 0; k < shape.ArraySize(); ++k) rec.shape.push_back(shape.Item(k).NonNegativeBytes());
@@ -60,9 +67,8 @@ Profile ProfileFromJson(const nlohmann::json& doc, const std::string& file) {
     rec.bytes = r.Field("bytes").NonNegativeBytes();
     rec.nbytes = r.Has("nbytes") ? r.Field("nbytes").NonNegativeBytes() : rec.bytes;
     rec.requires_grad = r.Has("requires_grad") ? r.Field("requires_grad").Bool() : false;
-    rec.producer = static_cast<int>(r.Field("producer").Integer());
-    if (rec.producer < -1 || rec.producer >= op_count) r.Field("producer").Fail("op id out of range");
-    rec.storage = r.Has("storage") ? static_cast<int>(r.Field("storage").Integer()) : t;
+    rec.producer = r.Field("producer").IntegerIn(-1, op_count - 1);  // an op id, -1 for a model input
+    rec.storage = r.Has("storage") ? r.Field("storage").IntegerIn(-kMaxStorageId, kMaxStorageId) : t;
     rec.kept = r.Has("kept") ? r.Field("kept").Bool() : false;
     rec.external = r.Has("external") ? r.Field("external").Bool() : rec.producer < 0;
     p.tensors.push_back(std::move(rec));
@@ -70,7 +76,7 @@ Profile ProfileFromJson(const nlohmann::json& doc, const std::string& file) {
   for (int o = 0; o < op_count; ++o) {
     JsonReader r = ops.Item(static_cast<size_t>(o));
     OpRecord op;
-    op.id = static_cast<int>(r.Field("id").Integer());
+    op.id = r.Field("id").IntegerIn(0, op_count - 1);
     if (op.id != o) r.Field("id").Fail("op ids must be 0.." + std::to_string(op_count - 1) + " in execution order");
     op.kind = r.Field("kind").String();
     op.module = r.Field("module").String();
@@ -93,6 +99,34 @@ Profile ProfileFromJson(const nlohmann::json& doc, const std::string& file) {
   }
   p.inputs = ReadIds(root.Field("inputs"), tensor_count);
   p.outputs = ReadIds(root.Field("outputs"), tensor_count);
+  {
+    std::set<int> seen;
+    for (size_t i = 0; i < p.inputs.size(); ++i) {
+      const int t = p.inputs[i];
+      JsonReader item = root.Field("inputs").Item(i);
+      if (!seen.insert(t).second) item.Fail("tensor " + std::to_string(t) + " is listed twice");
+      if (p.tensors[static_cast<size_t>(t)].producer != -1) {
+        item.Fail("tensor " + std::to_string(t) + " is made by op " +
+                  std::to_string(p.tensors[static_cast<size_t>(t)].producer) + ": a model input is made by none");
+      }
+    }
+  }
+  // Every byte figure together: the planner's sums of them then fit in an int64.
+  {
+    int64_t total = 0;
+    for (int64_t bytes : {p.totals.param_bytes, p.totals.buffer_bytes, p.totals.input_bytes, p.totals.saved_bytes,
+                          p.totals.output_bytes, p.totals.peak_bytes}) {
+      total = SaturatingAdd(total, bytes);
+    }
+    for (const TensorRecord& t : p.tensors) total = SaturatingAdd(SaturatingAdd(total, t.bytes), t.nbytes);
+    for (const OpRecord& op : p.ops) {
+      total = SaturatingAdd(SaturatingAdd(SaturatingAdd(total, op.saved_bytes), op.fwd_tmp_bytes), op.bwd_tmp_bytes);
+    }
+    if (total > kMaxTotalBytes) {
+      throw BadInput(file + ": its byte figures add up to more than " + LimitText(kMaxTotalBytes) +
+                     ", more than any model has");
+    }
+  }
 
   // The op graph must be acyclic: checked with Boost.Graph over the edges.
   using Graph = boost::adjacency_list<boost::vecS, boost::vecS, boost::directedS>;

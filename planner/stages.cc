@@ -173,36 +173,44 @@ class Cutter {
     return depth < parts.size() ? parts[depth] : std::string();
   }
 
-  void Refine(Segment segment, bool is_root) {
-    if (segment.first == segment.last) return;
-    // Runs of consecutive ops with the same child key.
-    std::vector<Segment> children;
-    int start = segment.first;
-    for (int op = segment.first + 1; op <= segment.last + 1; ++op) {
-      if (op > segment.last || Key(op, segment.depth) != Key(start, segment.depth) ||
-          Key(start, segment.depth).empty()) {
-        children.push_back({start, op - 1, segment.depth + 1});
-        start = op;
+  // Cuts inside `top` along the module tree. A work list, not recursion:
+  // module paths can be as deep as the input makes them.
+  void Refine(Segment top, bool top_is_root) {
+    std::vector<std::pair<Segment, bool>> work = {{top, top_is_root}};
+    while (!work.empty()) {
+      auto [segment, is_root] = work.back();
+      work.pop_back();
+      if (segment.first == segment.last) continue;
+      // Runs of consecutive ops with the same child key.
+      std::vector<Segment> children;
+      int start = segment.first;
+      for (int op = segment.first + 1; op <= segment.last + 1; ++op) {
+        if (op > segment.last || Key(op, segment.depth) != Key(start, segment.depth) ||
+            Key(start, segment.depth).empty()) {
+          children.push_back({start, op - 1, segment.depth + 1});
+          start = op;
+        }
       }
-    }
-    if (children.size() == 1) {
-      // A wrapper module: look one level down, unless the ops sit directly here.
-      if (Key(segment.first, segment.depth).empty()) return;
-      Refine(children[0], is_root);
-      return;
-    }
-    if (!is_root) {
-      int own = std::max(CrossingCount(segment.first), CrossingCount(segment.last + 1));
+      if (children.size() == 1) {
+        // A wrapper module: look one level down, unless the ops sit directly here.
+        if (!Key(segment.first, segment.depth).empty()) work.push_back({children[0], is_root});
+        continue;
+      }
+      if (!is_root) {
+        int own = std::max(CrossingCount(segment.first), CrossingCount(segment.last + 1));
+        bool adds_live = false;
+        for (size_t c = 1; c < children.size() && !adds_live; ++c) {
+          adds_live = CrossingCount(children[c].first) > own;
+        }
+        if (adds_live) continue;  // would add live tensors
+      }
       for (size_t c = 1; c < children.size(); ++c) {
-        if (CrossingCount(children[c].first) > own) return;  // would add live tensors
+        int position = children[c].first;
+        if (CutAllowedBefore(position)) cuts_.push_back(position);
       }
-    }
-    for (size_t c = 1; c < children.size(); ++c) {
-      int position = children[c].first;
-      if (CutAllowedBefore(position)) cuts_.push_back(position);
-    }
-    for (const Segment& child : children) {
-      if (!Key(child.first, segment.depth).empty()) Refine(child, false);
+      for (const Segment& child : children) {
+        if (!Key(child.first, segment.depth).empty()) work.push_back({child, false});
+      }
     }
   }
 
@@ -319,11 +327,18 @@ Chain ChainFromProfile(const Profile& profile) {
   chain.input_bytes = profile.totals.input_bytes;
   {
     std::set<int> seen;
+    int64_t storages_bytes = 0;
     for (int t : profile.inputs) {
       const TensorRecord& rec = profile.tensors[static_cast<size_t>(t)];
       // Model inputs get storage ids below any activation's.
-      if (seen.insert(rec.storage).second) chain.input_storages.push_back({-1000000 - rec.storage, rec.bytes});
+      if (seen.insert(rec.storage).second) {
+        chain.input_storages.push_back({int64_t{-1000000} - rec.storage, rec.bytes});
+        storages_bytes += rec.bytes;
+      }
     }
+    // The chain input holds at least the inputs' storages (a profile whose
+    // totals say less is inconsistent; the larger figure is the safe one).
+    chain.input_bytes = std::max(chain.input_bytes, storages_bytes);
   }
   std::map<int, bool> storage_kept;
   for (const TensorRecord& t : profile.tensors) storage_kept[t.storage] = storage_kept[t.storage] || t.kept;
@@ -370,6 +385,19 @@ Chain ChainFromProfile(const Profile& profile) {
       }
     }
     stage.private_saved_bytes = std::max<int64_t>(0, private_saved);
+    // What autograd keeps covers the stage's own part and the storages new
+    // at its output (as ValidateChain checks): a profile whose ops save less
+    // than the tensors they keep is counted at the larger figure.
+    {
+      const auto& before = chain.stages.empty() ? chain.input_storages : chain.stages.back().out_storages;
+      std::set<int64_t> carried;
+      for (const auto& entry : before) carried.insert(entry.first);
+      int64_t made = 0;
+      for (const auto& [id, bytes] : stage.out_storages) {
+        if (!carried.count(id)) made += bytes;
+      }
+      stage.saved_bytes = std::max(stage.saved_bytes, stage.private_saved_bytes + made);
+    }
 
     // Transient peaks, replaying the stage's tensors' lifetimes: without
     // autograd storages die at their last use in the stage; with autograd

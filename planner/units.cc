@@ -32,6 +32,10 @@ constexpr Unit kUnits[] = {
     {"gib", 1073741824.0, UnitStyle::kBinary}, {"tib", 1099511627776.0, UnitStyle::kBinary},
     {"ki", 1024.0, UnitStyle::kBinary},      {"mi", 1048576.0, UnitStyle::kBinary},
     {"gi", 1073741824.0, UnitStyle::kBinary}, {"ti", 1099511627776.0, UnitStyle::kBinary},
+    {"p", 1e15, UnitStyle::kDecimal},        {"pb", 1e15, UnitStyle::kDecimal},
+    {"e", 1e18, UnitStyle::kDecimal},        {"eb", 1e18, UnitStyle::kDecimal},
+    {"pib", 1125899906842624.0, UnitStyle::kBinary}, {"pi", 1125899906842624.0, UnitStyle::kBinary},
+    {"eib", 1152921504606846976.0, UnitStyle::kBinary}, {"ei", 1152921504606846976.0, UnitStyle::kBinary},
 };
 
 }  // namespace
@@ -56,24 +60,25 @@ ByteQuantity ParseBytes(const std::string& text, const std::string& what) {
     if (unit == u.name) found = &u;
   }
   if (found == nullptr) {
-    throw fail("unknown unit '" + unit + "' (use B, KB, MB, GB, TB, KiB, MiB, GiB or TiB)");
+    throw fail("unknown unit '" + unit + "' (use B, KB, MB, GB, TB, PB, KiB, MiB, GiB, TiB or PiB)");
   }
   if (!std::isfinite(value)) throw fail("not a finite number");
   if (value <= 0) throw fail("must be positive");
   double bytes = value * found->factor;
-  if (bytes >= 9.2e18) throw fail("too large");
+  if (bytes >= 9.2e18) throw fail("too large: at most 9.2e18 bytes (8 EiB)");
   if (bytes < 1) throw fail("less than one byte");
   return ByteQuantity{static_cast<int64_t>(std::floor(bytes)), found->style};
 }
 
 std::string FormatBytes(int64_t bytes, UnitStyle style, bool round_up) {
   const double base = style == UnitStyle::kBinary ? 1024.0 : 1000.0;
-  static const char* kBinary[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  static const char* kDecimal[] = {"B", "KB", "MB", "GB", "TB", "PB"};
+  // Up to exa: an int64 is below 9.3 EB, so every unit printed also parses.
+  static const char* kBinary[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  static const char* kDecimal[] = {"B", "KB", "MB", "GB", "TB", "PB", "EB"};
   const char** names = style == UnitStyle::kBinary ? kBinary : kDecimal;
   double value = static_cast<double>(bytes);
   int unit = 0;
-  while (std::fabs(value) >= base && unit < 5) {
+  while (std::fabs(value) >= base && unit < 6) {
     value /= base;
     ++unit;
   }

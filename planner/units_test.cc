@@ -26,6 +26,7 @@ TEST_CASE("bad budgets are errors that quote the text") {
   }
   CHECK_THROWS_WITH(ParseBytes("24XB"), doctest::Contains("'24XB'"));
   CHECK_THROWS_WITH(ParseBytes("-1GB"), doctest::Contains("must be positive"));
+  CHECK_THROWS_WITH(ParseBytes("9EiB"), doctest::Contains("too large: at most 9.2e18 bytes"));
   try {
     ParseBytes("0");
   } catch (const Error& e) {
@@ -41,4 +42,23 @@ TEST_CASE("bytes format for people, rounded up on request") {
   CHECK(FormatBytes(2612345678LL, UnitStyle::kDecimal, true) == "2.62 GB");
   CHECK(FormatBytesCompact(2610000000LL, UnitStyle::kDecimal) == "2.61GB");
   CHECK(ParseBytes(FormatBytesCompact(123456789, UnitStyle::kBinary)).bytes >= 123456789);
+}
+
+TEST_CASE("every size a plan can name formats in a unit that parses back") {
+  // 1e15 B once printed as "1.00PB", which the parser refused ("unknown unit 'pb'").
+  CHECK(FormatBytes(1000000000000000LL, UnitStyle::kDecimal) == "1.00 PB");
+  CHECK(FormatBytes(int64_t{3} << 60) == "3.00 EiB");
+  CHECK(ParseBytes("2PB").bytes == 2000000000000000LL);
+  CHECK(ParseBytes("1PiB").bytes == int64_t{1} << 50);
+  CHECK(ParseBytes("1EiB").bytes == int64_t{1} << 60);
+  for (UnitStyle style : {UnitStyle::kDecimal, UnitStyle::kBinary}) {
+    for (int shift = 0; shift <= 62; ++shift) {
+      for (int64_t value : {int64_t{1} << shift, (int64_t{1} << shift) + (int64_t{1} << shift) / 3}) {
+        CAPTURE(value);
+        const std::string text = FormatBytesCompact(value, style);
+        CAPTURE(text);
+        CHECK(ParseBytes(text).bytes >= value);
+      }
+    }
+  }
 }

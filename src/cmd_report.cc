@@ -1,7 +1,6 @@
 // `ckplan report`: strategies compared over budgets, for a person to read.
 
 #include <cstdio>
-#include <iostream>
 
 #include <CLI/CLI.hpp>
 
@@ -30,19 +29,35 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
 }
 
 int RunReport(const ReportOptions& o) {
+  const bool to_stdout = o.output.empty() || o.output == "-";
   std::string format = o.format;
-  if (format.empty()) format = EndsWith(o.output, ".md") ? "md" : EndsWith(o.output, ".json") ? "json" : "html";
+  if (format.empty()) {
+    if (to_stdout || EndsWith(o.output, ".html") || EndsWith(o.output, ".htm")) {
+      format = "html";
+    } else if (EndsWith(o.output, ".md")) {
+      format = "md";
+    } else if (EndsWith(o.output, ".json")) {
+      format = "json";
+    } else {
+      throw BadInput(o.output + ": cannot tell the format from the name: use .html, .md or .json, or --format");
+    }
+  }
+  // Options and the output folder first, so that a typo fails before any work.
   if (o.slots < 1 || o.slots > 100000) throw BadInput("invalid --slots " + std::to_string(o.slots) + ": use 1..100000");
-  PlannerInput in = LoadPlannerInput(o.input, o.optimizer);
+  for (int n : o.every) {
+    if (n < 1) throw BadInput("invalid --every " + std::to_string(n) + ": segment lengths must be at least 1");
+  }
+  CheckOutputPath(o.output);
   ByteQuantity budget;
   if (!o.budget.empty()) budget = ParseBytes(o.budget);
+  PlannerInput in = LoadPlannerInput(o.input, o.optimizer);
   Report report = MakeReport(in, o.input, budget.bytes, o.budget.empty() ? UnitStyle::kBinary : budget.style, o.slots,
                              o.every, o.runs);
   std::string text = format == "md" ? ReportMarkdown(report)
                      : format == "json" ? ReportJson(report).dump(2) + "\n"
                                         : ReportHtml(report);
-  if (o.output.empty() || o.output == "-") {
-    std::cout << text;
+  if (to_stdout) {
+    WriteStdout(text);
     return 0;
   }
   WriteFileAtomic(o.output, text);
@@ -69,7 +84,8 @@ void AddReportCommand(CLI::App& app, Action* action) {
       "the optimal step time for every budget). Writes one self-contained HTML page with SVG figures (the\n"
       "memory/time trade-off, memory over the schedule, memory per module) and a table; or Markdown, or JSON.");
   cmd->add_option("input", o->input, "profile or chain JSON")->required();
-  cmd->add_option("-o,--output", o->output, "report file (.html, .md or .json); - or none for stdout");
+  cmd->add_option("-o,--output", o->output,
+                  "report file: .html, .md or .json (its format, unless --format); - or none for HTML on stdout");
   cmd->add_option("-b,--budget", o->budget,
                   "budget to mark and plan for (default: halfway between the smallest feasible and no checkpointing)");
   cmd->add_option("--format", o->format, "html, md or json (default: from the output's extension)")

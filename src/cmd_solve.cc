@@ -24,6 +24,7 @@ struct SolveOptions {
   std::string output;
   std::string algorithm = "optimal";
   int every_n = 0;
+  bool every_given = false;
   int slots = 500;
   std::string optimizer = "adam";
   std::string sweep_path;
@@ -48,10 +49,11 @@ void PrintStages(const PlannerInput& in) {
               FormatTable(rows, {true, false, true, true, true, true, true, true, true}).c_str());
 }
 
-std::string DescribeFixed(const FixedMemory& fixed) {
-  return Format("parameters %s + buffers %s + gradients %s + %s state %s = %s", FormatBytes(fixed.param_bytes).c_str(),
-                FormatBytes(fixed.buffer_bytes).c_str(), FormatBytes(fixed.grad_bytes).c_str(),
-                fixed.optimizer.c_str(), FormatBytes(fixed.optimizer_bytes).c_str(), FormatBytes(fixed.total()).c_str());
+std::string DescribeFixed(const FixedMemory& fixed, UnitStyle style) {
+  auto bytes = [style](int64_t value) { return FormatBytes(value, style); };
+  return Format("parameters %s + buffers %s + gradients %s + %s state %s = %s", bytes(fixed.param_bytes).c_str(),
+                bytes(fixed.buffer_bytes).c_str(), bytes(fixed.grad_bytes).c_str(), fixed.optimizer.c_str(),
+                bytes(fixed.optimizer_bytes).c_str(), bytes(fixed.total()).c_str());
 }
 
 // The minimum budget as the user would type it, rounded up and checked so
@@ -68,6 +70,13 @@ std::string PrintableMinimum(int64_t minimum, UnitStyle style, const std::functi
 }
 
 int RunSolve(const SolveOptions& o) {
+  // Options and output folders first, so that a typo fails before any work.
+  if (o.every_given && o.every_n < 1) throw BadInput("invalid --every " + std::to_string(o.every_n) + ": must be at least 1");
+  if (o.slots < 1 || o.slots > 100000) throw BadInput("invalid --slots " + std::to_string(o.slots) + ": use 1..100000");
+  // Each solver thread is started up front: thousands would fail to start.
+  if (o.threads < 1 || o.threads > 256) throw BadInput("invalid --threads " + std::to_string(o.threads) + ": use 1..256");
+  for (const std::string* path : {&o.output, &o.sweep_path, &o.chain_out}) CheckOutputPath(*path);
+  if (!o.budget.empty()) ParseBytes(o.budget);
   PlannerInput in = LoadPlannerInput(o.input, o.optimizer);
   const std::string what = in.from_profile ? "model" : "chain";
   if (!o.chain_out.empty()) {
@@ -89,8 +98,6 @@ int RunSolve(const SolveOptions& o) {
   request.every_n = o.every_n;
   request.threads = o.threads;
   request.sweep = !o.sweep_path.empty();
-  if (o.slots < 1 || o.slots > 100000) throw BadInput("invalid --slots " + std::to_string(o.slots) + ": use 1..100000");
-  if (o.threads < 1) throw BadInput("invalid --threads " + std::to_string(o.threads));
 
   const bool json_to_stdout = o.output == "-";
   FILE* human = json_to_stdout ? stderr : stdout;
@@ -100,7 +107,7 @@ int RunSolve(const SolveOptions& o) {
                           : MakePlan(in.chain, in.fixed, request).min_budget_bytes;
     throw Error(ExitCode::kInfeasible,
                 Format("budget %s is below the fixed part of the step (%s); the minimum for this %s is %s",
-                       o.budget.c_str(), DescribeFixed(in.fixed).c_str(), what.c_str(),
+                       o.budget.c_str(), DescribeFixed(in.fixed, budget.style).c_str(), what.c_str(),
                        FormatBytesCompact(minimum, budget.style).c_str()));
   }
   Plan plan = MakePlan(in.chain, in.fixed, request);
@@ -122,7 +129,7 @@ int RunSolve(const SolveOptions& o) {
   std::fprintf(human, "%s: %s with %d stages, budget %s\n", o.input.c_str(), what.c_str(), in.chain.length(),
                FormatBytes(budget.bytes, budget.style).c_str());
   if (in.from_profile) {
-    std::fprintf(human, "fixed part: %s\nactivation budget: %s\n", DescribeFixed(in.fixed).c_str(),
+    std::fprintf(human, "fixed part: %s\nactivation budget: %s\n", DescribeFixed(in.fixed, budget.style).c_str(),
                  FormatBytes(budget.bytes - in.fixed.total(), budget.style).c_str());
   }
   std::fprintf(human, "%s plan: peak %s, step %s (%+.1f%% over no checkpointing), %zu of %d stages recomputed\n",
@@ -196,7 +203,7 @@ void AddSolveCommand(CLI::App& app, Action* action) {
   cmd->add_option("-o,--output", options->output, "write the plan JSON here (ckplan.plan/1); - for stdout");
   cmd->add_option("--algo", options->algorithm, "optimal (default), none, every, every-n, sqrt")
       ->check(CLI::IsMember({"optimal", "none", "every", "every-n", "sqrt"}));
-  cmd->add_option("--every", options->every_n, "segment length N for every-n (implies --algo every-n)");
+  CLI::Option* every = cmd->add_option("--every", options->every_n, "segment length N for every-n (implies --algo every-n)");
   cmd->add_option("--slots", options->slots, "memory slots of the dynamic program (default 500); sizes round up to slots")
       ->capture_default_str();
   cmd->add_option("--optimizer", options->optimizer, "optimizer state counted in the budget: none, sgd, momentum, adam")
@@ -204,11 +211,14 @@ void AddSolveCommand(CLI::App& app, Action* action) {
       ->capture_default_str();
   cmd->add_option("--sweep", options->sweep_path,
                   "write the optimal memory/time curve for every budget up to this one (ckplan.sweep/1); - for stdout");
-  cmd->add_option("--threads", options->threads, "solver threads (default 1)");
+  cmd->add_option("--threads", options->threads, "solver threads, 1..256 (default 1)");
   cmd->add_flag("--show-stages", options->show_stages, "print the chain's stages (--budget optional)");
   cmd->add_option("--chain-out", options->chain_out,
                   "write the chain the profile is cut into (ckplan.chain/1) to this file (--budget optional)");
-  cmd->callback([options, action] { *action = [options] { return RunSolve(*options); }; });
+  cmd->callback([options, action, every] {
+    options->every_given = every->count() > 0;
+    *action = [options] { return RunSolve(*options); };
+  });
 }
 
 }  // namespace ckplan

@@ -2,9 +2,12 @@
 // checkpoint it so that a training step fits a memory budget.
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
-#include <string>
+#include <cstring>
 #include <exception>
+#include <new>
+#include <string>
 
 #include <CLI/CLI.hpp>
 
@@ -39,15 +42,27 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    app.exit(e);
+    // One line in ckplan's own form, not CLI11's two.
+    std::string message = e.what();
+    for (char& c : message) {
+      if (c == '\n') c = ' ';
+    }
+    std::fprintf(stderr, "ckplan: error: %s (see ckplan --help)\n", message.c_str());
     return static_cast<int>(ckplan::ExitCode::kBadInput);
   }
+  int code = 0;
   try {
-    return action ? action() : 0;
+    code = action ? action() : 0;
   } catch (const ckplan::Error& e) {
+    std::fflush(stdout);
     std::fprintf(stderr, "ckplan: error: %s\n", e.what());
     return static_cast<int>(e.code());
+  } catch (const std::bad_alloc&) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "ckplan: error: out of memory\n");
+    return static_cast<int>(ckplan::ExitCode::kInternal);
   } catch (const std::exception& e) {
+    std::fflush(stdout);
     // One line: LibTorch's messages carry a backtrace on the lines after.
     std::string what = e.what();
     const size_t start = std::min(what.find_first_not_of('\n'), what.size());
@@ -55,4 +70,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ckplan: error: internal: %s\n", what.c_str());
     return static_cast<int>(ckplan::ExitCode::kInternal);
   }
+  // What went to stdout must have arrived (a full disk, a closed pipe).
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    std::fprintf(stderr, "ckplan: error: cannot write to stdout: %s\n", std::strerror(errno));
+    return static_cast<int>(ckplan::ExitCode::kInternal);
+  }
+  return code;
 }

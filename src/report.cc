@@ -28,9 +28,18 @@ std::string Escape(const std::string& s) {
   return out;
 }
 
-// Ticks at 1, 2 or 5 times a power of ten.
+// An axis range that is not empty: `hi` above `lo` by at least a step a
+// double can tell apart from `lo` (adding 1 to 1e20 adds nothing).
+void WidenRange(double& lo, double& hi) {
+  if (!std::isfinite(lo)) lo = 0;
+  if (!std::isfinite(hi) || !(hi > lo)) hi = lo + std::max(1.0, std::fabs(lo) * 1e-6);
+}
+
+// Ticks at 1, 2 or 5 times a power of ten. Each tick is first + k * step,
+// at most a few dozen: adding a step to a running value could stall where
+// the step is below the value's rounding unit.
 std::vector<double> Ticks(double lo, double hi, int target = 6) {
-  if (!(hi > lo)) hi = lo + 1;
+  WidenRange(lo, hi);
   double raw = (hi - lo) / target;
   double power = std::pow(10.0, std::floor(std::log10(raw)));
   double step = power;
@@ -41,7 +50,13 @@ std::vector<double> Ticks(double lo, double hi, int target = 6) {
     }
   }
   std::vector<double> ticks;
-  for (double t = std::ceil(lo / step) * step; t <= hi + step * 1e-9; t += step) ticks.push_back(t);
+  const double first = std::ceil(lo / step) * step;
+  for (int k = 0; k <= 4 * target; ++k) {
+    const double t = first + k * step;
+    if (t > hi + step * 1e-9) break;
+    if (!ticks.empty() && t <= ticks.back()) continue;
+    ticks.push_back(t);
+  }
   return ticks;
 }
 
@@ -63,8 +78,8 @@ class Chart {
   Chart(double x_lo, double x_hi, double y_lo, double y_hi, std::string x_label, std::string y_label, std::string title)
       : x_lo_(x_lo), x_hi_(x_hi), y_lo_(y_lo), y_hi_(y_hi), x_label_(std::move(x_label)), y_label_(std::move(y_label)),
         title_(std::move(title)) {
-    if (!(x_hi_ > x_lo_)) x_hi_ = x_lo_ + 1;
-    if (!(y_hi_ > y_lo_)) y_hi_ = y_lo_ + 1;
+    WidenRange(x_lo_, x_hi_);
+    WidenRange(y_lo_, y_hi_);
   }
   double X(double x) const { return kLeft + (x - x_lo_) / (x_hi_ - x_lo_) * kPlotW; }
   double Y(double y) const { return kTop + kPlotH - (y - y_lo_) / (y_hi_ - y_lo_) * kPlotH; }
@@ -270,14 +285,36 @@ std::vector<std::vector<std::string>> StrategyRows(const Report& r) {
   return rows;
 }
 
+// One `ckplan.run/1` file (from `ckplan run -o`).
+RunPoint ReadRunPoint(const std::string& file) {
+  const nlohmann::json parsed = ReadJsonFile(file);
+  JsonReader doc(parsed, file);
+  if (doc.Field("schema").String() != "ckplan.run/1") doc.Field("schema").Fail("expected \"ckplan.run/1\"");
+  RunPoint run;
+  run.label = file;
+  run.algorithm = doc.Field("algorithm").String();
+  run.budget_bytes = doc.Field("budget_bytes").NonNegativeBytes();
+  run.measured_peak_bytes = doc.Field("measured").Field("peak_bytes").NonNegativeBytes();
+  run.measured_ms = doc.Field("measured").Field("step_ms").NonNegativeNumber();
+  run.baseline_ms = doc.Field("baseline").Field("step_ms").NonNegativeNumber();
+  run.predicted_peak_bytes = doc.Field("predicted").Field("peak_bytes").NonNegativeBytes();
+  run.predicted_ms = doc.Field("predicted").Field("time_ms").NonNegativeNumber();
+  run.verdict = doc.Field("verdict").String();
+  return run;
+}
+
 }  // namespace
 
 Report MakeReport(const PlannerInput& input, const std::string& source, int64_t budget_bytes, UnitStyle style,
                   int slots, const std::vector<int>& every_n, const std::vector<std::string>& run_files) {
   Report r;
   r.source = source;
-  r.title = input.from_profile && input.profile.model.contains("path") ? input.profile.model["path"].get<std::string>()
-                                                                       : source;
+  const nlohmann::json& model = input.profile.model;
+  r.title = input.from_profile && model.is_object() && model.contains("path") && model["path"].is_string()
+                ? model["path"].get<std::string>()
+                : source;
+  // The run reports first: a bad one fails before the long work.
+  for (const std::string& file : run_files) r.runs.push_back(ReadRunPoint(file));
   r.style = style;
   r.fixed = input.fixed;
   r.chain = input.chain;
@@ -299,7 +336,10 @@ Report MakeReport(const PlannerInput& input, const std::string& source, int64_t 
   sweep.sweep = true;
   Plan top = MakePlan(input.chain, input.fixed, sweep);
   const int64_t minimum = top.min_budget_bytes;
-  r.budget_bytes = budget_bytes > 0 ? budget_bytes : minimum + (none.peak_bytes - minimum) / 2;
+  // Without a budget: halfway between the smallest feasible one and no
+  // checkpointing, and never below the smallest.
+  const bool chosen_here = budget_bytes <= 0;
+  r.budget_bytes = chosen_here ? minimum + std::max<int64_t>(0, none.peak_bytes - minimum) / 2 : budget_bytes;
   if (r.budget_bytes < minimum) {
     throw Error(ExitCode::kInfeasible, Format("budget %s is below the minimum %s", FormatBytes(r.budget_bytes, style).c_str(),
                                               FormatBytes(minimum, style, true).c_str()));
@@ -322,25 +362,19 @@ Report MakeReport(const PlannerInput& input, const std::string& source, int64_t 
   chosen.budget_bytes = r.budget_bytes;
   chosen.slots = slots;
   r.chosen = MakePlan(input.chain, input.fixed, chosen);
-  if (!r.chosen.feasible) throw Error(ExitCode::kInfeasible, "no optimal plan at the budget");
-  add("optimal", r.chosen);
-
-  for (const std::string& file : run_files) {
-    const nlohmann::json parsed = ReadJsonFile(file);
-    JsonReader doc(parsed, file);
-    if (doc.Field("schema").String() != "ckplan.run/1") doc.Field("schema").Fail("expected \"ckplan.run/1\"");
-    RunPoint run;
-    run.label = file;
-    run.algorithm = doc.Field("algorithm").String();
-    run.budget_bytes = doc.Field("budget_bytes").NonNegativeBytes();
-    run.measured_peak_bytes = doc.Field("measured").Field("peak_bytes").NonNegativeBytes();
-    run.measured_ms = doc.Field("measured").Field("step_ms").NonNegativeNumber();
-    run.baseline_ms = doc.Field("baseline").Field("step_ms").NonNegativeNumber();
-    run.predicted_peak_bytes = doc.Field("predicted").Field("peak_bytes").NonNegativeBytes();
-    run.predicted_ms = doc.Field("predicted").Field("time_ms").NonNegativeNumber();
-    run.verdict = doc.Field("verdict").String();
-    r.runs.push_back(run);
+  // Sizes round up to slots of budget/slots: a budget the report chose may
+  // miss by a slot; it then takes a little more.
+  for (int attempt = 0; chosen_here && !r.chosen.feasible && attempt < 20; ++attempt) {
+    r.budget_bytes += std::max<int64_t>(1, r.budget_bytes / 500);
+    chosen.budget_bytes = r.budget_bytes;
+    r.chosen = MakePlan(input.chain, input.fixed, chosen);
   }
+  if (!r.chosen.feasible) {
+    throw Error(ExitCode::kInfeasible, Format("no optimal plan at the budget %s with %d slots; try a larger budget or more --slots",
+                                              FormatBytes(r.budget_bytes, style).c_str(), slots));
+  }
+  for (auto& strategy : r.strategies) strategy.fits = strategy.peak_bytes <= r.budget_bytes;
+  add("optimal", r.chosen);
   return r;
 }
 

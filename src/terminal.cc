@@ -44,8 +44,7 @@ std::string Format(const char* format, ...) {
 void EmitOutput(const std::string& path, const std::string& text, FILE* human) {
   if (path.empty()) return;
   if (path == "-") {
-    std::fwrite(text.data(), 1, text.size(), stdout);
-    std::fflush(stdout);
+    WriteStdout(text);
     return;
   }
   WriteFileAtomic(path, text);

@@ -63,6 +63,13 @@ struct Chain {
 /// missing fields, negative or non-finite numbers.
 Chain ChainFromJson(const nlohmann::json& doc, const std::string& file);
 
+/// Checks what the planner relies on beyond single fields: all byte figures
+/// together within kMaxTotalBytes, and, where the chain lists storages,
+/// distinct ids per cut adding up to at most the value, one size per id, the own
+/// saved part within saved_bytes. Throws BadInput naming `file`, `what`
+/// (for example "the chain cut from it"; may be empty) and the field.
+void ValidateChain(const Chain& chain, const std::string& file, const std::string& what);
+
 /// Writes the `ckplan.chain/1` document for `chain`.
 nlohmann::json ChainToJson(const Chain& chain);
 

@@ -10,13 +10,41 @@
 
 namespace ckplan {
 
-/// Parses the JSON file at `path`. Throws BadInput naming the file (and the
-/// byte offset for a syntax error).
+/// Limits on what ckplan reads: values no real model can have are refused
+/// with the field named, so that every sum the planner makes of valid values
+/// fits in an int64.
+inline constexpr int64_t kMaxInputFileBytes = int64_t{1} << 30;  ///< 1 GiB
+inline constexpr int kMaxJsonDepth = 64;                         ///< nested objects and arrays
+inline constexpr int64_t kMaxFieldBytes = int64_t{1} << 50;      ///< one byte field: 1 PiB
+inline constexpr int64_t kMaxTotalBytes = int64_t{1} << 56;      ///< all byte fields of a file together: 64 PiB
+inline constexpr double kMaxFieldMs = 1e9;                       ///< one time field: 1e9 ms (11.6 days)
+
+/// Parses the JSON file at `path`. Throws BadInput naming the file: for a
+/// missing file, a directory, a device, a file above kMaxInputFileBytes, a
+/// syntax error (with the byte offset), nesting deeper than kMaxJsonDepth
+/// and a number out of the range of a double (with the field's path). A FIFO
+/// or pipe is read to its end; one nobody writes to is refused after a
+/// 5-second wait instead of blocking.
 nlohmann::json ReadJsonFile(const std::string& path);
 
+/// Parses `text` as ReadJsonFile does; `file` names it in errors.
+nlohmann::json ParseJsonText(const std::string& text, const std::string& file);
+
+/// Refuses (BadInput) an output path that cannot be written: its folder is
+/// missing or not a folder, or the path is a folder. Call it before long
+/// work so that a typo fails at once. `-` and "" (stdout, nowhere) pass.
+void CheckOutputPath(const std::string& path);
+
 /// Writes `text` to `path` atomically (temporary file in the same folder,
-/// then rename). Throws Error naming the path if it cannot be written.
+/// then rename). A path that exists and is not a regular file (a device,
+/// a FIFO) is written directly, never replaced. SIGINT/SIGTERM while the
+/// temporary file exists remove it. Throws Error naming the path if it
+/// cannot be written (a full disk included).
 void WriteFileAtomic(const std::string& path, const std::string& text);
+
+/// Writes `text` to stdout; throws Error if it cannot (a full disk, a
+/// closed pipe).
+void WriteStdout(const std::string& text);
 
 /// Typed access to fields, with errors that name the file and field path
 /// (`stages[3].fwd_ms`).
@@ -31,13 +59,17 @@ class JsonReader {
   void ExpectObject() const;
 
   std::string String() const;
-  double NonNegativeNumber() const;   ///< finite and >= 0
-  int64_t NonNegativeBytes() const;   ///< integral and >= 0
-  int64_t Integer() const;
+  /// Finite, >= 0 and at most `max` (by default kMaxFieldMs: the fields read
+  /// this way are times).
+  double NonNegativeNumber(double max = kMaxFieldMs) const;
+  int64_t NonNegativeBytes() const;   ///< integral, >= 0 and at most kMaxFieldBytes
+  int64_t Integer() const;            ///< any int64
+  int IntegerIn(int64_t lo, int64_t hi) const;  ///< an integer in [lo, hi] (within int)
   bool Bool() const;
 
   const nlohmann::json& node() const { return node_; }
   const std::string& path() const { return path_; }
+  const std::string& file() const { return file_; }
   [[noreturn]] void Fail(const std::string& why) const;
 
  private:
@@ -45,5 +77,12 @@ class JsonReader {
   std::string file_;
   std::string path_;
 };
+
+/// Adds byte counts without overflow: the sum, or a value above
+/// kMaxTotalBytes once it passes it (saturating at INT64_MAX).
+int64_t SaturatingAdd(int64_t a, int64_t b);
+
+/// FormatBytes-style text of a limit, for messages: `1 PiB`.
+std::string LimitText(int64_t bytes);
 
 }  // namespace ckplan

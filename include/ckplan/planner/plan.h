@@ -96,6 +96,21 @@ struct Plan {
 /// min_budget_bytes says what would work.
 Plan MakePlan(const Chain& chain, const FixedMemory& fixed, const PlanRequest& request);
 
+/// The most stages the optimal solver takes.
+inline constexpr int kMaxOptimalStages = 32000;
+
+/// Bytes the optimal solver may need for a chain of `length` stages at
+/// `slots` slots: an upper bound (the tables it allocates are within about
+/// twice less), computed without allocating anything.
+double OptimalSolverBytesEstimate(int length, int slots);
+
+/// Refuses (BadInput, with the figures) what the optimal solver cannot do
+/// here: more than kMaxOptimalStages stages, or an estimate above
+/// `memory_bytes` (by default this machine's physical memory). Called by
+/// MakePlan, OptimalBudgetFeasible and MinimumOptimalBudget before they
+/// allocate; callers may call it earlier, before other long work.
+void CheckOptimalSolverScale(int length, int slots, double memory_bytes = 0);
+
 /// Whether the optimal algorithm with `slots` slots finds a plan within
 /// `budget_bytes` (whole step): the feasibility check alone, no DP table.
 bool OptimalBudgetFeasible(const Chain& chain, const FixedMemory& fixed, int64_t budget_bytes, int slots);
