@@ -237,3 +237,50 @@ TEST_CASE("the fast solver gives the reference's optimum to the last digit, its 
     }
   }
 }
+
+TEST_CASE("the banded solver brackets the exact optimum, its plan costs what it says, and is exact when the band covers the chain") {
+  int proven = 0, cases = 0;
+  for (uint32_t seed = 0; seed < 24; ++seed) {
+    const int length = 12 + static_cast<int>(seed % 5) * 9;
+    Chain chain = testing::RandomChain(length, 5000 + seed);
+    if (seed % 6 == 5) {
+      for (size_t k = 0; k < chain.stages.size(); k += 4) chain.stages[k].fwd_ms = 0;
+    }
+    const int64_t slot = 300000 + 41000 * seed;
+    DiscreteChain c = Discretize(chain, slot);
+    const int64_t low = MinimumMemory(c), high = NoRecomputeMemory(c);
+    for (int64_t memory : {low, low + (high - low) / 8, (low + high) / 2, high + 3}) {
+      OptimalSolution exact = SolveOptimal(c, memory, 1);
+      for (int band : {2, 4, 8}) {
+        CAPTURE(seed);
+        CAPTURE(memory);
+        CAPTURE(band);
+        OptimalSolution banded = SolveBanded(c, memory, band);
+        ++cases;
+        CHECK(banded.band == band);
+        // The lower bound is below the optimum, the plan above it.
+        CHECK(banded.lower_bound_ms <= exact.time_ms * (1 + 1e-12));
+        if (!banded.feasible) continue;
+        REQUIRE(exact.feasible);
+        CHECK(banded.time_ms >= exact.time_ms * (1 - 1e-12));
+        CHECK(banded.lower_bound_ms <= banded.time_ms);
+        if (banded.proven_optimal) {
+          ++proven;
+          CHECK(banded.time_ms == doctest::Approx(exact.time_ms).epsilon(1e-12));
+        }
+        // The plan is a schedule of the chain that fits the memory.
+        SimulationResult r = Simulate(chain, banded.schedule);
+        CHECK(r.time_ms == doctest::Approx(banded.time_ms).epsilon(1e-12));
+        CHECK(r.peak_bytes <= memory * slot);
+      }
+      // A band longer than the chain is the exact solver.
+      OptimalSolution wide = SolveBanded(c, memory, length + 1);
+      CHECK(wide.band == 0);
+      CHECK(wide.proven_optimal);
+      CHECK(wide.time_ms == exact.time_ms);
+      CHECK(wide.schedule == exact.schedule);
+    }
+  }
+  CHECK(cases > 200);
+  CHECK(proven > cases / 4);
+}

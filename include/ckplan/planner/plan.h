@@ -3,6 +3,7 @@
 /// contract (`ckplan.plan/1`).
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,8 @@ struct PlanRequest {
   int every_n = 2;        ///< for kEveryN
   int threads = 1;
   bool sweep = false;     ///< keep the optimal memory/time curve
+  /// Called with the solver's fraction done (0..1); may be empty.
+  std::function<void(double)> progress = nullptr;
 };
 
 struct CurvePoint {
@@ -85,6 +88,15 @@ struct Plan {
   double no_recompute_ms = 0;
   int64_t peak_bytes = 0;              ///< predicted peak of the whole step
   std::vector<CurvePoint> curve;       ///< optimal with sweep: finite points
+  /// Optimal only: "exact" (the whole table) or "banded" (long chains); for
+  /// banded, a proven lower bound on the optimum and whether the plan is it.
+  std::string solver;
+  int band = 0;
+  double lower_bound_ms = 0;
+  bool proven_optimal = true;
+  /// How much slower than the optimum the plan can be, at most, in percent
+  /// of the lower bound: 0 when proven optimal.
+  double gap_bound_pct() const;
   ModuleExport pytorch;                ///< what apply_plan() in Python does
   double overhead_pct() const;
 };
