@@ -103,7 +103,13 @@ int RunSolve(const SolveOptions& o) {
                        o.budget.c_str(), DescribeFixed(in.fixed).c_str(), what.c_str(),
                        FormatBytesCompact(minimum, budget.style).c_str()));
   }
-  Plan plan = MakePlan(in.chain, in.fixed, request);
+  Plan plan;
+  {
+    ProgressBar bar(Format("solving %d stages", in.chain.length()), StderrIsTerminal(), ProgressDelaySeconds());
+    request.progress = [&bar](double fraction) { bar.Update(fraction); };
+    plan = MakePlan(in.chain, in.fixed, request);
+    request.progress = nullptr;
+  }
   if (!plan.feasible) {
     std::string minimum = PrintableMinimum(plan.min_budget_bytes, budget.style, [&](int64_t value) {
       PlanRequest check = request;
@@ -128,6 +134,13 @@ int RunSolve(const SolveOptions& o) {
   std::fprintf(human, "%s plan: peak %s, step %s (%+.1f%% over no checkpointing), %zu of %d stages recomputed\n",
                AlgorithmName(plan.algorithm), FormatBytes(plan.peak_bytes, budget.style).c_str(), Ms(plan.time_ms).c_str(),
                plan.overhead_pct(), plan.checkpointed_stages.size(), in.chain.length());
+  if (plan.algorithm == Algorithm::kOptimal && !plan.proven_optimal) {
+    std::fprintf(human,
+                 "banded solver (%d stages, band %d): within %.3f%% of the optimum (proven lower bound %s)\n",
+                 in.chain.length(), plan.band, plan.gap_bound_pct(), Ms(plan.lower_bound_ms).c_str());
+  } else if (plan.algorithm == Algorithm::kOptimal && plan.band > 0) {
+    std::fprintf(human, "banded solver (%d stages, band %d): proven optimal\n", in.chain.length(), plan.band);
+  }
   std::fprintf(human, "smallest feasible budget (%s): %s\n", AlgorithmName(plan.algorithm),
                FormatBytes(plan.min_budget_bytes, budget.style, true).c_str());
 
