@@ -284,3 +284,30 @@ TEST_CASE("the banded solver brackets the exact optimum, its plan costs what it 
   CHECK(cases > 200);
   CHECK(proven > cases / 4);
 }
+
+TEST_CASE("on chains of a few hundred stages the CLI's solver is the reference, and the banded one brackets it") {
+  struct Case {
+    int length;
+    int64_t slots;
+  };
+  for (const Case& test : {Case{150, 200}, Case{300, 60}}) {
+    Chain chain = testing::RandomChain(test.length, 7000 + static_cast<uint32_t>(test.length));
+    DiscreteChain bytes = Discretize(chain, 1);
+    const int64_t budget = (MinimumMemory(bytes) + NoRecomputeMemory(bytes)) / 2;
+    DiscreteChain c = Discretize(chain, budget / test.slots);
+    CAPTURE(test.length);
+    REQUIRE(ChooseSolver(test.length, test.slots) == SolverMethod::kExact);
+    OptimalSolution reference = SolveOptimalReference(c, test.slots);
+    REQUIRE(reference.feasible);
+    OptimalSolution chosen = SolveChain(c, test.slots);
+    CHECK(chosen.time_ms == reference.time_ms);  // bitwise
+    CHECK(chosen.schedule == reference.schedule);
+    CHECK(chosen.proven_optimal);
+    OptimalSolution banded = SolveBanded(c, test.slots, kDefaultBand);
+    REQUIRE(banded.feasible);
+    CHECK(banded.lower_bound_ms <= reference.time_ms * (1 + 1e-12));
+    CHECK(banded.time_ms >= reference.time_ms * (1 - 1e-12));
+    if (banded.proven_optimal) CHECK(banded.time_ms == doctest::Approx(reference.time_ms).epsilon(1e-12));
+    CHECK(Simulate(chain, banded.schedule).peak_bytes <= test.slots * (budget / test.slots));
+  }
+}
