@@ -45,8 +45,10 @@ constexpr int16_t kChain = -1;  // what: choice (b)
 // than 4 GB.
 class Arena {
  public:
-  static double* Take(size_t count) {
+  /// `fresh`: the memory was just allocated (its pages not yet faulted in).
+  static double* Take(size_t count, bool* fresh) {
     std::lock_guard<std::mutex> lock(mutex_);
+    *fresh = false;
     if (cached_ != nullptr && cached_count_ >= count) {
       double* p = cached_;
       cached_ = nullptr;
@@ -54,8 +56,41 @@ class Arena {
     }
     std::free(cached_);
     cached_ = nullptr;
+    *fresh = true;
     return Allocate(count);
   }
+
+  /// Faults in a fresh table's pages on another thread while the solve
+  /// writes it: in a new process the kernel's zeroing of those pages is
+  /// about as long as the solve itself. Contents are left as they are
+  /// (MADV_POPULATE_WRITE); where unsupported, nothing happens.
+  class Populate {
+   public:
+    Populate(double* p, size_t count, bool fresh) {
+      const size_t bytes = count * sizeof(double);
+#ifdef MADV_POPULATE_WRITE
+      if (!fresh || bytes < 4 * kHuge || std::thread::hardware_concurrency() < 2) return;
+      thread_ = std::thread([this, p, bytes] {
+        char* begin = reinterpret_cast<char*>(p);
+        for (size_t offset = 0; offset < bytes && !stop_.load(std::memory_order_relaxed); offset += kHuge) {
+          if (madvise(begin + offset, std::min(kHuge, bytes - offset), MADV_POPULATE_WRITE) != 0) break;
+        }
+      });
+#else
+      (void)p, (void)bytes, (void)fresh;
+#endif
+    }
+    ~Populate() {
+      stop_.store(true, std::memory_order_relaxed);
+      if (thread_.joinable()) thread_.join();
+    }
+    Populate(const Populate&) = delete;
+    Populate& operator=(const Populate&) = delete;
+
+   private:
+    std::atomic<bool> stop_{false};
+    std::thread thread_;
+  };
   static void Give(double* p, size_t count) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (cached_ == nullptr && count * sizeof(double) <= (size_t{4} << 30)) {
@@ -67,8 +102,8 @@ class Arena {
   }
 
  private:
+  static constexpr size_t kHuge = size_t{2} << 20;
   static double* Allocate(size_t count) {
-    constexpr size_t kHuge = size_t{2} << 20;
     const size_t bytes = std::max<size_t>(count, 1) * sizeof(double);
     void* p = nullptr;
     if (bytes >= kHuge && posix_memalign(&p, kHuge, (bytes + kHuge - 1) / kHuge * kHuge) == 0) {
@@ -159,9 +194,11 @@ class FastSolver {
     size_t total = 0;
     work_.assign(static_cast<size_t>(n_), 0.0);
     total_work_ = 0;
-    for (int i = 0; i < n_; ++i) {
-      for (int l = i; l < n_; ++l) {
-        if (!Stored(i, l)) continue;
+    // Column by column, up from the diagonal: the order Solve writes them,
+    // so that the table is written front to back (and Populate stays ahead).
+    for (int l = 0; l < n_; ++l) {
+      for (int i = l; i >= 0; --i) {
+        if (!Stored(i, l)) break;  // nor any further up
         Cell& cell = at(i, l);
         cell.offset = total;
         const int64_t width = std::max<int64_t>(0, cell.hi - cell.lo);
@@ -184,8 +221,10 @@ class FastSolver {
     OptimalSolution solution;
     const size_t total = PlanTable();
     // Every stored entry is written by its cell before anything reads it.
-    values_ = Arena::Take(total);
+    bool fresh = false;
+    values_ = Arena::Take(total, &fresh);
     stored_ = total;
+    Arena::Populate populate(values_, total, fresh);
     for (int i = 0; i < n_; ++i) FillBase(i);
     std::atomic<int64_t> done_work{0};
     auto report = [this, &done_work](int l) {
