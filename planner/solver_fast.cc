@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <string>
 #include <memory>
 #include <mutex>
@@ -166,6 +167,13 @@ struct Segment {
   int64_t base_max = 0;   // the largest base memory of its stages
   double forward_min = kInfinity;  // cheapest forward among stages i..l-1
   int64_t running = 0;    // the floor's maximum over stages, without x_{l+1}
+  // What running every stage with autograd needs (the recurrence's choice
+  // (b) all the way down): the largest, over stages k, of what stages i..k-1
+  // keep (P_k - P_i, P the prefix sums of saved sizes) plus stage k's floor
+  // of (k, l) or base memory. Kept as running maxima of P_k + ..., without
+  // P_i and, for the floors, without x_{l+1}.
+  int64_t keep_floor = std::numeric_limits<int64_t>::min() / 2;
+  int64_t keep_base = 0;
 };
 
 class FastSolver {
@@ -315,22 +323,24 @@ class FastSolver {
   };
   Steps LongSegment(int i, int l, const Segment& segment) const {
     Steps steps;
-    const int64_t saved = saved_prefix_[static_cast<size_t>(l)] - saved_prefix_[static_cast<size_t>(i)];
     const int64_t need_low = std::max(segment.floor, segment.base_max);
+    // Exactly the memory from which the recurrence runs the segment without
+    // recomputation (as Bounds' nr), never below its smallest memory.
+    const int64_t no_recompute = std::max(
+        need_low, std::max(c_.x[static_cast<size_t>(l) + 1] + segment.keep_floor, segment.keep_base) -
+                      saved_prefix_[static_cast<size_t>(i)]);
     if (program_ == Program::kUpper) {
-      // Every stage with autograd, kept until its backward: the memory it
-      // needs is at most what all of them keep plus the largest floor or
-      // base memory on the way.
+      // Every stage with autograd, kept until its backward.
       steps.count = 1;
-      steps.from[0] = saved + need_low;
+      steps.from[0] = no_recompute;
       steps.cost[0] = segment.cost;
     } else {
-      // At least every stage once; below what no recomputation needs (at
-      // least what all keep plus the last stage's base), one forward more.
+      // At least every stage once; below what no recomputation needs, at
+      // least one forward more; infinite below a floor or base memory.
       steps.count = 2;
       steps.from[0] = need_low;
       steps.cost[0] = segment.cost + segment.forward_min;
-      steps.from[1] = std::max(need_low, saved + BaseNeed(l));
+      steps.from[1] = no_recompute;
       steps.cost[1] = segment.cost;
     }
     return steps;
@@ -341,6 +351,7 @@ class FastSolver {
     s.cost = c_.fwd[static_cast<size_t>(i)] + c_.bwd[static_cast<size_t>(i)];
     s.base_max = BaseNeed(i);
     s.running = c_.x[static_cast<size_t>(i) + 1] + c_.fwd_tmp[static_cast<size_t>(i)];
+    s.keep_base = saved_prefix_[static_cast<size_t>(i)] + BaseNeed(i);
     return s;
   }
   void Extend(Segment* s, int i, int l) const {
@@ -352,6 +363,12 @@ class FastSolver {
       s->running = std::max(s->running, c_.x[k] + c_.x[k + 1] + c_.fwd_tmp[k]);
     }
     s->floor = c_.x[static_cast<size_t>(l) + 1] + s->running;
+    // Stage l-1's floor of (l-1, l) and its term in the floors of (k, l) for
+    // k < l-1 (largest with k = l-2, the most kept before it); stage l's base.
+    const size_t k = static_cast<size_t>(l) - 1;
+    s->keep_floor = std::max(s->keep_floor, saved_prefix_[k] + c_.x[k + 1] + c_.fwd_tmp[k]);
+    if (l - 1 > i) s->keep_floor = std::max(s->keep_floor, saved_prefix_[k - 1] + c_.x[k] + c_.x[k + 1] + c_.fwd_tmp[k]);
+    s->keep_base = std::max(s->keep_base, saved_prefix_[static_cast<size_t>(l)] + BaseNeed(l));
   }
 
   // Per cell: the smallest feasible memory (as MinimumMemory), the memory
