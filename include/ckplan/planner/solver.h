@@ -50,7 +50,7 @@ enum class SolverMethod { kExact, kBanded };
 
 /// Longest chain the exact table is used for (more stages: banded), and the
 /// banded solver's band.
-constexpr int kExactMaxStages = 500;
+constexpr int kExactMaxStages = 400;
 constexpr int kDefaultBand = 32;
 /// Largest table any solver allocates, in bytes (the process stays under 4 GB).
 constexpr size_t kSolverTableLimitBytes = size_t{3} << 30;
