@@ -236,6 +236,7 @@ Plan MakePlan(const Chain& chain, const FixedMemory& fixed, const PlanRequest& r
     plan.time_ms = plan.simulation.time_ms;
     plan.peak_bytes = fixed.total() + plan.simulation.peak_bytes;
     plan.min_budget_bytes = plan.peak_bytes;
+    plan.min_budget_lower_bytes = plan.min_budget_bytes;
     plan.feasible = plan.peak_bytes <= request.budget_bytes;
     plan.checkpointed_stages = CheckpointedStages(plan.schedule, length);
     plan.pytorch = ExportForPyTorch(chain, plan.checkpointed_stages);
@@ -250,6 +251,12 @@ Plan MakePlan(const Chain& chain, const FixedMemory& fixed, const PlanRequest& r
   // Refuse a table that cannot fit before any other work (throws BadInput).
   if (grid.memory_slots >= 0) CheckSolverFits(discrete, grid.memory_slots);
   plan.min_budget_bytes = MinimumOptimalBudget(chain, fixed, request.slots);
+  plan.min_budget_lower_bytes = plan.min_budget_bytes;
+  if (ChooseSolver(chain.length(), request.slots) == SolverMethod::kBanded) {
+    // Sizes in bytes: rounding to slots only adds.
+    plan.min_budget_lower_bytes =
+        std::min(plan.min_budget_bytes, fixed.total() + MinimumMemoryLowerBound(Discretize(chain, 1)));
+  }
   if (grid.memory_slots < 0) return plan;
   SolverOptions options;
   options.threads = request.threads;
@@ -356,6 +363,7 @@ nlohmann::json PlanToJson(const Plan& plan, const Chain& chain, const nlohmann::
       solver["band"] = plan.band;
       solver["lower_bound_ms"] = plan.lower_bound_ms;
       solver["gap_bound_pct"] = plan.gap_bound_pct();
+      solver["min_budget_lower_bytes"] = plan.min_budget_lower_bytes;
     }
     doc["solver"] = solver;
   }

@@ -753,6 +753,12 @@ int64_t SolverMinimumMemory(const DiscreteChain& chain, SolverMethod method) {
   return chain.x[0] + FastSolver(chain, huge, 1, kDefaultBand, Program::kUpper, {}).Minimum();
 }
 
+int64_t MinimumMemoryLowerBound(const DiscreteChain& chain, int band) {
+  CheckLength(chain);
+  const int64_t huge = int64_t{1} << 60;
+  return chain.x[0] + FastSolver(chain, huge, 1, band, Program::kLower, {}).Minimum();
+}
+
 OptimalSolution SolveBanded(const DiscreteChain& chain, int64_t memory_slots, int band, const SolverProgress& progress) {
   CheckLength(chain);
   const int64_t top = memory_slots - chain.x[0];

@@ -120,8 +120,13 @@ int RunSolve(const SolveOptions& o) {
     });
     std::string algo = request.algorithm == Algorithm::kOptimal ? Format("optimal, %d slots", o.slots)
                                                                 : AlgorithmName(request.algorithm);
-    throw Error(ExitCode::kInfeasible, Format("budget %s is below the minimum %s for this %s (%s)", o.budget.c_str(),
-                                              minimum.c_str(), what.c_str(), algo.c_str()));
+    std::string banded;
+    if (request.algorithm == Algorithm::kOptimal && plan.min_budget_lower_bytes < plan.min_budget_bytes) {
+      banded = Format("; that is the banded solver's minimum (%d stages): the exact one is at least %s",
+                      in.chain.length(), FormatBytes(plan.min_budget_lower_bytes, budget.style, true).c_str());
+    }
+    throw Error(ExitCode::kInfeasible, Format("budget %s is below the minimum %s for this %s (%s)%s", o.budget.c_str(),
+                                              minimum.c_str(), what.c_str(), algo.c_str(), banded.c_str()));
   }
 
   // What a person reads.
@@ -141,8 +146,13 @@ int RunSolve(const SolveOptions& o) {
   } else if (plan.algorithm == Algorithm::kOptimal && plan.band > 0) {
     std::fprintf(human, "banded solver (%d stages, band %d): proven optimal\n", in.chain.length(), plan.band);
   }
-  std::fprintf(human, "smallest feasible budget (%s): %s\n", AlgorithmName(plan.algorithm),
+  std::fprintf(human, "smallest feasible budget (%s): %s", AlgorithmName(plan.algorithm),
                FormatBytes(plan.min_budget_bytes, budget.style, true).c_str());
+  if (plan.algorithm == Algorithm::kOptimal && plan.min_budget_lower_bytes < plan.min_budget_bytes) {
+    std::fprintf(human, " (banded solver; the exact one is at least %s)",
+                 FormatBytes(plan.min_budget_lower_bytes, budget.style, true).c_str());
+  }
+  std::fprintf(human, "\n");
 
   std::vector<std::vector<std::string>> rows = {{"strategy", "peak", "step", "overhead", "fits"}};
   auto add_row = [&](const std::string& name, const Plan& p) {

@@ -245,3 +245,14 @@ TEST_CASE("a solver table that cannot fit in memory is refused up front, with th
   CHECK(r.err.find("GB, above the limit of 3.22 GB") != std::string::npos);
   CHECK_FALSE(FileExists(dir + "/plan.json"));
 }
+
+TEST_CASE("below the banded solver's minimum, the message also gives a proven lower bound on the exact one") {
+  std::string dir = TempDir();
+  std::string chain = dir + "/chain.json";
+  WriteText(chain, ChainToJson(RandomChain(600, 13)).dump());
+  CommandResult r = RunCkplan("solve " + chain + " --budget 1MB -o " + dir + "/plan.json", dir);
+  CAPTURE(r.err);
+  CHECK(r.exit_code == 3);
+  CHECK(r.err.find("that is the banded solver's minimum (600 stages): the exact one is at least ") !=
+        std::string::npos);
+}

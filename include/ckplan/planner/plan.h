@@ -93,6 +93,10 @@ struct Plan {
   std::string solver;
   int band = 0;
   double lower_bound_ms = 0;
+  /// Banded: a proven lower bound on the smallest budget of the exact
+  /// recurrence (min_budget_bytes is the banded solver's own); else equal
+  /// to min_budget_bytes.
+  int64_t min_budget_lower_bytes = 0;
   bool proven_optimal = true;
   /// How much slower than the optimum the plan can be, at most, in percent
   /// of the lower bound: 0 when proven optimal.

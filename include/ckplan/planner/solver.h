@@ -89,6 +89,12 @@ OptimalSolution SolveChain(const DiscreteChain& chain, int64_t memory_slots, con
 /// `method`: MinimumMemory for the exact one.
 int64_t SolverMinimumMemory(const DiscreteChain& chain, SolverMethod method);
 
+/// A proven lower bound on the recurrence's smallest total memory
+/// (x_0 + MinimumMemory), from the banded lower program in O(L (band^2 + L))
+/// integer work: for chains too long for MinimumMemory's O(L^3). Equal to
+/// it when the band covers the chain.
+int64_t MinimumMemoryLowerBound(const DiscreteChain& chain, int band = kDefaultBand);
+
 /// The banded solver, for chains too long for the exact table. An upper
 /// bound and a lower bound on the recurrence's optimum, each by a dynamic
 /// program over the sub-chains (i, l) with l - i < band plus the suffixes
