@@ -233,10 +233,12 @@ int main(int argc, char** argv) {
                                plain.curve_ms == fast.curve_ms;
         same = identical ? "yes (and schedule, curve)" : "NO";
       }
+      // The banded solver: its proven gap.
+      const std::string before = plain_runs ? same + ", " : "";
       if (!fast.proven_optimal) {
-        same += Fmt(", gap <= %.3g%%", (fast.time_ms - fast.lower_bound_ms) / fast.lower_bound_ms * 100);
+        same = before + Fmt("gap <= %.3g%%", (fast.time_ms - fast.lower_bound_ms) / fast.lower_bound_ms * 100);
       } else if (fast.band > 0) {
-        same += ", proven optimal";
+        same = before + "proven optimal";
       }
 
       // Whole processes on the same chain file.

@@ -101,12 +101,12 @@ int64_t MinimumMemoryLowerBound(const DiscreteChain& chain, int band = kDefaultB
 /// (i, L), so O(L (band + S)) memory:
 ///  - upper: the plan it returns, the best among the schedules whose every
 ///    recomputed segment (a leaf at j on (i, l): stages i..j-1 run again) is
-///    shorter than `band` stages or needs no recomputation inside itself
-///    (then a simple bound on its memory must fit);
+///    shorter than `band` stages or runs with no recomputation inside itself
+///    (feasible from the memory the recurrence counts for that);
 ///  - lower: the same program where a longer segment's own cost is replaced
 ///    by a lower bound (every stage once forward and backward, plus one more
 ///    forward when its memory is below what no recomputation needs; infinite
-///    below its floor).
+///    below its floor or any of its stages' base memory).
 /// Every schedule of the recurrence maps to the lower program at no more
 /// cost, so lower_bound_ms <= the exact optimum <= time_ms; proven_optimal
 /// when they are equal. With band > L both are the exact solver.
