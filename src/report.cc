@@ -273,7 +273,8 @@ std::vector<std::vector<std::string>> StrategyRows(const Report& r) {
 }  // namespace
 
 Report MakeReport(const PlannerInput& input, const std::string& source, int64_t budget_bytes, UnitStyle style,
-                  int slots, const std::vector<int>& every_n, const std::vector<std::string>& run_files) {
+                  int slots, const std::vector<int>& every_n, const std::vector<std::string>& run_files,
+                  const std::function<void(double)>& progress) {
   Report r;
   r.source = source;
   r.title = input.from_profile && input.profile.model.contains("path") ? input.profile.model["path"].get<std::string>()
@@ -297,6 +298,8 @@ Report MakeReport(const PlannerInput& input, const std::string& source, int64_t 
   sweep.budget_bytes = std::max(none.peak_bytes, budget_bytes);
   sweep.slots = slots;
   sweep.sweep = true;
+  // The sweep is the first half of the work, the chosen plan the second.
+  if (progress) sweep.progress = [&progress](double f) { progress(0.5 * f); };
   Plan top = MakePlan(input.chain, input.fixed, sweep);
   const int64_t minimum = top.min_budget_bytes;
   r.budget_bytes = budget_bytes > 0 ? budget_bytes : minimum + (none.peak_bytes - minimum) / 2;
@@ -321,6 +324,7 @@ Report MakeReport(const PlannerInput& input, const std::string& source, int64_t 
   PlanRequest chosen;
   chosen.budget_bytes = r.budget_bytes;
   chosen.slots = slots;
+  if (progress) chosen.progress = [&progress](double f) { progress(0.5 + 0.5 * f); };
   r.chosen = MakePlan(input.chain, input.fixed, chosen);
   if (!r.chosen.feasible) throw Error(ExitCode::kInfeasible, "no optimal plan at the budget");
   add("optimal", r.chosen);

@@ -231,6 +231,13 @@ TEST_CASE("the progress bar shows on a terminal only") {
   const std::string on_terminal = "script -qec '" + solve + "' /dev/null </dev/null >" + dir + "/tty.txt 2>&1";
   REQUIRE(std::system(on_terminal.c_str()) == 0);
   CHECK(ReadAll(dir + "/tty.txt").find("\rsolving 600 stages [") != std::string::npos);
+  // report too.
+  const std::string report = std::string("CKPLAN_PROGRESS_AFTER_S=0 ") + CKPLAN_BINARY + " report " + chain +
+                             " --slots 300 -o " + dir + "/report.md";
+  REQUIRE(std::system((report + " >/dev/null 2>" + dir + "/report_err.txt </dev/null").c_str()) == 0);
+  CHECK(ReadAll(dir + "/report_err.txt").find('\r') == std::string::npos);
+  REQUIRE(std::system(("script -qec '" + report + "' /dev/null </dev/null >" + dir + "/report_tty.txt 2>&1").c_str()) == 0);
+  CHECK(ReadAll(dir + "/report_tty.txt").find("\rplanning 600 stages [") != std::string::npos);
 }
 
 TEST_CASE("a solver table that cannot fit in memory is refused up front, with the figure, exit 2") {
