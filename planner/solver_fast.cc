@@ -1,11 +1,16 @@
 // The optimal persistent schedule, fast: the same recurrence and the same
 // arithmetic as SolveOptimalReference (so the same optimum to the last digit
 // and the same schedule), computed
-//  - cell by cell, (i, l) by growing l - i, each cell for all its memories at
-//    once, so the scan over j runs over contiguous memory and vectorises;
+//  - cell by cell, column by column (l = 1..L, i = l-1 down to 0), each cell
+//    for all its memories at once, so the scan over j runs over contiguous
+//    memory and vectorises;
 //  - only between the cell's smallest feasible memory and the memory above
 //    which it needs no recomputation (its cost is then a constant);
-//  - cells of one l - i in parallel (they do not depend on each other).
+//  - skipping, block by block of memories, the leaves that cannot win;
+//  - with several threads, columns round-robin as a wavefront.
+// The same class runs the banded programs (SolveBanded) for long chains:
+// only the cells shorter than the band and the suffixes, longer left parts
+// priced by a step function of memory.
 
 #include <algorithm>
 #include <cmath>
