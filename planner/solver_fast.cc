@@ -559,6 +559,7 @@ class FastSolver {
     };
     thread_local std::vector<Leaf> leaves;
     leaves.clear();
+    leaves.reserve(static_cast<size_t>(2 * (l - i)));
     double forward_sum = 0;
     Segment segment = Start(i);
     for (int j = i + 1; j <= l; ++j) {
@@ -567,14 +568,16 @@ class FastSolver {
       if (program_ != Program::kExact && j - 1 > i) Extend(&segment, i, j - 1);
       if (Stored(i, j - 1)) {
         const Operand b = View(i, j - 1, 0);
-        leaves.push_back({forward_sum, std::max({lo, a.begin, b.begin}), a, b});
+        const int64_t begin = std::max({lo, a.begin, b.begin});
+        if (begin < hi) leaves.push_back({forward_sum, begin, a, b});  // else infinite here
       } else {
         // A long segment: its cost is a step function of memory, operands
         // with no array.
         const Steps steps = LongSegment(i, j - 1, segment);
         for (int s = 0; s < steps.count; ++s) {
           const Operand b = {steps.from[s], steps.from[s], values_, steps.cost[s]};
-          leaves.push_back({forward_sum, std::max({lo, a.begin, b.begin}), a, b});
+          const int64_t begin = std::max({lo, a.begin, b.begin});
+          if (begin < hi) leaves.push_back({forward_sum, begin, a, b});
         }
       }
     }
