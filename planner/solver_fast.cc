@@ -191,6 +191,8 @@ class FastSolver {
     if (band_ >= n_) program_ = Program::kExact;
     if (program_ != Program::kExact) threads_ = 1;
     cells_.resize(static_cast<size_t>(n_) * band_ + (program_ == Program::kExact ? 0 : static_cast<size_t>(n_)));
+    base_need_.resize(static_cast<size_t>(n_));
+    for (int k = 0; k < n_; ++k) base_need_[static_cast<size_t>(k)] = BaseMemory(c, k);
     saved_prefix_.assign(static_cast<size_t>(n_) + 1, 0);
     for (int k = 0; k < n_; ++k) {
       saved_prefix_[static_cast<size_t>(k) + 1] = saved_prefix_[static_cast<size_t>(k)] + c.xbar[static_cast<size_t>(k) + 1];
@@ -316,7 +318,7 @@ class FastSolver {
   Cell& at(int i, int l) { return cells_[Index(i, l)]; }
   const Cell& at(int i, int l) const { return cells_[Index(i, l)]; }
 
-  int64_t BaseNeed(int i) const { return BaseMemory(c_, i); }
+  int64_t BaseNeed(int i) const { return base_need_[static_cast<size_t>(i)]; }
 
   // A long segment (i, l), l - i >= band, of the banded programs, with
   // `segment` its sums. Its cost as the programs see it, as a function of
@@ -325,6 +327,9 @@ class FastSolver {
     int count = 0;
     int64_t from[2];
     double cost[2];
+    /// Below from[0] and never smaller for a longer segment from the same
+    /// stage: once it reaches a memory, no longer segment fits there either.
+    int64_t rising_floor;
   };
   Steps LongSegment(int i, int l, const Segment& segment) const {
     Steps steps;
@@ -339,6 +344,7 @@ class FastSolver {
       steps.count = 1;
       steps.from[0] = no_recompute;
       steps.cost[0] = segment.cost;
+      steps.rising_floor = segment.keep_base - saved_prefix_[static_cast<size_t>(i)];
     } else {
       // At least every stage once; below what no recomputation needs, at
       // least one forward more; infinite below a floor or base memory.
@@ -347,6 +353,7 @@ class FastSolver {
       steps.cost[0] = segment.cost + segment.forward_min;
       steps.from[1] = no_recompute;
       steps.cost[1] = segment.cost;
+      steps.rising_floor = segment.base_max;
     }
     return steps;
   }
@@ -434,6 +441,7 @@ class FastSolver {
             left = mm[idx(i, j - 1)];
           } else {
             const Steps steps = LongSegment(i, j - 1, segment);
+            if (steps.rising_floor >= best) break;  // no later j can lower best
             left = steps.from[0];
           }
           best = std::min(best, std::max(right, left));
@@ -574,6 +582,7 @@ class FastSolver {
         // A long segment: its cost is a step function of memory, operands
         // with no array.
         const Steps steps = LongSegment(i, j - 1, segment);
+        if (steps.rising_floor >= hi) break;  // this and every later leaf infinite here
         for (int s = 0; s < steps.count; ++s) {
           const Operand b = {steps.from[s], steps.from[s], values_, steps.cost[s]};
           const int64_t begin = std::max({lo, a.begin, b.begin});
@@ -695,6 +704,7 @@ class FastSolver {
   int band_ = 0;
   std::vector<Cell> cells_;
   std::vector<int64_t> saved_prefix_;  // sum of xbar_{k+1} over stages k < index
+  std::vector<int64_t> base_need_;     // BaseMemory of every stage
   bool bounds_done_ = false;
   int64_t minimum_ = 0;
   std::vector<double> work_;           // per column, for progress
