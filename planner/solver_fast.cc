@@ -565,9 +565,10 @@ class FastSolver {
       int64_t begin;  // below it the candidate is infinite
       Operand a, b;
     };
-    thread_local std::vector<Leaf> leaves;
-    leaves.clear();
-    leaves.reserve(static_cast<size_t>(2 * (l - i)));
+    thread_local std::vector<Leaf> leaf_store;
+    if (leaf_store.size() < static_cast<size_t>(2 * (l - i))) leaf_store.resize(static_cast<size_t>(2 * (l - i)));
+    Leaf* const leaves = leaf_store.data();
+    size_t leaf_count = 0;
     double forward_sum = 0;
     Segment segment = Start(i);
     for (int j = i + 1; j <= l; ++j) {
@@ -577,7 +578,7 @@ class FastSolver {
       if (Stored(i, j - 1)) {
         const Operand b = View(i, j - 1, 0);
         const int64_t begin = std::max({lo, a.begin, b.begin});
-        if (begin < hi) leaves.push_back({forward_sum, begin, a, b});  // else infinite here
+        if (begin < hi) leaves[leaf_count++] = {forward_sum, begin, a, b};  // else infinite here
       } else {
         // A long segment: its cost is a step function of memory, operands
         // with no array.
@@ -586,7 +587,7 @@ class FastSolver {
         for (int s = 0; s < steps.count; ++s) {
           const Operand b = {steps.from[s], steps.from[s], values_, steps.cost[s]};
           const int64_t begin = std::max({lo, a.begin, b.begin});
-          if (begin < hi) leaves.push_back({forward_sum, begin, a, b});
+          if (begin < hi) leaves[leaf_count++] = {forward_sum, begin, a, b};
         }
       }
     }
@@ -601,12 +602,12 @@ class FastSolver {
       const int64_t m1 = std::min(hi, m0 + kBlock);
       const double ceiling = m0 > lo ? best[m0 - 1 - lo] + margin : kInfinity;
       const int64_t last = m1 - 1;
-      for (size_t n = 0; n < leaves.size(); ++n) {
+      for (size_t n = 0; n < leaf_count; ++n) {
         const Leaf& leaf = leaves[n];
         if (leaf.forward_sum + total - margin > ceiling) break;  // no later leaf either
         // The bound reads two scattered cells: fetch the next leaf's early,
         // and this leaf's for the next block.
-        if (n + 2 < leaves.size()) {
+        if (n + 2 < leaf_count) {
           const Leaf& ahead = leaves[n + 2];
           if (last >= ahead.a.begin && last < ahead.a.end) __builtin_prefetch(ahead.a.data + (last - ahead.a.begin));
           if (last >= ahead.b.begin && last < ahead.b.end) __builtin_prefetch(ahead.b.data + (last - ahead.b.begin));
