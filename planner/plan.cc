@@ -53,6 +53,11 @@ FixedMemory FixedMemoryFor(int64_t param_bytes, int64_t buffer_bytes, const std:
   return fixed;
 }
 
+double Plan::gap_bound_pct() const {
+  if (proven_optimal || lower_bound_ms <= 0) return 0;
+  return (time_ms - lower_bound_ms) / lower_bound_ms * 100.0;
+}
+
 double Plan::overhead_pct() const {
   if (no_recompute_ms <= 0) return 0;
   const double pct = (time_ms - no_recompute_ms) / no_recompute_ms * 100.0;
@@ -73,10 +78,20 @@ SlotGrid GridFor(int64_t chain_budget_bytes, int slots) {
   return {chain_budget_bytes / slots, slots};
 }
 
+// Feasibility with the solver the request's slot count picks (exact or
+// banded: their smallest memories differ).
 bool OptimalFeasible(const Chain& chain, int64_t chain_budget_bytes, int slots) {
   SlotGrid grid = GridFor(chain_budget_bytes, slots);
   if (grid.memory_slots < 0) return false;
-  return MinimumMemory(Discretize(chain, grid.slot_bytes)) <= grid.memory_slots;
+  const SolverMethod method = ChooseSolver(chain.length(), slots);
+  return SolverMinimumMemory(Discretize(chain, grid.slot_bytes), method) <= grid.memory_slots;
+}
+
+void CheckStageCount(const Chain& chain) {
+  if (chain.length() > kMaxStages) {
+    throw BadInput("the chain has " + std::to_string(chain.length()) + " stages; at most " +
+                   std::to_string(kMaxStages) + " are supported");
+  }
 }
 
 }  // namespace
@@ -159,44 +174,16 @@ ModuleExport ExportForPyTorch(const Chain& chain, const std::vector<int>& checkp
   return best;
 }
 
-double OptimalSolverBytesEstimate(int length, int slots) {
-  // Per cell (i, l) of the (L+1)^2 table: its bounds (about 64 bytes with
-  // the minimum-memory pass), and for the upper half a time per memory slot.
-  const double n = static_cast<double>(length) + 1;
-  return n * n * 64 + n * (n + 1) / 2 * (static_cast<double>(slots) + 1) * sizeof(double);
-}
-
-void CheckOptimalSolverScale(int length, int slots, double memory_bytes) {
-  if (length > kMaxOptimalStages) {
-    throw BadInput("the chain has " + std::to_string(length) + " stages; the optimal solver takes at most " +
-                   std::to_string(kMaxOptimalStages));
-  }
-  if (memory_bytes <= 0) {
-    const long pages = ::sysconf(_SC_PHYS_PAGES), page_bytes = ::sysconf(_SC_PAGE_SIZE);
-    if (pages <= 0 || page_bytes <= 0) return;
-    memory_bytes = static_cast<double>(pages) * static_cast<double>(page_bytes);
-  }
-  const double need = OptimalSolverBytesEstimate(length, slots);
-  if (need > memory_bytes) {
-    auto text = [](double bytes) {
-      return bytes >= 9e18 ? std::string("more than 8 EiB") : FormatBytes(static_cast<int64_t>(bytes));
-    };
-    throw BadInput("the optimal solver would need up to " + text(need) + " for " + std::to_string(length) +
-                   " stages at " + std::to_string(slots) + " slots, more than this machine's " + text(memory_bytes) +
-                   " of memory; use fewer --slots or a chain of fewer stages");
-  }
-}
-
 bool OptimalBudgetFeasible(const Chain& chain, const FixedMemory& fixed, int64_t budget_bytes, int slots) {
-  CheckOptimalSolverScale(chain.length(), slots);
+  CheckStageCount(chain);
   return OptimalFeasible(chain, budget_bytes - fixed.total(), slots);
 }
 
 int64_t MinimumOptimalBudget(const Chain& chain, const FixedMemory& fixed, int slots) {
-  CheckOptimalSolverScale(chain.length(), slots);
   // Exact sizes give a lower bound; rounding to slots only adds. Search up
   // from it for the first feasible budget (to 0.01%).
-  int64_t lower = MinimumMemory(Discretize(chain, 1));
+  CheckStageCount(chain);
+  int64_t lower = SolverMinimumMemory(Discretize(chain, 1), ChooseSolver(chain.length(), slots));
   if (OptimalFeasible(chain, lower, slots)) return fixed.total() + lower;
   int64_t upper = lower;
   int64_t step = std::max<int64_t>(lower / 64, 1);
@@ -253,6 +240,7 @@ Plan MakePlan(const Chain& chain, const FixedMemory& fixed, const PlanRequest& r
     plan.time_ms = plan.simulation.time_ms;
     plan.peak_bytes = fixed.total() + plan.simulation.peak_bytes;
     plan.min_budget_bytes = plan.peak_bytes;
+    plan.min_budget_lower_bytes = plan.min_budget_bytes;
     plan.feasible = plan.peak_bytes <= request.budget_bytes;
     plan.checkpointed_stages = CheckpointedStages(plan.schedule, length);
     plan.pytorch = ExportForPyTorch(chain, plan.checkpointed_stages);
@@ -260,13 +248,28 @@ Plan MakePlan(const Chain& chain, const FixedMemory& fixed, const PlanRequest& r
   }
 
   plan.slots = request.slots;
-  CheckOptimalSolverScale(length, request.slots);
-  plan.min_budget_bytes = MinimumOptimalBudget(chain, fixed, request.slots);
+  CheckStageCount(chain);
   SlotGrid grid = GridFor(chain_budget, request.slots);
   plan.slot_bytes = grid.slot_bytes;
+  DiscreteChain discrete = Discretize(chain, std::max<int64_t>(grid.slot_bytes, 1));
+  // Refuse a table that cannot fit before any other work (throws BadInput).
+  if (grid.memory_slots >= 0) CheckSolverFits(discrete, grid.memory_slots);
+  plan.min_budget_bytes = MinimumOptimalBudget(chain, fixed, request.slots);
+  plan.min_budget_lower_bytes = plan.min_budget_bytes;
+  if (ChooseSolver(chain.length(), request.slots) == SolverMethod::kBanded) {
+    // Sizes in bytes: rounding to slots only adds.
+    plan.min_budget_lower_bytes =
+        std::min(plan.min_budget_bytes, fixed.total() + MinimumMemoryLowerBound(Discretize(chain, 1)));
+  }
   if (grid.memory_slots < 0) return plan;
-  DiscreteChain discrete = Discretize(chain, grid.slot_bytes);
-  OptimalSolution solution = SolveOptimal(discrete, grid.memory_slots, request.threads);
+  SolverOptions options;
+  options.threads = request.threads;
+  options.progress = request.progress;
+  OptimalSolution solution = SolveChain(discrete, grid.memory_slots, options);
+  plan.solver = solution.band > 0 ? "banded" : "exact";
+  plan.band = solution.band;
+  plan.proven_optimal = solution.proven_optimal;
+  plan.lower_bound_ms = solution.lower_bound_ms;
   if (request.sweep) {
     for (size_t m = 0; m < solution.curve_ms.size(); ++m) {
       if (solution.curve_ms[m] < kInfinity) {
@@ -359,6 +362,14 @@ nlohmann::json PlanToJson(const Plan& plan, const Chain& chain, const nlohmann::
   if (plan.algorithm == Algorithm::kOptimal) {
     doc["slots"] = plan.slots;
     doc["slot_bytes"] = plan.slot_bytes;
+    nlohmann::json solver = {{"method", plan.solver}, {"proven_optimal", plan.proven_optimal}};
+    if (plan.band > 0) {
+      solver["band"] = plan.band;
+      solver["lower_bound_ms"] = plan.lower_bound_ms;
+      solver["gap_bound_pct"] = plan.gap_bound_pct();
+      solver["min_budget_lower_bytes"] = plan.min_budget_lower_bytes;
+    }
+    doc["solver"] = solver;
   }
   if (plan.every_n > 0) doc["every_n"] = plan.every_n;
   return doc;

@@ -53,18 +53,26 @@ int64_t BaseMemory(const DiscreteChain& c, int i) {
 }
 
 int64_t MinimumMemory(const DiscreteChain& c) {
+  // By growing l, and i down from l: mm(i, l) reads mm(j, l) (this column)
+  // and mm(i, j - 1) (stored by rows in `row`, one after another).
   const int n = c.length + 1;
-  std::vector<int64_t> mm(static_cast<size_t>(n) * n, 0);
-  auto at = [&](int i, int l) -> int64_t& { return mm[static_cast<size_t>(i) * n + l]; };
-  for (int i = 0; i < n; ++i) at(i, i) = BaseNeed(c, i);
-  for (int d = 1; d < n; ++d) {
-    for (int i = 0; i + d < n; ++i) {
-      const int l = i + d;
-      int64_t best = std::max(BaseNeed(c, i), c.xbar[static_cast<size_t>(i) + 1] + at(i + 1, l));
+  std::vector<int64_t> row(static_cast<size_t>(n) * n, 0);   // row[i * n + l] = mm(i, l)
+  auto at = [&](int i, int l) -> int64_t& { return row[static_cast<size_t>(i) * n + l]; };
+  std::vector<int64_t> column(static_cast<size_t>(n), 0);    // mm(j, l) for the current l
+  for (int l = 0; l < n; ++l) {
+    at(l, l) = column[static_cast<size_t>(l)] = BaseNeed(c, l);
+    // The floor of (i, l) as i goes down: x_{l+1} + max(x_{i+1} + fwd_tmp_i, max_{i<k<l} ...).
+    int64_t inner = 0;  // max over i < k < l
+    for (int i = l - 1; i >= 0; --i) {
+      const size_t u = static_cast<size_t>(i);
+      if (i + 1 < l) inner = std::max(inner, c.x[u + 1] + c.x[u + 2] + c.fwd_tmp[u + 1]);
+      const int64_t floor = c.x[static_cast<size_t>(l) + 1] + std::max(c.x[u + 1] + c.fwd_tmp[u], inner);
+      int64_t best = std::max(BaseNeed(c, i), c.xbar[u + 1] + column[u + 1]);
+      const int64_t* left = &row[u * n];
       for (int j = i + 1; j <= l; ++j) {
-        best = std::min(best, std::max(c.x[static_cast<size_t>(j)] + at(j, l), at(i, j - 1)));
+        best = std::min(best, std::max(c.x[static_cast<size_t>(j)] + column[static_cast<size_t>(j)], left[j - 1]));
       }
-      at(i, l) = std::max(FloorNeed(c, i, l), best);
+      at(i, l) = column[u] = std::max(floor, best);
     }
   }
   return c.x[0] + at(0, c.length);

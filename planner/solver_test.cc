@@ -237,3 +237,96 @@ TEST_CASE("the fast solver gives the reference's optimum to the last digit, its 
     }
   }
 }
+
+TEST_CASE("the banded solver brackets the exact optimum, its plan costs what it says, and is exact when the band covers the chain") {
+  int proven = 0, cases = 0;
+  for (uint32_t seed = 0; seed < 24; ++seed) {
+    const int length = 12 + static_cast<int>(seed % 5) * 9;
+    Chain chain = testing::RandomChain(length, 5000 + seed);
+    if (seed % 6 == 5) {
+      for (size_t k = 0; k < chain.stages.size(); k += 4) chain.stages[k].fwd_ms = 0;
+    }
+    const int64_t slot = 300000 + 41000 * seed;
+    DiscreteChain c = Discretize(chain, slot);
+    const int64_t low = MinimumMemory(c), high = NoRecomputeMemory(c);
+    for (int64_t memory : {low, low + (high - low) / 8, (low + high) / 2, high + 3}) {
+      OptimalSolution exact = SolveOptimal(c, memory, 1);
+      for (int band : {2, 4, 8}) {
+        CAPTURE(seed);
+        CAPTURE(memory);
+        CAPTURE(band);
+        OptimalSolution banded = SolveBanded(c, memory, band);
+        ++cases;
+        CHECK(banded.band == band);
+        // The lower bound is below the optimum, the plan above it.
+        CHECK(banded.lower_bound_ms <= exact.time_ms * (1 + 1e-12));
+        if (!banded.feasible) continue;
+        REQUIRE(exact.feasible);
+        CHECK(banded.time_ms >= exact.time_ms * (1 - 1e-12));
+        CHECK(banded.lower_bound_ms <= banded.time_ms);
+        if (banded.proven_optimal) {
+          ++proven;
+          CHECK(banded.time_ms == doctest::Approx(exact.time_ms).epsilon(1e-12));
+        }
+        // The plan is a schedule of the chain that fits the memory.
+        SimulationResult r = Simulate(chain, banded.schedule);
+        CHECK(r.time_ms == doctest::Approx(banded.time_ms).epsilon(1e-12));
+        CHECK(r.peak_bytes <= memory * slot);
+      }
+      // A band longer than the chain is the exact solver.
+      OptimalSolution wide = SolveBanded(c, memory, length + 1);
+      CHECK(wide.band == 0);
+      CHECK(wide.proven_optimal);
+      CHECK(wide.time_ms == exact.time_ms);
+      CHECK(wide.schedule == exact.schedule);
+    }
+  }
+  CHECK(cases > 200);
+  CHECK(proven > cases / 4);
+}
+
+TEST_CASE("on chains of a few hundred stages the CLI's solver is the reference, and the banded one brackets it") {
+  struct Case {
+    int length;
+    int64_t slots;
+  };
+  for (const Case& test : {Case{150, 200}, Case{300, 60}}) {
+    Chain chain = testing::RandomChain(test.length, 7000 + static_cast<uint32_t>(test.length));
+    DiscreteChain bytes = Discretize(chain, 1);
+    const int64_t budget = (MinimumMemory(bytes) + NoRecomputeMemory(bytes)) / 2;
+    DiscreteChain c = Discretize(chain, budget / test.slots);
+    CAPTURE(test.length);
+    REQUIRE(ChooseSolver(test.length, test.slots) == SolverMethod::kExact);
+    OptimalSolution reference = SolveOptimalReference(c, test.slots);
+    REQUIRE(reference.feasible);
+    OptimalSolution chosen = SolveChain(c, test.slots);
+    CHECK(chosen.time_ms == reference.time_ms);  // bitwise
+    CHECK(chosen.schedule == reference.schedule);
+    CHECK(chosen.proven_optimal);
+    OptimalSolution banded = SolveBanded(c, test.slots, kDefaultBand);
+    REQUIRE(banded.feasible);
+    CHECK(banded.lower_bound_ms <= reference.time_ms * (1 + 1e-12));
+    CHECK(banded.time_ms >= reference.time_ms * (1 - 1e-12));
+    if (banded.proven_optimal) CHECK(banded.time_ms == doctest::Approx(reference.time_ms).epsilon(1e-12));
+    CHECK(Simulate(chain, banded.schedule).peak_bytes <= test.slots * (budget / test.slots));
+  }
+}
+
+TEST_CASE("the banded lower program's smallest memory bounds the exact one from below") {
+  for (uint32_t seed = 0; seed < 12; ++seed) {
+    const int length = 20 + static_cast<int>(seed) * 13;
+    Chain chain = testing::RandomChain(length, 8100 + seed);
+    DiscreteChain c = Discretize(chain, 200000 + 30000 * seed);
+    const int64_t exact = MinimumMemory(c);  // chain input included
+    CAPTURE(seed);
+    for (int band : {2, 8, kDefaultBand}) {
+      const int64_t lower = MinimumMemoryLowerBound(c, band);
+      CHECK(lower <= exact);
+      CHECK(lower > 0);
+    }
+    // A band covering the chain is the exact recurrence; the banded
+    // solver's own minimum is above the exact one.
+    CHECK(MinimumMemoryLowerBound(c, length + 1) == exact);
+    CHECK(SolverMinimumMemory(c, SolverMethod::kBanded) >= exact);
+  }
+}

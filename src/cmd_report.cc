@@ -51,8 +51,12 @@ int RunReport(const ReportOptions& o) {
   ByteQuantity budget;
   if (!o.budget.empty()) budget = ParseBytes(o.budget);
   PlannerInput in = LoadPlannerInput(o.input, o.optimizer);
-  Report report = MakeReport(in, o.input, budget.bytes, o.budget.empty() ? UnitStyle::kBinary : budget.style, o.slots,
-                             o.every, o.runs);
+  Report report;
+  {
+    ProgressBar bar(Format("planning %d stages", in.chain.length()), StderrIsTerminal(), ProgressDelaySeconds());
+    report = MakeReport(in, o.input, budget.bytes, o.budget.empty() ? UnitStyle::kBinary : budget.style, o.slots,
+                        o.every, o.runs, [&bar](double fraction) { bar.Update(fraction); });
+  }
   std::string text = format == "md" ? ReportMarkdown(report)
                      : format == "json" ? ReportJson(report).dump(2) + "\n"
                                         : ReportHtml(report);

@@ -110,7 +110,13 @@ int RunSolve(const SolveOptions& o) {
                        o.budget.c_str(), DescribeFixed(in.fixed, budget.style).c_str(), what.c_str(),
                        FormatBytesCompact(minimum, budget.style).c_str()));
   }
-  Plan plan = MakePlan(in.chain, in.fixed, request);
+  Plan plan;
+  {
+    ProgressBar bar(Format("solving %d stages", in.chain.length()), StderrIsTerminal(), ProgressDelaySeconds());
+    request.progress = [&bar](double fraction) { bar.Update(fraction); };
+    plan = MakePlan(in.chain, in.fixed, request);
+    request.progress = nullptr;
+  }
   if (!plan.feasible) {
     std::string minimum = PrintableMinimum(plan.min_budget_bytes, budget.style, [&](int64_t value) {
       PlanRequest check = request;
@@ -121,8 +127,13 @@ int RunSolve(const SolveOptions& o) {
     });
     std::string algo = request.algorithm == Algorithm::kOptimal ? Format("optimal, %d slots", o.slots)
                                                                 : AlgorithmName(request.algorithm);
-    throw Error(ExitCode::kInfeasible, Format("budget %s is below the minimum %s for this %s (%s)", o.budget.c_str(),
-                                              minimum.c_str(), what.c_str(), algo.c_str()));
+    std::string banded;
+    if (request.algorithm == Algorithm::kOptimal && plan.min_budget_lower_bytes < plan.min_budget_bytes) {
+      banded = Format("; that is the banded solver's minimum (%d stages): the exact one is at least %s",
+                      in.chain.length(), FormatBytes(plan.min_budget_lower_bytes, budget.style, true).c_str());
+    }
+    throw Error(ExitCode::kInfeasible, Format("budget %s is below the minimum %s for this %s (%s)%s", o.budget.c_str(),
+                                              minimum.c_str(), what.c_str(), algo.c_str(), banded.c_str()));
   }
 
   // What a person reads.
@@ -135,8 +146,20 @@ int RunSolve(const SolveOptions& o) {
   std::fprintf(human, "%s plan: peak %s, step %s (%+.1f%% over no checkpointing), %zu of %d stages recomputed\n",
                AlgorithmName(plan.algorithm), FormatBytes(plan.peak_bytes, budget.style).c_str(), Ms(plan.time_ms).c_str(),
                plan.overhead_pct(), plan.checkpointed_stages.size(), in.chain.length());
-  std::fprintf(human, "smallest feasible budget (%s): %s\n", AlgorithmName(plan.algorithm),
+  if (plan.algorithm == Algorithm::kOptimal && !plan.proven_optimal) {
+    std::fprintf(human,
+                 "banded solver (%d stages, band %d): within %.3f%% of the optimum (proven lower bound %s)\n",
+                 in.chain.length(), plan.band, plan.gap_bound_pct(), Ms(plan.lower_bound_ms).c_str());
+  } else if (plan.algorithm == Algorithm::kOptimal && plan.band > 0) {
+    std::fprintf(human, "banded solver (%d stages, band %d): proven optimal\n", in.chain.length(), plan.band);
+  }
+  std::fprintf(human, "smallest feasible budget (%s): %s", AlgorithmName(plan.algorithm),
                FormatBytes(plan.min_budget_bytes, budget.style, true).c_str());
+  if (plan.algorithm == Algorithm::kOptimal && plan.min_budget_lower_bytes < plan.min_budget_bytes) {
+    std::fprintf(human, " (banded solver; the exact one is at least %s)",
+                 FormatBytes(plan.min_budget_lower_bytes, budget.style, true).c_str());
+  }
+  std::fprintf(human, "\n");
 
   std::vector<std::vector<std::string>> rows = {{"strategy", "peak", "step", "overhead", "fits"}};
   auto add_row = [&](const std::string& name, const Plan& p) {

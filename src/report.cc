@@ -306,7 +306,8 @@ RunPoint ReadRunPoint(const std::string& file) {
 }  // namespace
 
 Report MakeReport(const PlannerInput& input, const std::string& source, int64_t budget_bytes, UnitStyle style,
-                  int slots, const std::vector<int>& every_n, const std::vector<std::string>& run_files) {
+                  int slots, const std::vector<int>& every_n, const std::vector<std::string>& run_files,
+                  const std::function<void(double)>& progress) {
   Report r;
   r.source = source;
   const nlohmann::json& model = input.profile.model;
@@ -334,6 +335,8 @@ Report MakeReport(const PlannerInput& input, const std::string& source, int64_t 
   sweep.budget_bytes = std::max(none.peak_bytes, budget_bytes);
   sweep.slots = slots;
   sweep.sweep = true;
+  // The sweep is the first half of the work, the chosen plan the second.
+  if (progress) sweep.progress = [&progress](double f) { progress(0.5 * f); };
   Plan top = MakePlan(input.chain, input.fixed, sweep);
   const int64_t minimum = top.min_budget_bytes;
   // Without a budget: halfway between the smallest feasible one and no
@@ -361,6 +364,7 @@ Report MakeReport(const PlannerInput& input, const std::string& source, int64_t 
   PlanRequest chosen;
   chosen.budget_bytes = r.budget_bytes;
   chosen.slots = slots;
+  if (progress) chosen.progress = [&progress](double f) { progress(0.5 + 0.5 * f); };
   r.chosen = MakePlan(input.chain, input.fixed, chosen);
   // Sizes round up to slots of budget/slots: a budget the report chose may
   // miss by a slot; it then takes a little more.

@@ -3,6 +3,7 @@
 // compared, as self-contained HTML (inline SVG, no JavaScript), Markdown or
 // JSON. Torch-free: a writer of planner values.
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -49,9 +50,11 @@ struct Report {
 
 /// Sweeps the budgets (one DP gives the whole optimal curve) and plans every
 /// strategy. `budget_bytes` 0: halfway between the smallest feasible budget
-/// and the no-checkpointing peak.
+/// and the no-checkpointing peak. `progress` (may be empty) hears the
+/// fraction done of its two optimal solves.
 Report MakeReport(const PlannerInput& input, const std::string& source, int64_t budget_bytes, UnitStyle style,
-                  int slots, const std::vector<int>& every_n, const std::vector<std::string>& run_files);
+                  int slots, const std::vector<int>& every_n, const std::vector<std::string>& run_files,
+                  const std::function<void(double)>& progress = nullptr);
 
 std::string ReportHtml(const Report& report);
 std::string ReportMarkdown(const Report& report);

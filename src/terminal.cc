@@ -3,8 +3,10 @@
 #include "ckplan/planner/json_io.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdarg>
 #include <cstdio>
+#include <cstdlib>
 #include <unistd.h>
 
 namespace ckplan {
@@ -52,5 +54,50 @@ void EmitOutput(const std::string& path, const std::string& text, FILE* human) {
 }
 
 bool StderrIsTerminal() { return ::isatty(2) == 1; }
+
+namespace {
+double NowSeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+ProgressBar::ProgressBar(std::string label, bool enabled, double show_after_s)
+    : label_(std::move(label)), enabled_(enabled), start_s_(NowSeconds()), show_after_s_(show_after_s) {}
+
+ProgressBar::~ProgressBar() { Done(); }
+
+void ProgressBar::Update(double fraction) {
+  if (!enabled_) return;
+  std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
+  if (!lock.owns_lock()) return;
+  const int percent = static_cast<int>(std::clamp(fraction, 0.0, 1.0) * 100);
+  const double now = NowSeconds();
+  if (now - start_s_ < show_after_s_) return;
+  if (percent <= last_percent_ || (drawn_ && now - last_draw_s_ < 0.1)) return;
+  constexpr int kWidth = 30;
+  const int filled = percent * kWidth / 100;
+  std::fprintf(stderr, "\r%s [%s%s] %3d%%", label_.c_str(), std::string(static_cast<size_t>(filled), '#').c_str(),
+               std::string(static_cast<size_t>(kWidth - filled), '.').c_str(), percent);
+  std::fflush(stderr);
+  drawn_ = true;
+  last_draw_s_ = now;
+  last_percent_ = percent;
+}
+
+void ProgressBar::Done() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!drawn_) return;
+  std::fprintf(stderr, "\r\033[K");
+  std::fflush(stderr);
+  drawn_ = false;
+}
+
+double ProgressDelaySeconds() {
+  const char* text = std::getenv("CKPLAN_PROGRESS_AFTER_S");
+  if (text == nullptr || *text == '\0') return 0.5;
+  char* end = nullptr;
+  const double seconds = std::strtod(text, &end);
+  return *end == '\0' && seconds >= 0 ? seconds : 0.5;
+}
 
 }  // namespace ckplan

@@ -210,3 +210,56 @@ TEST_CASE("--chain-out writes the chain a profile is cut into, and solve reads i
   CommandResult again = RunCkplan("solve " + dir + "/chain.json --budget 8MiB", dir);
   CHECK(again.exit_code == 0);
 }
+
+TEST_CASE("the progress bar shows on a terminal only") {
+  std::string dir = TempDir();
+  std::string chain = dir + "/chain.json";
+  WriteText(chain, ChainToJson(RandomChain(600, 11)).dump());
+  // No delay before the bar shows, so that even this short solve would draw it.
+  const std::string solve = std::string("CKPLAN_PROGRESS_AFTER_S=0 ") + CKPLAN_BINARY + " solve " + chain +
+                            " --budget 20GB --slots 300 -o " + dir + "/plan.json";
+  // stderr to a file: no bar, not even an erased one.
+  REQUIRE(std::system((solve + " >" + dir + "/out.txt 2>" + dir + "/err.txt </dev/null").c_str()) == 0);
+  const std::string err = ReadAll(dir + "/err.txt");
+  CHECK(err.find('\r') == std::string::npos);
+  CHECK(err.find("solving") == std::string::npos);
+  // The same command on a terminal (script(1) gives it one) draws it.
+  if (std::system("command -v script >/dev/null 2>&1") != 0) {
+    MESSAGE("script(1) not found: the terminal half is skipped");
+    return;
+  }
+  const std::string on_terminal = "script -qec '" + solve + "' /dev/null </dev/null >" + dir + "/tty.txt 2>&1";
+  REQUIRE(std::system(on_terminal.c_str()) == 0);
+  CHECK(ReadAll(dir + "/tty.txt").find("\rsolving 600 stages [") != std::string::npos);
+  // report too.
+  const std::string report = std::string("CKPLAN_PROGRESS_AFTER_S=0 ") + CKPLAN_BINARY + " report " + chain +
+                             " --slots 300 -o " + dir + "/report.md";
+  REQUIRE(std::system((report + " >/dev/null 2>" + dir + "/report_err.txt </dev/null").c_str()) == 0);
+  CHECK(ReadAll(dir + "/report_err.txt").find('\r') == std::string::npos);
+  REQUIRE(std::system(("script -qec '" + report + "' /dev/null </dev/null >" + dir + "/report_tty.txt 2>&1").c_str()) == 0);
+  CHECK(ReadAll(dir + "/report_tty.txt").find("\rplanning 600 stages [") != std::string::npos);
+}
+
+TEST_CASE("a solver table that cannot fit in memory is refused up front, with the figure, exit 2") {
+  std::string dir = TempDir();
+  std::string chain = dir + "/chain.json";
+  WriteText(chain, ChainToJson(RandomChain(10000, 12)).dump());
+  CommandResult r = RunCkplan("solve " + chain + " --budget 300GB --slots 100000 -o " + dir + "/plan.json", dir);
+  CAPTURE(r.err);
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("ckplan: error: the solver's table for 10000 stages at 100000 memory slots needs ") !=
+        std::string::npos);
+  CHECK(r.err.find("GB, above the limit of 3.22 GB") != std::string::npos);
+  CHECK_FALSE(FileExists(dir + "/plan.json"));
+}
+
+TEST_CASE("below the banded solver's minimum, the message also gives a proven lower bound on the exact one") {
+  std::string dir = TempDir();
+  std::string chain = dir + "/chain.json";
+  WriteText(chain, ChainToJson(RandomChain(600, 13)).dump());
+  CommandResult r = RunCkplan("solve " + chain + " --budget 1MB -o " + dir + "/plan.json", dir);
+  CAPTURE(r.err);
+  CHECK(r.exit_code == 3);
+  CHECK(r.err.find("that is the banded solver's minimum (600 stages): the exact one is at least ") !=
+        std::string::npos);
+}

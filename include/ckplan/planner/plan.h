@@ -3,6 +3,7 @@
 /// contract (`ckplan.plan/1`).
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,8 @@ struct PlanRequest {
   int every_n = 2;        ///< for kEveryN
   int threads = 1;
   bool sweep = false;     ///< keep the optimal memory/time curve
+  /// Called with the solver's fraction done (0..1); may be empty.
+  std::function<void(double)> progress = nullptr;
 };
 
 struct CurvePoint {
@@ -85,6 +88,19 @@ struct Plan {
   double no_recompute_ms = 0;
   int64_t peak_bytes = 0;              ///< predicted peak of the whole step
   std::vector<CurvePoint> curve;       ///< optimal with sweep: finite points
+  /// Optimal only: "exact" (the whole table) or "banded" (long chains); for
+  /// banded, a proven lower bound on the optimum and whether the plan is it.
+  std::string solver;
+  int band = 0;
+  double lower_bound_ms = 0;
+  /// Banded: a proven lower bound on the smallest budget of the exact
+  /// recurrence (min_budget_bytes is the banded solver's own); else equal
+  /// to min_budget_bytes.
+  int64_t min_budget_lower_bytes = 0;
+  bool proven_optimal = true;
+  /// How much slower than the optimum the plan can be, at most, in percent
+  /// of the lower bound: 0 when proven optimal.
+  double gap_bound_pct() const;
   ModuleExport pytorch;                ///< what apply_plan() in Python does
   double overhead_pct() const;
 };
@@ -96,20 +112,6 @@ struct Plan {
 /// min_budget_bytes says what would work.
 Plan MakePlan(const Chain& chain, const FixedMemory& fixed, const PlanRequest& request);
 
-/// The most stages the optimal solver takes.
-inline constexpr int kMaxOptimalStages = 32000;
-
-/// Bytes the optimal solver may need for a chain of `length` stages at
-/// `slots` slots: an upper bound (the tables it allocates are within about
-/// twice less), computed without allocating anything.
-double OptimalSolverBytesEstimate(int length, int slots);
-
-/// Refuses (BadInput, with the figures) what the optimal solver cannot do
-/// here: more than kMaxOptimalStages stages, or an estimate above
-/// `memory_bytes` (by default this machine's physical memory). Called by
-/// MakePlan, OptimalBudgetFeasible and MinimumOptimalBudget before they
-/// allocate; callers may call it earlier, before other long work.
-void CheckOptimalSolverScale(int length, int slots, double memory_bytes = 0);
 
 /// Whether the optimal algorithm with `slots` slots finds a plan within
 /// `budget_bytes` (whole step): the feasibility check alone, no DP table.
