@@ -53,6 +53,8 @@ class ModulePaths {
   }
 
   std::string PathOf(const Node* node) const {
+    std::string exported = ExportModulePath(node);
+    if (!exported.empty()) return exported;
     auto callstack = node->callstack();
     if (!callstack) return "";
     std::vector<torch::jit::InlinedCallStackEntry> entries = (*callstack)->vec();
@@ -235,9 +237,10 @@ torch::jit::Module LoadModel(const std::string& path) {
     char magic[2] = {0, 0};
     probe.read(magic, 2);
     if (magic[0] != 'P' || magic[1] != 'K') {
-      throw BadInput(path + ": not a TorchScript archive (expected a zip file from torch.jit.save)");
+      throw BadInput(path + ": not a model archive (expected a zip file from torch.jit.save or torch.export.save)");
     }
   }
+  if (IsExportArchive(path)) return LoadExportedProgram(path);
   try {
     torch::jit::Module module = torch::jit::load(path);
     return module;

@@ -77,6 +77,14 @@ void CollectTensors(const c10::IValue& value, std::vector<at::Tensor>* out);
 /// PyTorch (with both versions).
 torch::jit::Module LoadModel(const std::string& path);
 
+/// Whether `path` is a torch.export archive (`.pt2`, from torch.export.save).
+bool IsExportArchive(const std::string& path);
+/// A torch.export archive as a module whose forward graph holds its ATen
+/// ops, each tagged with its module path (profiler/pt2_model.cc).
+torch::jit::Module LoadExportedProgram(const std::string& path);
+/// The module path a node of an exported program was tagged with, or "".
+std::string ExportModulePath(const torch::jit::Node* node);
+
 /// Inputs from specs: float ones from a normal distribution (or uniform in
 /// LO..HI), integer ones uniform in [LO, HI). Seeded: the same every run.
 std::vector<at::Tensor> MakeInputs(const std::vector<InputSpec>& specs, uint64_t seed);

@@ -6,6 +6,10 @@ torch.utils.checkpoint, and undo it.
     ...
     ckplan_torch.remove_plan(model)
 
+and exports a model for `ckplan profile model.pt2` (torch.export, training IR):
+
+    ckplan_torch.export(model, (x,), "model.pt2")
+
 The plan (``ckplan.plan/1``, from ``ckplan solve`` on a profile of the model)
 lists ``checkpoint_modules``: module paths as in ``model.named_modules()``.
 Each is checkpointed on its own: its forward keeps only its inputs and is run
@@ -20,7 +24,7 @@ import json
 import torch
 import torch.utils.checkpoint
 
-__all__ = ["apply_plan", "remove_plan", "load_plan", "checkpointed_modules"]
+__all__ = ["apply_plan", "remove_plan", "load_plan", "checkpointed_modules", "export", "ExportError"]
 
 _ORIGINAL_FORWARD = "_ckplan_original_forward"
 
@@ -98,3 +102,51 @@ def remove_plan(model):
 def checkpointed_modules(model):
     """Paths of the modules currently wrapped."""
     return [path for path, module in model.named_modules() if _ORIGINAL_FORWARD in module.__dict__]
+
+
+class ExportError(RuntimeError):
+    """torch.export could not export the model: PyTorch's reason is in the message."""
+
+
+def export(model, example_inputs, path, dynamic_batch=True):
+    """Exports ``model`` in train mode for ckplan: ``torch.export.export``
+    (non-strict, the training IR: ATen ops with autograd, dropout and batch
+    norm as in training), the first dimension of every input marked dynamic
+    when ``dynamic_batch`` (one file profiles at any batch size), saved with
+    ``torch.export.save`` and loaded back to check the round trip. Returns
+    the ExportedProgram. Raises ExportError with PyTorch's reason.
+    """
+    if not isinstance(example_inputs, tuple):
+        example_inputs = (example_inputs,)
+    if not all(isinstance(x, torch.Tensor) for x in example_inputs):
+        raise ExportError("ckplan exports models whose inputs are tensors; got "
+                          + ", ".join(type(x).__name__ for x in example_inputs))
+    was_training = model.training
+    model.train()
+    dynamic_shapes = None
+    if dynamic_batch:
+        batch = torch.export.Dim("batch", min=1, max=1 << 20)
+        dynamic_shapes = tuple({0: batch} if x.dim() > 0 else None for x in example_inputs)
+    try:
+        try:
+            program = torch.export.export(model, example_inputs, dynamic_shapes=dynamic_shapes, strict=False)
+        except Exception as error:  # noqa: BLE001 - PyTorch raises many kinds
+            if dynamic_shapes is None:
+                raise
+            # A model whose code fixes the batch size (a reshape to a
+            # constant): export it with static shapes, and say so.
+            import warnings
+            warnings.warn(f"ckplan_torch.export: the batch dimension cannot be dynamic "
+                          f"({str(error).splitlines()[0][:200]}); exported with the example's batch size")
+            program = torch.export.export(model, example_inputs, strict=False)
+    except Exception as error:  # noqa: BLE001
+        raise ExportError(f"torch.export could not export {type(model).__name__}: "
+                          f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
+                          ) from error
+    finally:
+        model.train(was_training)
+    torch.export.save(program, path)
+    loaded = torch.export.load(path)
+    if len(loaded.graph.nodes) != len(program.graph.nodes):
+        raise ExportError(f"{path}: the saved program does not load back as it was saved")
+    return program

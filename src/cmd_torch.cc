@@ -107,11 +107,12 @@ void AddProfileCommand(CLI::App& app, Action* action) {
   auto o = std::make_shared<ProfileCommandOptions>();
   CLI::App* cmd = app.add_subcommand(
       "profile",
-      "Measure a TorchScript model: for every op of the forward graph, its module path, tensors,\n"
+      "Measure a model: for every op of the forward graph, its module path, tensors,\n"
       "the bytes it keeps for backward and its forward/backward time, from real passes on the CPU\n"
       "(or a GPU with --device cuda).\n"
-      "MODEL is a file from torch.jit.trace(model, example).save(path), saved in train mode.");
-  cmd->add_option("model", o->model, "TorchScript model file")->required();
+      "MODEL is a .pt2 from torch.export (ckplan_torch.export(model, inputs, \"model.pt2\"): train mode,\n"
+      "dynamic batch) or a TorchScript file from torch.jit.trace(model, example).save(path) in train mode.");
+  cmd->add_option("model", o->model, "model file: .pt2 (torch.export) or TorchScript")->required();
   cmd->add_option("-i,--input", o->inputs,
                   "one per model input, in order: SHAPE[:DTYPE[:LO..HI]], e.g. 8x3x224x224 or 4x1024:int64:0..50257\n"
                   "(float inputs ~ normal(0,1); integers uniform in [LO, HI), default 0..2; fixed seed)")
@@ -187,7 +188,7 @@ void AddRunCommand(CLI::App& app, Action* action) {
       "stages recomputed in backward) and without checkpointing, with the plan's optimizer, and compare\n"
       "measured peak memory, time and gradients with the prediction. Exit code 4 unless the verdict is ok\n"
       "(peak within budget, gradients equal, predicted peak within 5%).");
-  cmd->add_option("model", o->model, "the TorchScript model the plan was made for")->required();
+  cmd->add_option("model", o->model, "the model (.pt2 or TorchScript) the plan was made for")->required();
   cmd->add_option("-p,--plan", o->plan, "plan JSON from `ckplan solve` on this model's profile")->required();
   cmd->add_option("-o,--output", o->output, "write the run report JSON here; - for stdout");
   cmd->add_option("--steps", o->steps, "measured steps per mode, after a warm-up")->capture_default_str();

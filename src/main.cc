@@ -17,7 +17,7 @@
 int main(int argc, char** argv) {
   CLI::App app{
       "ckplan: gradient checkpointing planner.\n"
-      "  profile  measure per-op activation sizes and times of a TorchScript model\n"
+      "  profile  measure per-op activation sizes and times of a model (.pt2 from torch.export, or TorchScript)\n"
       "  solve    find the checkpoint schedule with the least recomputation under a budget\n"
       "  run      run a real training step under a plan and check it\n"
       "  report   compare strategies over budgets: HTML with figures, Markdown or JSON\n"

@@ -18,7 +18,12 @@ using namespace ckplan;
 
 namespace {
 
-std::string ModelPath(const std::string& name) { return std::string(CKPLAN_TEST_MODELS) + "/" + name + ".pt"; }
+// "gpt2" is the TorchScript file, "gpt2.pt2" the same model through torch.export.
+bool Exported(const std::string& name) { return name.size() > 4 && name.substr(name.size() - 4) == ".pt2"; }
+std::string BaseName(const std::string& name) { return Exported(name) ? name.substr(0, name.size() - 4) : name; }
+std::string ModelPath(const std::string& name) {
+  return std::string(CKPLAN_TEST_MODELS) + "/" + name + (Exported(name) ? "" : ".pt");
+}
 
 struct Prepared {
   Profile profile;
@@ -31,7 +36,7 @@ const Prepared& Prepare(const std::string& name) {
   static std::map<std::string, Prepared> cache;
   auto it = cache.find(name);
   if (it != cache.end()) return it->second;
-  std::ifstream in(std::string(CKPLAN_TEST_MODELS) + "/" + name + ".json");
+  std::ifstream in(std::string(CKPLAN_TEST_MODELS) + "/" + BaseName(name) + ".json");
   nlohmann::json reference = nlohmann::json::parse(in);
   ProfileOptions options;
   options.model_path = ModelPath(name);
@@ -163,6 +168,12 @@ TEST_CASE("run: a head that writes in place into a view of a stage's input (drop
     CHECK(r.max_rel_grad_diff == 0.0);
     CHECK(std::fabs(r.peak_error_pct) <= 5.0);
     CHECK(r.measured.peak_bytes <= r.budget_bytes);
+  }
+}
+
+TEST_CASE("run: models exported with torch.export (.pt2), halfway between every and none: ok, gradients equal") {
+  for (const char* name : {"resnet18.pt2", "gpt2.pt2", "llama.pt2", "mobilenet_v3_small.pt2", "bf16_decoder.pt2"}) {
+    CheckOkBetweenEveryAndNone(name);
   }
 }
 

@@ -395,9 +395,21 @@ def make(name, out_dir):
         _, total, per_module = saved_tensor_count(model, inputs)
     finally:
         torch.jit.is_tracing = is_tracing
+    # The same model through torch.export (ckplan_torch.export: train mode,
+    # dynamic batch), and PyTorch's count on the exported program itself:
+    # it may take other code paths than the traced one (transformers builds
+    # an explicit attention mask under export).
+    import ckplan_torch
+    pt2_path = os.path.join(out_dir, name + ".pt2")
+    torch.manual_seed(0)
+    ckplan_torch.export(model, tuple(inputs), pt2_path, dynamic_batch=True)
+    exported = torch.export.load(pt2_path).module()
+    torch.manual_seed(0)
+    _, pt2_total, _ = saved_tensor_count(exported, inputs)
     with open(os.path.join(out_dir, name + ".json"), "w") as f:
-        json.dump({"name": name, "inputs": input_texts, "saved_bytes": total, "module_saved": per_module}, f, indent=1)
-    print(f"{name}: saved {total} bytes")
+        json.dump({"name": name, "inputs": input_texts, "saved_bytes": total, "module_saved": per_module,
+                   "pt2_saved_bytes": pt2_total}, f, indent=1)
+    print(f"{name}: saved {total} bytes, exported program {pt2_total}")
 
 
 def make_error_cases(out_dir):
@@ -426,6 +438,35 @@ def make_error_cases(out_dir):
     untrainable = nn.Sequential(nn.Linear(16, 16), nn.ReLU(inplace=True), nn.Dropout(0.3, inplace=True),
                                 nn.Linear(16, 4))
     torch.jit.trace(untrainable, (x,), check_trace=False).save(os.path.join(out_dir, "untrainable.pt"))
+    # torch.export archives ckplan must refuse: control flow (a higher-order
+    # op), an AOTInductor package (no graph), a newer export schema.
+    class WithCond(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(16, 16)
+
+        def forward(self, t):
+            return torch.cond(t.sum() > 0, lambda u: self.lin(u), lambda u: self.lin(u) * 2, (t,))
+
+    torch.export.save(torch.export.export(WithCond().train(), (x,), strict=False),
+                      os.path.join(out_dir, "control_flow.pt2"))
+    import ckplan_torch
+    small = nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 4))
+    ckplan_torch.export(small, (x,), os.path.join(out_dir, "small.pt2"))
+    with zipfile.ZipFile(os.path.join(out_dir, "small.pt2")) as zin, \
+            zipfile.ZipFile(os.path.join(out_dir, "newer_schema.pt2"), "w") as newer, \
+            zipfile.ZipFile(os.path.join(out_dir, "aoti_package.pt2"), "w") as aoti:
+        for item in zin.infolist():
+            data = zin.read(item.filename)
+            if item.filename.endswith("models/model.json"):
+                doc = json.loads(data)
+                doc["schema_version"]["major"] = 99
+                newer.writestr(item.filename, json.dumps(doc))
+                prefix = item.filename[:-len("models/model.json")]
+                aoti.writestr(prefix + "data/aotinductor/model/model.wrapper.so", b"\x7fELF")
+                continue
+            newer.writestr(item.filename, data)
+            aoti.writestr(item.filename, data)
     # An op from a library registered in Python only (as custom kernels are):
     # the archive names it, LibTorch cannot find it.
     lib = torch.library.Library("ckplan_test", "DEF")
@@ -441,6 +482,7 @@ def make_error_cases(out_dir):
 
 
 def main():
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
     import warnings
     warnings.filterwarnings("ignore")  # tracer warnings about Python values: expected, the shapes are fixed
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
