@@ -175,6 +175,21 @@ TEST_CASE("run: models exported with torch.export (.pt2), halfway between every 
   for (const char* name : {"resnet18.pt2", "gpt2.pt2", "llama.pt2", "mobilenet_v3_small.pt2", "bf16_decoder.pt2"}) {
     CheckOkBetweenEveryAndNone(name);
   }
+  // The other test models: the optimal plan at that budget runs with verdict ok.
+  for (const char* name : {"mlp_chain.pt2", "mobilenet_v2.pt2", "gpt.pt2", "unet.pt2", "transformer_encoder.pt2",
+                           "sdpa_decoder.pt2", "bert.pt2", "vit.pt2", "inplace_head.pt2"}) {
+    CAPTURE(name);
+    const Prepared& p = Prepare(name);
+    PlanRequest request;
+    request.budget_bytes = 1LL << 50;
+    request.algorithm = Algorithm::kNone;
+    const int64_t none = MakePlan(p.chain, p.fixed, request).peak_bytes;
+    request.algorithm = Algorithm::kEvery;
+    const int64_t every = MakePlan(p.chain, p.fixed, request).peak_bytes;
+    RunReport r = Run(name, PlanFor(p, Algorithm::kOptimal, every + (none - every) / 2));
+    CHECK(r.verdict == "ok");
+    CHECK(r.max_rel_grad_diff == 0.0);
+  }
 }
 
 TEST_CASE("run: a chain of Linear+ReLU blocks, optimal at the halfway budget and every: verdict ok") {

@@ -417,4 +417,15 @@ TEST_CASE("a .pt2 exported with a dynamic batch profiles at any batch size from 
   CHECK(ratio > 2.8);
   CHECK(ratio < 3.1);
   CHECK(six.model["inputs"][0]["shape"] == nlohmann::json::array({6, 64}));
+  // Llama too (grouped-query attention, rotary tables sized from the input).
+  options.model_path = std::string(CKPLAN_TEST_MODELS) + "/llama.pt2";
+  options.inputs = {ParseInputSpec("2x64:int64:0..512")};
+  const Profile llama_two = ProfileModel(options, &warnings);
+  options.inputs = {ParseInputSpec("4x64:int64:0..512")};
+  const Profile llama_four = ProfileModel(options, &warnings);
+  CHECK(llama_two.totals.saved_bytes == Reference("llama")["pt2_saved_bytes"].get<int64_t>());
+  const double llama_ratio =
+      static_cast<double>(llama_four.totals.saved_bytes) / static_cast<double>(llama_two.totals.saved_bytes);
+  CHECK(llama_ratio > 1.8);
+  CHECK(llama_ratio < 2.1);
 }
