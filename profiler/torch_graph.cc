@@ -254,9 +254,16 @@ torch::jit::Module LoadModel(const std::string& path) {
                      match[2].str() + "); save it with that PyTorch version or rebuild ckplan against a newer LibTorch");
     }
     std::string first_line = message.substr(0, message.find('\n'));
+    if (message.find("PytorchStreamReader failed reading zip archive") != std::string::npos) {
+      // miniz's own words up to the first sentence's end: "failed finding central directory".
+      std::string why = first_line.substr(first_line.find(':') + 1);
+      why = why.substr(why.find_first_not_of(' '));
+      why = why.substr(0, why.find('.'));
+      throw BadInput(path + ": not a readable model archive: the zip is truncated or corrupted (" + why + ")");
+    }
     if (message.find("constants.pkl") != std::string::npos || message.find("data.pkl") != std::string::npos ||
         message.find("PytorchStreamReader") != std::string::npos) {
-      throw BadInput(path + ": not a TorchScript archive (" + first_line + ")");
+      throw BadInput(path + ": not a TorchScript archive (" + first_line.substr(0, first_line.find(". ")) + ")");
     }
     throw BadInput(path + ": cannot load the TorchScript model: " + first_line);
   } catch (const std::exception& e) {

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 
@@ -275,6 +276,15 @@ TEST_CASE("bad models and inputs are one-line errors naming the file, op and mod
                          "computation has been modified by an inplace operation") != std::string::npos);
   CHECK(std::count(untrainable.begin(), untrainable.end(), '\n') == 0);
   const std::string dir = std::string(CKPLAN_TEST_MODELS) + "/";
+  {
+    // A .pt2 cut short (an interrupted copy).
+    std::ifstream whole(dir + "small.pt2", std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(whole)), std::istreambuf_iterator<char>());
+    std::ofstream(dir + "truncated.pt2", std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+    std::string truncated = ProfileError(dir + "truncated.pt2", {"4x16"});
+    CHECK(truncated.find("truncated.pt2: not a readable model archive: the zip is truncated or corrupted "
+                         "(failed finding central directory)") != std::string::npos);
+  }
   std::string cond = ProfileError(dir + "control_flow.pt2", {"4x16"});
   CHECK(cond.find("node 'cond' (torch.ops.higher_order.cond) in the top-level module: a higher-order op") !=
         std::string::npos);
