@@ -1,5 +1,7 @@
 #include "ckplan/planner/input_spec.h"
 
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 
 #include <nlohmann/json.hpp>
@@ -32,7 +34,19 @@ bool ParseNumber(const std::string& s, double* out) {
   return end == s.c_str() + s.size();
 }
 
+std::string FormatNumber(double v) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.4g", v);
+  return text;
+}
+
 }  // namespace
+
+int64_t InputBytes(const InputSpec& spec) {
+  int64_t bytes = DtypeBytes(spec.dtype);
+  for (int64_t d : spec.shape) bytes *= d;  // bounded by ParseInputSpec (1 PiB)
+  return bytes;
+}
 
 bool IsIntegerDtype(const std::string& dtype) {
   return dtype == "int64" || dtype == "int32" || dtype == "int16" || dtype == "int8" || dtype == "uint8" ||
@@ -104,9 +118,37 @@ InputSpec ParseInputSpec(const std::string& text) {
     spec.lo = lo;
     spec.hi = hi;
   }
+  if (spec.has_range) {
+    // Values the dtype holds, and a width the sampler can compute.
+    struct Limits {
+      const char* dtype;
+      double lo, hi;
+    };
+    static constexpr Limits kLimits[] = {
+        {"int64", -9223372036854775808.0, 9223372036854775807.0}, {"int32", -2147483648.0, 2147483648.0},
+        {"int16", -32768.0, 32768.0}, {"int8", -128.0, 128.0}, {"uint8", 0.0, 256.0}, {"bool", 0.0, 2.0},
+        {"float16", -65504.0, 65504.0}, {"bfloat16", -1e38, 1e38}, {"float32", -1e38, 1e38},
+        {"float64", -1e307, 1e307}};
+    for (const Limits& l : kLimits) {
+      if (spec.dtype != l.dtype) continue;
+      if (spec.lo < l.lo || spec.hi > l.hi) {
+        throw fail("range " + parts[2] + " does not fit " + spec.dtype + " (use values from " +
+                   FormatNumber(l.lo) + " to " + FormatNumber(l.hi) + ")");
+      }
+    }
+    if (IsIntegerDtype(spec.dtype) && (spec.lo != std::floor(spec.lo) || spec.hi != std::floor(spec.hi))) {
+      throw fail("an integer range takes whole numbers");
+    }
+  }
   if (!spec.has_range && !IsIntegerDtype(spec.dtype)) {
     spec.lo = 0;
     spec.hi = 0;
+  }
+  // The tensor itself must be one a machine can hold (1 PiB at most).
+  double bytes = static_cast<double>(DtypeBytes(spec.dtype));
+  for (int64_t d : spec.shape) bytes *= static_cast<double>(d);
+  if (bytes > static_cast<double>(int64_t{1} << 50)) {
+    throw fail("the tensor alone would take " + FormatNumber(bytes) + " bytes, more than any machine has");
   }
   return spec;
 }

@@ -38,3 +38,14 @@ TEST_CASE("sha256 matches known digests") {
   CHECK(Sha256Hex("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
   CHECK(Sha256Hex(std::string(1000, 'a')) == "41edece42d63e8d9bf515a9ba6932e1c20cbc9f5a5d134645adb5db1b9737ea3");
 }
+
+TEST_CASE("ranges a dtype cannot hold and impossible sizes are refused, quoting the text") {
+  CHECK_THROWS_WITH_AS(ParseInputSpec("2x3:int64:0..1e300"), doctest::Contains("range 0..1e300 does not fit int64"),
+                       Error);
+  CHECK_THROWS_WITH_AS(ParseInputSpec("2x3:float32:-1e308..1e308"), doctest::Contains("does not fit float32"), Error);
+  CHECK_THROWS_WITH_AS(ParseInputSpec("2x3:int32:0..0.5"), doctest::Contains("whole numbers"), Error);
+  CHECK_THROWS_WITH_AS(ParseInputSpec("999999999999x999999999999"),
+                       doctest::Contains("the tensor alone would take 4e+24 bytes"), Error);
+  CHECK(InputBytes(ParseInputSpec("4x1024:int64:0..50257")) == 4 * 1024 * 8);
+  CHECK(ParseInputSpec("2x3:uint8:0..256").hi == 256);
+}

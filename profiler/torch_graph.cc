@@ -7,10 +7,12 @@
 
 #include <algorithm>
 #include <fstream>
+#include <unistd.h>
 #include <regex>
 #include <set>
 
 #include "ckplan/planner/error.h"
+#include "ckplan/planner/units.h"
 
 namespace ckplan {
 namespace {
@@ -289,7 +291,22 @@ torch::jit::Module LoadModel(const std::string& path) {
   }
 }
 
-std::vector<at::Tensor> MakeInputs(const std::vector<InputSpec>& specs, uint64_t seed) {
+std::vector<at::Tensor> MakeInputs(const std::vector<InputSpec>& specs, uint64_t seed) try {
+  // Refused up front when the inputs alone would not fit in this machine
+  // (integers are drawn as int64 first).
+  double needed = 0;
+  std::string texts;
+  for (const InputSpec& spec : specs) {
+    needed += static_cast<double>(InputBytes(spec)) * (IsIntegerDtype(spec.dtype) ? 2.0 : 1.0);
+    texts += (texts.empty() ? "" : " ") + spec.text;
+  }
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page_bytes = ::sysconf(_SC_PAGE_SIZE);
+  const double memory = pages > 0 && page_bytes > 0 ? static_cast<double>(pages) * static_cast<double>(page_bytes) : 0;
+  if (memory > 0 && needed > memory) {
+    throw BadInput("--input " + texts + ": the inputs alone need " + FormatBytes(static_cast<int64_t>(needed)) +
+                   ", more than this machine's " + FormatBytes(static_cast<int64_t>(memory)) +
+                   " of memory; use a smaller batch");
+  }
   at::Generator generator = at::detail::createCPUGenerator(seed);
   std::vector<at::Tensor> inputs;
   for (const InputSpec& spec : specs) {
@@ -304,13 +321,17 @@ std::vector<at::Tensor> MakeInputs(const std::vector<InputSpec>& specs, uint64_t
                       at::TensorOptions().dtype(at::kLong));
       t = t.to(type);
     } else if (spec.has_range) {
-      t = at::empty(spec.shape, at::TensorOptions().dtype(at::kFloat)).uniform_(spec.lo, spec.hi, generator).to(type);
+      const at::ScalarType draw = type == at::kDouble ? at::kDouble : at::kFloat;
+      t = at::empty(spec.shape, at::TensorOptions().dtype(draw)).uniform_(spec.lo, spec.hi, generator).to(type);
     } else {
       t = at::randn(spec.shape, generator, at::TensorOptions().dtype(at::kFloat)).to(type);
     }
     inputs.push_back(t);
   }
   return inputs;
+} catch (const c10::Error& e) {
+  const std::string what = e.what_without_backtrace();
+  throw BadInput("--input: cannot make the inputs: " + what.substr(0, what.find('\n')));
 }
 
 std::string DescribeTensor(const at::Tensor& tensor) {

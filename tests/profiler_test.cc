@@ -275,6 +275,10 @@ TEST_CASE("bad models and inputs are one-line errors naming the file, op and mod
   CHECK(untrainable.find("its backward pass fails in PyTorch: one of the variables needed for gradient "
                          "computation has been modified by an inplace operation") != std::string::npos);
   CHECK(std::count(untrainable.begin(), untrainable.end(), '\n') == 0);
+  // Inputs larger than the machine: refused before anything is allocated.
+  std::string huge = ProfileError(ModelPath("resnet18"), {"10000000x3x224x224"});
+  CHECK(huge.find("--input 10000000x3x224x224: the inputs alone need 5.48 TiB, more than this machine's") !=
+        std::string::npos);
   const std::string dir = std::string(CKPLAN_TEST_MODELS) + "/";
   {
     // A .pt2 cut short (an interrupted copy).

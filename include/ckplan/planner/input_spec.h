@@ -18,8 +18,12 @@ struct InputSpec {
   std::string text;               ///< as written
 };
 
-/// Parses `SHAPE[:DTYPE[:LO..HI]]`. Throws BadInput quoting the text.
+/// Parses `SHAPE[:DTYPE[:LO..HI]]`. Throws BadInput quoting the text, also
+/// for a range the dtype cannot hold and a tensor over 1 PiB.
 InputSpec ParseInputSpec(const std::string& text);
+
+/// Bytes of the tensor the spec describes.
+int64_t InputBytes(const InputSpec& spec);
 
 /// True for integer and bool dtypes.
 bool IsIntegerDtype(const std::string& dtype);
