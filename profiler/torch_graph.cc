@@ -256,6 +256,10 @@ torch::jit::Module LoadModel(const std::string& path) {
                      match[2].str() + "); save it with that PyTorch version or rebuild ckplan against a newer LibTorch");
     }
     std::string first_line = message.substr(0, message.find('\n'));
+    if (message.find("hasRecord(\"version\")") != std::string::npos) {
+      throw BadInput(path + ": not a model archive: a zip file with neither a TorchScript model nor a torch.export "
+                            "program in it");
+    }
     if (message.find("PytorchStreamReader failed reading zip archive") != std::string::npos) {
       // miniz's own words up to the first sentence's end: "failed finding central directory".
       std::string why = first_line.substr(first_line.find(':') + 1);

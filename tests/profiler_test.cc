@@ -280,6 +280,8 @@ TEST_CASE("bad models and inputs are one-line errors naming the file, op and mod
   CHECK(huge.find("--input 10000000x3x224x224: the inputs alone need 5.48 TiB, more than this machine's") !=
         std::string::npos);
   const std::string dir = std::string(CKPLAN_TEST_MODELS) + "/";
+  CHECK(ProfileError(dir + "zip_without_model.pt", {"4x16"}).find("not a model archive: a zip file with neither") !=
+        std::string::npos);
   {
     // A .pt2 cut short (an interrupted copy).
     std::ifstream whole(dir + "small.pt2", std::ios::binary);

@@ -434,6 +434,8 @@ def make_error_cases(out_dir):
             zout.writestr(item, data)
     with open(os.path.join(out_dir, "not_a_model.pt"), "w") as f:
         f.write("this is not a TorchScript archive\n")
+    with zipfile.ZipFile(os.path.join(out_dir, "zip_without_model.pt"), "w") as z:
+        z.writestr("archive/readme.txt", "a zip file, but no model in it\n")
     # Writes into a value ReLU saved for its backward: PyTorch's backward fails too.
     untrainable = nn.Sequential(nn.Linear(16, 16), nn.ReLU(inplace=True), nn.Dropout(0.3, inplace=True),
                                 nn.Linear(16, 4))
