@@ -14,7 +14,42 @@
 #include "ckplan/planner/error.h"
 #include "commands.h"
 
+#if defined(CKPLAN_TORCH_HELPER) && !defined(CKPLAN_WITH_TORCH)
+#include <unistd.h>
+
+#include <climits>
+
+namespace {
+
+// `ckplan` itself never loads LibTorch (it starts in milliseconds): profile
+// and run are done by CKPLAN_TORCH_HELPER, the same CLI with the LibTorch
+// parts, installed next to it. The process is replaced: its exit code,
+// output and signals are the helper's.
+int ExecTorchHelper(char** argv) {
+  char self[PATH_MAX];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+  std::string dir = ".";
+  if (n > 0) {
+    self[n] = '\0';
+    dir = self;
+    dir = dir.substr(0, dir.rfind('/'));
+  }
+  const std::string helper = dir + "/" + CKPLAN_TORCH_HELPER;
+  ::execv(helper.c_str(), argv);
+  std::fprintf(stderr, "ckplan: error: '%s' runs in %s, which cannot be started: %s\n", argv[1], helper.c_str(),
+               std::strerror(errno));
+  return static_cast<int>(ckplan::ExitCode::kInternal);
+}
+
+}  // namespace
+#endif
+
 int main(int argc, char** argv) {
+#if defined(CKPLAN_TORCH_HELPER) && !defined(CKPLAN_WITH_TORCH)
+  if (argc > 1 && (std::strcmp(argv[1], "profile") == 0 || std::strcmp(argv[1], "run") == 0)) {
+    return ExecTorchHelper(argv);
+  }
+#endif
   CLI::App app{
       "ckplan: gradient checkpointing planner.\n"
       "  profile  measure per-op activation sizes and times of a model (.pt2 from torch.export, or TorchScript)\n"
@@ -27,10 +62,16 @@ int main(int argc, char** argv) {
   ckplan::Action action;
 #ifdef CKPLAN_WITH_TORCH
   ckplan::AddProfileCommand(app, &action);
+#elif defined(CKPLAN_TORCH_HELPER)
+  // Listed for --help; `ckplan profile ...` never gets here (see above).
+  app.add_subcommand("profile", "measure a model (LibTorch: runs " CKPLAN_TORCH_HELPER "); see ckplan profile --help");
 #endif
   ckplan::AddSolveCommand(app, &action);
 #ifdef CKPLAN_WITH_TORCH
   ckplan::AddRunCommand(app, &action);
+#elif defined(CKPLAN_TORCH_HELPER)
+  app.add_subcommand("run", "a real training step under a plan (LibTorch: runs " CKPLAN_TORCH_HELPER
+                            "); see ckplan run --help");
 #endif
   ckplan::AddReportCommand(app, &action);
   try {
