@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
+#include <optional>
 #include <set>
-
-#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
@@ -85,6 +85,45 @@ bool OptimalFeasible(const Chain& chain, int64_t chain_budget_bytes, int slots) 
   if (grid.memory_slots < 0) return false;
   const SolverMethod method = ChooseSolver(chain.length(), slots);
   return SolverMinimumMemory(Discretize(chain, grid.slot_bytes), method) <= grid.memory_slots;
+}
+
+// The baselines, simulated in bytes. An optimal plan is never slower than a
+// baseline that fits: the solver rounds sizes up to whole slots, and the
+// banded solver searches a band; either can miss a baseline that fits.
+struct Baseline {
+  Schedule schedule;
+  SimulationResult simulation;
+};
+
+std::vector<Baseline> Baselines(const Chain& chain) {
+  const int length = chain.length();
+  std::vector<Baseline> baselines;
+  auto add = [&](Schedule schedule) {
+    SimulationResult simulation = Simulate(chain, schedule);
+    baselines.push_back({std::move(schedule), std::move(simulation)});
+  };
+  add(NoCheckpointSchedule(length));
+  add(SqrtSchedule(length));
+  for (int n : {1, 2, 4, 8}) {
+    if (n <= length) add(EveryNSchedule(length, n));
+  }
+  return baselines;
+}
+
+std::optional<Baseline> FastestFitting(const Chain& chain, int64_t chain_budget_bytes) {
+  std::optional<Baseline> best;
+  for (Baseline& b : Baselines(chain)) {
+    if (b.simulation.peak_bytes <= chain_budget_bytes && (!best || b.simulation.time_ms < best->simulation.time_ms)) {
+      best = std::move(b);
+    }
+  }
+  return best;
+}
+
+int64_t SmallestBaselinePeak(const Chain& chain) {
+  int64_t smallest = std::numeric_limits<int64_t>::max();
+  for (const Baseline& b : Baselines(chain)) smallest = std::min(smallest, b.simulation.peak_bytes);
+  return smallest;
 }
 
 void CheckStageCount(const Chain& chain) {
@@ -176,25 +215,30 @@ ModuleExport ExportForPyTorch(const Chain& chain, const std::vector<int>& checkp
 
 bool OptimalBudgetFeasible(const Chain& chain, const FixedMemory& fixed, int64_t budget_bytes, int slots) {
   CheckStageCount(chain);
-  return OptimalFeasible(chain, budget_bytes - fixed.total(), slots);
+  return OptimalFeasible(chain, budget_bytes - fixed.total(), slots) ||
+         SmallestBaselinePeak(chain) <= budget_bytes - fixed.total();
 }
 
 int64_t MinimumOptimalBudget(const Chain& chain, const FixedMemory& fixed, int slots) {
   // Exact sizes give a lower bound; rounding to slots only adds. Search up
   // from it for the first feasible budget (to 0.01%).
   CheckStageCount(chain);
+  // Sizes round up to whole slots: with too few slots no budget works.
+  const int64_t largest = int64_t{1} << 61;
+  if (!OptimalFeasible(chain, largest, slots)) {
+    throw BadInput("no budget is feasible with --slots " + std::to_string(slots) +
+                   ": every value takes at least one slot; use more slots (default 500)");
+  }
+  const int64_t baseline = SmallestBaselinePeak(chain);
   int64_t lower = SolverMinimumMemory(Discretize(chain, 1), ChooseSolver(chain.length(), slots));
+  if (lower >= baseline) return fixed.total() + baseline;
   if (OptimalFeasible(chain, lower, slots)) return fixed.total() + lower;
   int64_t upper = lower;
   int64_t step = std::max<int64_t>(lower / 64, 1);
   while (!OptimalFeasible(chain, upper, slots)) {
-    // Sizes round up to whole slots: with too few slots no budget works.
-    if (upper > (int64_t{1} << 61) - step || step > (int64_t{1} << 60)) {
-      throw BadInput("no budget is feasible with --slots " + std::to_string(slots) +
-                     ": every value takes at least one slot; use more slots (default 500)");
-    }
+    if (upper >= baseline) return fixed.total() + baseline;  // a baseline fits where the solver does not
     lower = upper;
-    upper += step;
+    upper = std::min(upper + step, baseline);
     step *= 2;
   }
   while (upper - lower > std::max<int64_t>(upper / 10000, 1)) {
@@ -277,10 +321,21 @@ Plan MakePlan(const Chain& chain, const FixedMemory& fixed, const PlanRequest& r
       }
     }
   }
-  if (!solution.feasible) return plan;
+  // A baseline that fits and is faster (or fits where the rounded sizes do
+  // not) is the plan: the solver's figures would not be optimal.
+  std::optional<Baseline> baseline = FastestFitting(chain, chain_budget);
+  const bool take_baseline =
+      baseline && (!solution.feasible || baseline->simulation.time_ms < solution.time_ms * (1 - 1e-12));
+  if (!solution.feasible && !take_baseline) return plan;
   plan.feasible = true;
-  plan.schedule = std::move(solution.schedule);
-  plan.time_ms = solution.time_ms;
+  if (take_baseline) {
+    plan.schedule = std::move(baseline->schedule);
+    plan.time_ms = baseline->simulation.time_ms;
+    if (plan.band > 0) plan.proven_optimal = plan.lower_bound_ms >= plan.time_ms * (1 - 1e-12);
+  } else {
+    plan.schedule = std::move(solution.schedule);
+    plan.time_ms = solution.time_ms;
+  }
   plan.simulation = Simulate(chain, plan.schedule);
   plan.peak_bytes = fixed.total() + plan.simulation.peak_bytes;
   plan.checkpointed_stages = CheckpointedStages(plan.schedule, length);

@@ -330,3 +330,34 @@ TEST_CASE("the banded lower program's smallest memory bounds the exact one from 
     CHECK(SolverMinimumMemory(c, SolverMethod::kBanded) >= exact);
   }
 }
+
+TEST_CASE("an optimal plan is never slower than a baseline that fits the same budget, exact and banded") {
+  // The exact solver rounds sizes up to slots; the banded one (over 400
+  // stages) searches a band: both are checked against every baseline,
+  // simulated in bytes, at budgets up to the no-checkpointing peak.
+  FixedMemory none = FixedMemoryFor(0, 0, "none");
+  for (int length : {30, 120, 600}) {
+    Chain chain = testing::RandomChain(length, 7 + static_cast<uint32_t>(length));
+    const int64_t minimum = MinimumOptimalBudget(chain, none, 200);
+    const int64_t keep_all = MakePlan(chain, none, {Algorithm::kNone, 1 << 30}).peak_bytes;
+    for (double fraction : {0.0, 0.3, 0.7, 1.0}) {
+      PlanRequest request;
+      request.budget_bytes = minimum + static_cast<int64_t>(fraction * static_cast<double>(keep_all - minimum));
+      request.slots = 200;
+      const Plan optimal = MakePlan(chain, none, request);
+      CAPTURE(length);
+      CAPTURE(fraction);
+      REQUIRE(optimal.feasible);
+      for (Algorithm baseline : {Algorithm::kNone, Algorithm::kEvery, Algorithm::kSqrt, Algorithm::kEveryN}) {
+        for (int n : {2, 4, 8}) {
+          PlanRequest b = request;
+          b.algorithm = baseline;
+          b.every_n = n;
+          const Plan other = MakePlan(chain, none, b);
+          if (other.feasible) CHECK(optimal.time_ms <= other.time_ms * (1 + 1e-12));
+          if (baseline != Algorithm::kEveryN) break;
+        }
+      }
+    }
+  }
+}
