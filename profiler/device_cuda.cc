@@ -145,10 +145,9 @@ void TrackDeviceMemory(const DeviceInfo& device) {
 }
 
 namespace {
-const c10::CachingAllocator::Stat& AllocatedBytes(const DeviceInfo& device) {
-  static thread_local c10::CachingDeviceAllocator::DeviceStats stats;
-  stats = c10::cuda::CUDACachingAllocator::getDeviceStats(Index(device));
-  return stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
+c10::CachingAllocator::Stat AllocatedBytes(const DeviceInfo& device) {
+  return c10::cuda::CUDACachingAllocator::getDeviceStats(Index(device))
+      .allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
 }
 }  // namespace
 

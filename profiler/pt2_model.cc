@@ -309,7 +309,7 @@ class Pt2Reader {
   }
 
   // An argument of the serialized graph as a value of the jit graph.
-  Value* ArgValue(Graph& graph, const json& arg, const c10::TypePtr& expected, const std::string& where) {
+  Value* ArgValue(Graph& graph, const json& arg, const std::string& where) {
     auto constant = [&](const c10::IValue& v) { return graph.insertConstant(v); };
     if (arg.contains("as_none")) return constant(c10::IValue());
     if (arg.contains("as_tensor")) return Lookup(arg["as_tensor"]["name"].get<std::string>(), where);
@@ -376,7 +376,6 @@ class Pt2Reader {
       if (s.contains("as_bool")) return constant(s["as_bool"].get<bool>());
       return Lookup(s["as_name"].get<std::string>(), where);
     }
-    (void)expected;
     throw BadInput(path_ + ": " + where + ": unsupported argument " + arg.begin().key());
   }
 
@@ -455,7 +454,7 @@ class Pt2Reader {
       if (!arg && int_op != kIntOps.end() && positional < by_position.size()) arg = by_position[positional];
       ++positional;
       if (arg) {
-        inputs.push_back(ArgValue(graph, *arg, argument.type(), where));
+        inputs.push_back(ArgValue(graph, *arg, where));
       } else if (argument.default_value()) {
         inputs.push_back(graph.insertConstant(*argument.default_value()));
       } else {

@@ -25,20 +25,25 @@ nlohmann::json Reference(const std::string& name) {
   return nlohmann::json::parse(in);
 }
 
-// Profiles are cached: each model is profiled once per test run.
-const Profile& ProfileOf(const std::string& name) {
-  static std::map<std::string, Profile> cache;
-  auto it = cache.find(name);
-  if (it != cache.end()) return it->second;
+// One profile of the model file `path` at the inputs of test model `name`.
+Profile ProfileFile(const std::string& path, const std::string& name) {
   ProfileOptions options;
-  options.model_path = ModelPath(name);
+  options.model_path = path;
   const nlohmann::json reference = Reference(name);
   for (const auto& text : reference["inputs"]) options.inputs.push_back(ParseInputSpec(text.get<std::string>()));
   options.reps = 1;
   std::vector<std::string> warnings;
   Profile profile = ProfileModel(options, &warnings);
   CHECK(warnings.empty());
-  return cache.emplace(name, std::move(profile)).first->second;
+  return profile;
+}
+
+// Profiles are cached: each model is profiled once per test run.
+const Profile& ProfileOf(const std::string& name) {
+  static std::map<std::string, Profile> cache;
+  auto it = cache.find(name);
+  if (it != cache.end()) return it->second;
+  return cache.emplace(name, ProfileFile(ModelPath(name), name)).first->second;
 }
 
 int64_t ModuleSaved(const Profile& p, const std::string& prefix) {
@@ -391,13 +396,7 @@ TEST_CASE("torch.export models (.pt2): saved bytes equal PyTorch's count on the 
                            "bf16_decoder", "gpt2", "llama", "bert", "vit", "inplace_head", "mobilenet_v3_small"}) {
     CAPTURE(name);
     const nlohmann::json reference = Reference(name);
-    ProfileOptions options;
-    options.model_path = std::string(CKPLAN_TEST_MODELS) + "/" + name + ".pt2";
-    for (const auto& text : reference["inputs"]) options.inputs.push_back(ParseInputSpec(text.get<std::string>()));
-    options.reps = 1;
-    std::vector<std::string> warnings;
-    const Profile exported = ProfileModel(options, &warnings);
-    CHECK(warnings.empty());
+    const Profile exported = ProfileFile(std::string(CKPLAN_TEST_MODELS) + "/" + name + ".pt2", name);
     CHECK(exported.totals.saved_bytes == reference["pt2_saved_bytes"].get<int64_t>());
     // Where PyTorch counts the same for both (all but ViT, whose attention
     // mask transformers builds only under export), both profiles agree.
