@@ -5,6 +5,9 @@
 
 #include <doctest/doctest.h>
 
+#include <filesystem>
+#include <system_error>
+
 using namespace ckplan;
 
 namespace {
@@ -74,7 +77,20 @@ TEST_CASE("real CUPTI on this machine: starts only with a GPU, and never crashes
   std::unique_ptr<KernelActivitySource> cupti = MakeCuptiSource();
   TimerChoice choice = ChooseGpuTimer(cupti.get());
   MESSAGE(choice.message);
-  // Either CUPTI runs (a GPU is there) or the message names the fallback and why.
-  CHECK((choice.cupti ? choice.message.find("CUPTI kernel activity records")
-                      : choice.message.find("CUDA events (CUPTI unavailable: ")) != std::string::npos);
+  if (!cupti) {  // built without CUPTI
+    CHECK_FALSE(choice.cupti);
+    CHECK(choice.message.find("without CUPTI") != std::string::npos);
+    return;
+  }
+  // Whether a GPU is there is decided independently of CUPTI: the NVIDIA
+  // driver lists each GPU it drives under /proc/driver/nvidia/gpus.
+  std::error_code error;
+  const bool gpu = std::filesystem::is_directory("/proc/driver/nvidia/gpus", error) &&
+                   !std::filesystem::is_empty("/proc/driver/nvidia/gpus", error);
+  CHECK(choice.cupti == gpu);
+  if (choice.cupti) {
+    CHECK(choice.message.find("CUPTI kernel activity records") != std::string::npos);
+  } else {
+    CHECK(choice.message.find("CUDA events (CUPTI unavailable: ") != std::string::npos);
+  }
 }

@@ -27,10 +27,17 @@ TEST_CASE("bad budgets are errors that quote the text") {
   CHECK_THROWS_WITH(ParseBytes("24XB"), doctest::Contains("'24XB'"));
   CHECK_THROWS_WITH(ParseBytes("-1GB"), doctest::Contains("must be positive"));
   CHECK_THROWS_WITH(ParseBytes("9EiB"), doctest::Contains("too large: at most 9.2e18 bytes"));
-  try {
-    ParseBytes("0");
-  } catch (const Error& e) {
-    CHECK(e.code() == ExitCode::kBadInput);
+  // Every refusal is bad input (exit 2); a parse that returns fails the test.
+  for (const char* bad : {"0", "-5GB", "24XB", "9EiB"}) {
+    CAPTURE(bad);
+    ExitCode code = ExitCode::kOk;
+    try {
+      ParseBytes(bad);
+      FAIL("parsed");
+    } catch (const Error& e) {
+      code = e.code();
+    }
+    CHECK(code == ExitCode::kBadInput);
   }
 }
 
