@@ -166,6 +166,20 @@ class Cutter {
     return count;
   }
 
+  // The bytes of those, or of the model's inputs / outputs at either end.
+  int64_t CrossingBytes(int position) const {
+    if (position <= 0 || position >= static_cast<int>(profile_.ops.size())) {
+      int64_t bytes = 0;  // the model's inputs or outputs
+      for (int t : position <= 0 ? profile_.inputs : profile_.outputs) bytes += profile_.tensors[static_cast<size_t>(t)].bytes;
+      return bytes;
+    }
+    int64_t bytes = 0;
+    for (int storage : liveness_.Crossing(position)) {
+      if (data_op_[static_cast<size_t>(liveness_.StorageProducer(storage))]) bytes += liveness_.StorageBytes(storage);
+    }
+    return bytes;
+  }
+
   // The key of an op at `depth`: its path component there, "" if it sits
   // directly in the module at that depth.
   std::string Key(int op, size_t depth) const {
@@ -175,6 +189,14 @@ class Cutter {
 
   // Cuts inside `top` along the module tree. A work list, not recursion:
   // module paths can be as deep as the input makes them.
+  //
+  // A module is cut between its children unless that adds live tensors to
+  // what crosses its own boundaries (the inside of a U-Net level, or of a
+  // block whose skip connection would cross every cut). One exception: if
+  // the children's cuts carry no more bytes than the module's boundaries
+  // (DenseNet's dense layers, each reading every earlier feature map), they
+  // are cut, and not refined further: inside a dense layer every earlier
+  // feature map crosses every cut.
   void Refine(Segment top, bool top_is_root) {
     std::vector<std::pair<Segment, bool>> work = {{top, top_is_root}};
     while (!work.empty()) {
@@ -196,40 +218,45 @@ class Cutter {
         if (!Key(segment.first, segment.depth).empty()) work.push_back({children[0], is_root});
         continue;
       }
+      bool by_bytes = false;
       if (!is_root) {
-        int own = std::max(CrossingCount(segment.first), CrossingCount(segment.last + 1));
+        const int own = std::max(CrossingCount(segment.first), CrossingCount(segment.last + 1));
         bool adds_live = false;
         for (size_t c = 1; c < children.size() && !adds_live; ++c) {
           adds_live = CrossingCount(children[c].first) > own;
         }
-        if (adds_live) continue;  // would add live tensors
+        if (adds_live) {
+          const int64_t own_bytes = std::max(CrossingBytes(segment.first), CrossingBytes(segment.last + 1));
+          adds_live = false;
+          for (size_t c = 1; c < children.size() && !adds_live; ++c) {
+            adds_live = CrossingBytes(children[c].first) > own_bytes;
+          }
+          by_bytes = !adds_live;
+        }
+        if (adds_live) continue;
       }
       for (size_t c = 1; c < children.size(); ++c) {
-        int position = children[c].first;
-        if (CutAllowedBefore(position)) cuts_.push_back(position);
+        if (CutAllowedBeforeChild(children[c])) cuts_.push_back(children[c].first);
       }
+      if (by_bytes) continue;
       for (const Segment& child : children) {
         if (!Key(child.first, segment.depth).empty()) work.push_back({child, false});
       }
     }
   }
 
-  // A cut where every crossing tensor is kept for backward anyway costs
-  // nothing to keep. A tensor the model frees after its next use (a Linear's
-  // output going into ReLU) would be kept as the next stage's input: no cut.
-  bool CrossingKept(int position) const {
-    for (int storage : liveness_.Crossing(position)) {
-      if (!storage_kept_.count(storage)) return false;
+  // A cut before a child module: not before an op that writes an activation
+  // in place (that would hand the stage a tensor it must not modify: a
+  // checkpoint input), and only before a child with data ops. A child may
+  // start with auxiliary ops of its own (a traced seq-first attention
+  // computes its shape scalars first): they go with it. In-place updates of
+  // buffers (batch norm's counter) do not matter.
+  bool CutAllowedBeforeChild(const Segment& child) const {
+    if (no_cut_[static_cast<size_t>(child.first)]) return false;
+    for (int op = child.first; op <= child.last; ++op) {
+      if (data_op_[static_cast<size_t>(op)]) return true;
     }
-    return true;
-  }
-
-  // No cut just before an auxiliary op (it stays with what precedes it), nor
-  // before an op that writes an activation in place: that would hand the
-  // stage a tensor it must not modify (a checkpoint input). In-place updates
-  // of buffers (batch norm's counter) do not matter.
-  bool CutAllowedBefore(int position) const {
-    return data_op_[static_cast<size_t>(position)] && !no_cut_[static_cast<size_t>(position)];
+    return false;
   }
 
   StageCut MakeStage(int first, int last) const {

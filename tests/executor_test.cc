@@ -142,6 +142,12 @@ TEST_CASE("run: the decoder in bfloat16, halfway between every and none: ok") {
   CheckOkBetweenEveryAndNone("bf16_decoder");
 }
 
+TEST_CASE("run: seq-first nn.TransformerEncoder / Decoder and DenseNet, a stage per layer, halfway: ok") {
+  CheckOkBetweenEveryAndNone("seq_first_encoder");
+  CheckOkBetweenEveryAndNone("transformer_decoder");
+  CheckOkBetweenEveryAndNone("densenet");
+}
+
 TEST_CASE("run: Hugging Face GPT-2 and Llama, halfway between every and none: ok") {
   CheckOkBetweenEveryAndNone("gpt2");
   CheckOkBetweenEveryAndNone("llama");

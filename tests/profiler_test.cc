@@ -168,6 +168,46 @@ TEST_CASE("transformer encoder with dropout: masks are counted") {
   CHECK(CutStages(ProfileOf("transformer_encoder")).size() >= 4);
 }
 
+TEST_CASE("seq-first nn.TransformerEncoder and nn.TransformerDecoder: saved bytes equal PyTorch's, a stage per layer") {
+  // Traced, each layer starts with shape arithmetic that reads no
+  // activation; the layer is still a stage, and a whole module.
+  for (const auto& [name, prefix] : {std::pair<const char*, const char*>{"seq_first_encoder", "encoder.layers."},
+                                     {"transformer_decoder", "decoder.layers."}}) {
+    CAPTURE(name);
+    CheckAgainstPyTorch(name, Numbered(prefix, 3));
+    const std::vector<StageCut> stages = CutStages(ProfileOf(name));
+    REQUIRE(stages.size() == 3);
+    for (size_t i = 0; i < stages.size(); ++i) {
+      const std::string layer = prefix + std::to_string(i);
+      CHECK(stages[i].name == layer);
+      CHECK(stages[i].modules == std::vector<std::string>{layer});
+    }
+  }
+}
+
+TEST_CASE("DenseNet: saved bytes equal PyTorch's, a stage per dense layer though each reads every earlier feature") {
+  std::vector<std::string> layers;
+  for (const char* block : {"features.denseblock1.denselayer", "features.denseblock2.denselayer"}) {
+    for (int i = 1; i <= 3; ++i) layers.push_back(block + std::to_string(i));
+  }
+  CheckAgainstPyTorch("densenet", layers);
+  const Profile& p = ProfileOf("densenet");
+  const std::vector<std::string> names = StageNames(p);
+  for (const std::string& layer : layers) {
+    CAPTURE(layer);
+    CHECK(Contains(names, layer));
+  }
+  // The cut before the third dense layer of a block carries the block's
+  // input and the two new feature maps (2x16x8x8 + 2 x 2x8x8x8 floats).
+  const std::vector<StageCut> stages = CutStages(p);
+  for (const StageCut& stage : stages) {
+    if (stage.name != "features.denseblock1.denselayer3") continue;
+    const CutLoad load = CutLoadAt(p, stage.first_op);
+    CHECK(load.tensors == 3);
+    CHECK(load.bytes == (2 * 16 * 8 * 8 + 2 * 2 * 8 * 8 * 8) * 4);
+  }
+}
+
 TEST_CASE("decoder with F.scaled_dot_product_attention: saved bytes equal PyTorch's, a stage per block") {
   CheckAgainstPyTorch("sdpa_decoder", Numbered("h.", 6));
   std::vector<std::string> names = StageNames(ProfileOf("sdpa_decoder"));
@@ -393,7 +433,8 @@ TEST_CASE("no stage cut separates an activation from an op that writes it in pla
 
 TEST_CASE("torch.export models (.pt2): saved bytes equal PyTorch's count on the exported program, on every test model") {
   for (const char* name : {"mlp_chain", "resnet18", "mobilenet_v2", "gpt", "unet", "transformer_encoder", "sdpa_decoder",
-                           "bf16_decoder", "gpt2", "llama", "bert", "vit", "inplace_head", "mobilenet_v3_small"}) {
+                           "bf16_decoder", "gpt2", "llama", "bert", "vit", "inplace_head", "mobilenet_v3_small",
+                           "seq_first_encoder", "transformer_decoder", "densenet"}) {
     CAPTURE(name);
     const nlohmann::json reference = Reference(name);
     const Profile exported = ProfileFile(std::string(CKPLAN_TEST_MODELS) + "/" + name + ".pt2", name);

@@ -276,6 +276,40 @@ class InplaceHead(nn.Module):
         return self.classifier(torch.flatten(self.pool(self.features(x)), 1))
 
 
+class SeqFirstEncoder(nn.Module):
+    """nn.TransformerEncoder with PyTorch's defaults: sequence first, the fast
+    path off in training. Traced, each layer's attention starts with its own
+    shape arithmetic (ops that read no activation)."""
+
+    def __init__(self, d_model=64, heads=4, layers=3):
+        super().__init__()
+        self.encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(d_model, heads, 2 * d_model), layers,
+                                             enable_nested_tensor=False)
+
+    def forward(self, x):
+        return self.encoder(x)
+
+
+class SeqFirstDecoder(nn.Module):
+    """nn.TransformerDecoder (sequence first): every layer also reads the
+    encoder's memory, a model input."""
+
+    def __init__(self, d_model=64, heads=4, layers=3):
+        super().__init__()
+        self.decoder = nn.TransformerDecoder(nn.TransformerDecoderLayer(d_model, heads, 2 * d_model), layers)
+
+    def forward(self, tgt, memory):
+        return self.decoder(tgt, memory)
+
+
+def small_densenet():
+    """torchvision's DenseNet, small: each dense layer reads every earlier
+    feature map of its block."""
+    import torchvision
+    return torchvision.models.DenseNet(growth_rate=8, block_config=(3, 3), num_init_features=16, bn_size=2,
+                                       num_classes=10)
+
+
 MODELS = {
     "mlp_chain": (lambda: MlpChain(), ["32x256"]),
     "resnet18": (lambda: torchvision_model("resnet18"), ["2x3x64x64"]),
@@ -291,6 +325,9 @@ MODELS = {
     "vit": (lambda: hf_model("vit"), ["2x3x32x32"]),
     "inplace_head": (lambda: InplaceHead(), ["8x3x64x64"]),
     "mobilenet_v3_small": (lambda: torchvision_model("mobilenet_v3_small"), ["2x3x64x64"]),
+    "seq_first_encoder": (lambda: SeqFirstEncoder(), ["16x4x64"]),
+    "transformer_decoder": (lambda: SeqFirstDecoder(), ["16x4x64", "12x4x64"]),
+    "densenet": (lambda: small_densenet(), ["2x3x32x32"]),
 }
 
 
