@@ -521,13 +521,31 @@ class Executor {
           }
           std::vector<at::Tensor> roots, root_grads;
           std::vector<at::Tensor> outputs = Flatten(saved[i]->outputs);
-          const std::vector<at::Tensor>& g = *grad[i + 1];
+          std::vector<at::Tensor> g = std::move(*grad[i + 1]);
+          grad[i + 1].reset();
           for (size_t k = 0; k < outputs.size() && k < g.size(); ++k) {
-            if (outputs[k].defined() && outputs[k].requires_grad() && g[k].defined()) {
-              roots.push_back(outputs[k]);
-              root_grads.push_back(g[k]);
+            if (!outputs[k].defined() || !outputs[k].requires_grad() || !g[k].defined()) continue;
+            // An input the stage passes on unchanged (a tensor read by a later
+            // stage too): its gradient from later stages becomes the leaf's
+            // own, and the stage's backward adds into it in place. As a root,
+            // autograd would clone it, holding its size twice.
+            at::Tensor* leaf = nullptr;
+            for (at::Tensor& l : saved[i]->leaves) {
+              if (l.defined() && l.unsafeGetTensorImpl() == outputs[k].unsafeGetTensorImpl()) leaf = &l;
             }
+            if (leaf != nullptr) {
+              if (leaf->grad().defined()) {
+                torch::NoGradGuard no_grad;
+                leaf->mutable_grad().add_(g[k]);
+              } else {
+                leaf->mutable_grad() = std::move(g[k]);
+              }
+              continue;
+            }
+            roots.push_back(outputs[k]);
+            root_grads.push_back(std::move(g[k]));
           }
+          g.clear();
           outputs.clear();
           if (!roots.empty()) torch::autograd::backward(roots, root_grads);
           roots.clear();
@@ -544,7 +562,6 @@ class Executor {
           }
           grad[i] = std::move(in_grads);
           saved[i].reset();
-          grad[i + 1].reset();
           if (i > 0) act[i].reset();
           break;
         }

@@ -111,8 +111,10 @@ std::pair<int64_t, int64_t> EveryAndNonePeaks(const Prepared& p) {
 }
 
 // The optimal plan at the budget halfway between the every baseline's peak
-// and no checkpointing: verdict ok, gradients equal to the plain step's.
-void CheckOkBetweenEveryAndNone(const std::string& name) {
+// and no checkpointing: verdict ok, gradients equal to the plain step's
+// (to the bit, unless PyTorch's own kernels differ between a forward with
+// and without autograd: then within `max_rel_grad_diff`).
+void CheckOkBetweenEveryAndNone(const std::string& name, double max_rel_grad_diff = 0.0) {
   const Prepared& p = Prepare(name);
   const auto [every, none] = EveryAndNonePeaks(p);
   CAPTURE(name);
@@ -127,7 +129,7 @@ void CheckOkBetweenEveryAndNone(const std::string& name) {
   CAPTURE(r.peak_error_pct);
   CHECK(!plan["checkpointed_stages"].empty());
   CHECK(r.verdict == "ok");
-  CHECK(r.max_rel_grad_diff == 0.0);
+  CHECK(r.max_rel_grad_diff <= max_rel_grad_diff);
   CHECK(r.measured.peak_bytes <= budget);
   CHECK(r.measured.peak_bytes < r.baseline.peak_bytes);
 }
@@ -146,6 +148,15 @@ TEST_CASE("run: seq-first nn.TransformerEncoder / Decoder and DenseNet, a stage 
   CheckOkBetweenEveryAndNone("seq_first_encoder");
   CheckOkBetweenEveryAndNone("transformer_decoder");
   CheckOkBetweenEveryAndNone("densenet");
+}
+
+TEST_CASE("run: LSTM and GRU halfway between every and none, a model returning a tuple at the halfway budget: ok") {
+  // PyTorch's CPU LSTM gives other last bits without autograd (a stage run
+  // as a checkpoint) than with it: nn.LSTM(32, 32, num_layers=2) on an
+  // 8x24x32 input differs by 4.5e-8 (GRU: 0). torch.utils.checkpoint does the same.
+  CheckOkBetweenEveryAndNone("recurrent", 1e-5);
+  // Its stages are single Linear and GELU ops: every keeps as much as none.
+  CheckOk("two_heads");
 }
 
 TEST_CASE("run: Hugging Face GPT-2 and Llama, halfway between every and none: ok") {

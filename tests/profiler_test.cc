@@ -208,6 +208,15 @@ TEST_CASE("DenseNet: saved bytes equal PyTorch's, a stage per dense layer though
   }
 }
 
+TEST_CASE("LSTM and GRU (one op each), and a model returning a tuple: saved bytes equal PyTorch's") {
+  CheckAgainstPyTorch("recurrent", {"lstm", "gru", "head"});
+  const std::vector<std::string> names = StageNames(ProfileOf("recurrent"));
+  CHECK(Contains(names, "lstm"));
+  CHECK(Contains(names, "gru"));
+  CheckAgainstPyTorch("two_heads", Numbered("body.", 6));
+  CHECK(ProfileOf("two_heads").outputs.size() == 2);
+}
+
 TEST_CASE("decoder with F.scaled_dot_product_attention: saved bytes equal PyTorch's, a stage per block") {
   CheckAgainstPyTorch("sdpa_decoder", Numbered("h.", 6));
   std::vector<std::string> names = StageNames(ProfileOf("sdpa_decoder"));
@@ -434,7 +443,7 @@ TEST_CASE("no stage cut separates an activation from an op that writes it in pla
 TEST_CASE("torch.export models (.pt2): saved bytes equal PyTorch's count on the exported program, on every test model") {
   for (const char* name : {"mlp_chain", "resnet18", "mobilenet_v2", "gpt", "unet", "transformer_encoder", "sdpa_decoder",
                            "bf16_decoder", "gpt2", "llama", "bert", "vit", "inplace_head", "mobilenet_v3_small",
-                           "seq_first_encoder", "transformer_decoder", "densenet"}) {
+                           "seq_first_encoder", "transformer_decoder", "densenet", "recurrent", "two_heads"}) {
     CAPTURE(name);
     const nlohmann::json reference = Reference(name);
     const Profile exported = ProfileFile(std::string(CKPLAN_TEST_MODELS) + "/" + name + ".pt2", name);

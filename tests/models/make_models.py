@@ -310,6 +310,36 @@ def small_densenet():
                                        num_classes=10)
 
 
+class RecurrentStack(nn.Module):
+    """A projection, a 2-layer LSTM and a GRU (each one aten op), a head."""
+
+    def __init__(self, features=16, hidden=32):
+        super().__init__()
+        self.proj = nn.Linear(features, hidden)
+        self.lstm = nn.LSTM(hidden, hidden, num_layers=2, batch_first=True)
+        self.gru = nn.GRU(hidden, hidden, batch_first=True)
+        self.head = nn.Linear(hidden, 10)
+
+    def forward(self, x):
+        y, _ = self.lstm(torch.relu(self.proj(x)))
+        y, _ = self.gru(y)
+        return self.head(y).mean(1)
+
+
+class TwoHeads(nn.Module):
+    """Returns a tuple: a classification and a regression head."""
+
+    def __init__(self, width=128, depth=6):
+        super().__init__()
+        self.body = nn.Sequential(*[nn.Sequential(nn.Linear(width, width), nn.GELU()) for _ in range(depth)])
+        self.classes = nn.Linear(width, 10)
+        self.box = nn.Linear(width, 4)
+
+    def forward(self, x):
+        y = self.body(x)
+        return self.classes(y), self.box(y)
+
+
 MODELS = {
     "mlp_chain": (lambda: MlpChain(), ["32x256"]),
     "resnet18": (lambda: torchvision_model("resnet18"), ["2x3x64x64"]),
@@ -328,6 +358,8 @@ MODELS = {
     "seq_first_encoder": (lambda: SeqFirstEncoder(), ["16x4x64"]),
     "transformer_decoder": (lambda: SeqFirstDecoder(), ["16x4x64", "12x4x64"]),
     "densenet": (lambda: small_densenet(), ["2x3x32x32"]),
+    "recurrent": (lambda: RecurrentStack(), ["8x24x16"]),
+    "two_heads": (lambda: TwoHeads(), ["1024x128"]),
 }
 
 
