@@ -127,8 +127,15 @@ size_t FastSolverTableBytes(const DiscreteChain& chain, int64_t memory_slots);
 
 /// The recurrence's base case: the memory stage i needs (its input held
 /// outside) to run with autograd and then backward, the gradient of its
-/// output held: max(x_i + x_{i+1} + xbar_{i+1} + bwdtmp_i, x_{i+1} + xbar_{i+1} + fwdtmp_i).
+/// output held, charged as the simulator charges it:
+/// max(x_i + x_{i+1} + xbar_{i+1} + bwdtmp_i, x_{i+1} + max(xbar_{i+1}, x_{i+1} + fwdtmp_i)).
 int64_t BaseMemory(const DiscreteChain& chain, int i);
+
+/// What choice (b) (stage i kept with autograd, i..l solved below it) needs
+/// of stage i itself: its backward, x_i + x_{i+1} + xbar_{i+1} + bwdtmp_i.
+/// Its forward then runs while the gradient of x_{l+1} is held, which the
+/// floor of (i, l) and the memory of (i+1, l) already cover.
+int64_t KeptStageMemory(const DiscreteChain& chain, int i);
 
 /// The smallest total memory (chain input included), in the chain's units,
 /// for which the recurrence is feasible.
