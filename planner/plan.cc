@@ -75,8 +75,13 @@ struct SlotGrid {
 SlotGrid GridFor(int64_t chain_budget_bytes, int slots) {
   if (chain_budget_bytes <= 0) return {1, -1};
   if (chain_budget_bytes < slots) return {1, chain_budget_bytes};
-  return {chain_budget_bytes / slots, slots};
+  // Every whole slot of the budget: the remainder of a division by `slots`
+  // would be up to `slots` - 1 slot sizes' worth of budget lost.
+  const int64_t slot_bytes = chain_budget_bytes / slots;
+  return {slot_bytes, chain_budget_bytes / slot_bytes};
 }
+
+std::vector<SlotGrid> RefinedGrids(const Chain& chain, int64_t chain_budget, int slots);
 
 // Feasibility with the solver the request's slot count picks (exact or
 // banded: their smallest memories differ).
@@ -84,7 +89,14 @@ bool OptimalFeasible(const Chain& chain, int64_t chain_budget_bytes, int slots) 
   SlotGrid grid = GridFor(chain_budget_bytes, slots);
   if (grid.memory_slots < 0) return false;
   const SolverMethod method = ChooseSolver(chain.length(), slots);
-  return SolverMinimumMemory(Discretize(chain, grid.slot_bytes), method) <= grid.memory_slots;
+  if (SolverMinimumMemory(Discretize(chain, grid.slot_bytes), method) <= grid.memory_slots) return true;
+  // The finer grids MakePlan refines to where the request's is infeasible.
+  const std::vector<SlotGrid> grids = RefinedGrids(chain, chain_budget_bytes, slots);
+  for (size_t k = 1; k < grids.size(); ++k) {
+    const SlotGrid& finer = grids[k];
+    if (MinimumMemory(Discretize(chain, finer.slot_bytes)) <= finer.memory_slots) return true;
+  }
+  return false;
 }
 
 // The baselines, simulated in bytes. An optimal plan is never slower than a
@@ -252,6 +264,64 @@ int64_t MinimumOptimalBudget(const Chain& chain, const FixedMemory& fixed, int s
   return fixed.total() + upper;
 }
 
+namespace {
+
+// Rounding sizes up to slots makes the solver's plan safe but can cost
+// time. Certify that it costs at most kRoundingShare of the activation
+// budget: the plan is no slower than the optimum in bytes at
+// (1 - kRoundingShare) of the budget, which the optimum over sizes rounded
+// DOWN bounds from below. Where that fails, halve the slot and solve again
+// (exact solver only, the table within kRefineTableBytes); the fastest plan
+// found is kept. Every plan is re-checked in bytes by the simulator.
+constexpr double kRoundingShare = 0.005;
+constexpr size_t kRefineTableBytes = size_t{256} << 20;
+
+bool RoundingCertified(const Chain& chain, int64_t chain_budget, const SlotGrid& grid, const OptimalSolution& solution) {
+  const int64_t relaxed_slots =
+      static_cast<int64_t>(std::floor(static_cast<double>(chain_budget) * (1 - kRoundingShare))) / grid.slot_bytes;
+  const DiscreteChain down = Discretize(chain, grid.slot_bytes, false);
+  if (SolverTableBytes(down, relaxed_slots) > kRefineTableBytes) return true;  // nothing finer is affordable
+  const OptimalSolution lower = SolveOptimal(down, relaxed_slots);
+  if (!lower.feasible) return true;
+  return solution.feasible && solution.time_ms <= lower.time_ms * (1 + 1e-12);
+}
+
+// The grids RefineSlots may use at this budget: the request's, then halved
+// slots while the exact solver's table stays within kRefineTableBytes.
+std::vector<SlotGrid> RefinedGrids(const Chain& chain, int64_t chain_budget, int slots) {
+  std::vector<SlotGrid> grids = {GridFor(chain_budget, slots)};
+  for (int round = 0; round < 16; ++round) {
+    const SlotGrid& last = grids.back();
+    if (last.memory_slots < 0 || last.slot_bytes <= 1 || last.memory_slots > (1 << 29)) break;
+    const SlotGrid finer = GridFor(chain_budget, static_cast<int>(last.memory_slots * 2));
+    if (ChooseSolver(chain.length(), finer.memory_slots) != SolverMethod::kExact ||
+        ChooseSolver(chain.length(), slots) != SolverMethod::kExact ||
+        SolverTableBytes(Discretize(chain, finer.slot_bytes), finer.memory_slots) > kRefineTableBytes) {
+      break;
+    }
+    grids.push_back(finer);
+  }
+  return grids;
+}
+
+void RefineSlots(const Chain& chain, int64_t chain_budget, const PlanRequest& request, SlotGrid* grid,
+                 OptimalSolution* solution) {
+  const std::vector<SlotGrid> grids = RefinedGrids(chain, chain_budget, request.slots);
+  for (size_t k = 1; k < grids.size(); ++k) {
+    if (solution->feasible && RoundingCertified(chain, chain_budget, grids[k - 1], *solution)) return;
+    const SlotGrid& finer = grids[k];
+    SolverOptions options;
+    options.threads = request.threads;
+    OptimalSolution next = SolveChain(Discretize(chain, finer.slot_bytes), finer.memory_slots, options);
+    if (next.feasible && (!solution->feasible || next.time_ms < solution->time_ms)) {
+      *solution = std::move(next);
+      *grid = finer;
+    }
+  }
+}
+
+}  // namespace
+
 Plan MakePlan(const Chain& chain, const FixedMemory& fixed, const PlanRequest& request) {
   if (request.slots < 1) throw BadInput("invalid --slots " + std::to_string(request.slots) + ": must be at least 1");
   Plan plan;
@@ -310,6 +380,9 @@ Plan MakePlan(const Chain& chain, const FixedMemory& fixed, const PlanRequest& r
   options.threads = request.threads;
   options.progress = request.progress;
   OptimalSolution solution = SolveChain(discrete, grid.memory_slots, options);
+  RefineSlots(chain, chain_budget, request, &grid, &solution);
+  plan.slots = static_cast<int>(grid.memory_slots);
+  plan.slot_bytes = grid.slot_bytes;
   plan.solver = solution.band > 0 ? "banded" : "exact";
   plan.band = solution.band;
   plan.proven_optimal = solution.proven_optimal;

@@ -7,9 +7,9 @@
 
 namespace ckplan {
 
-DiscreteChain Discretize(const Chain& chain, int64_t slot_bytes) {
+DiscreteChain Discretize(const Chain& chain, int64_t slot_bytes, bool round_up) {
   if (slot_bytes <= 0) throw Error(ExitCode::kInternal, "slot size must be positive");
-  auto up = [slot_bytes](int64_t bytes) { return (bytes + slot_bytes - 1) / slot_bytes; };
+  auto up = [slot_bytes, round_up](int64_t bytes) { return (bytes + (round_up ? slot_bytes - 1 : 0)) / slot_bytes; };
   const int length = chain.length();
   DiscreteChain d;
   d.length = length;

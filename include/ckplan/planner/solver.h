@@ -25,8 +25,10 @@ struct DiscreteChain {
 };
 
 /// Sizes rounded UP to whole slots of `slot_bytes` (so a plan never exceeds
-/// its budget); `slot_bytes` = 1 gives the exact chain in bytes.
-DiscreteChain Discretize(const Chain& chain, int64_t slot_bytes);
+/// its budget); `slot_bytes` = 1 gives the exact chain in bytes. Rounded
+/// down (`round_up` false): a relaxation, whose optimum at floor(M / slot)
+/// slots bounds the optimum in bytes at M from below.
+DiscreteChain Discretize(const Chain& chain, int64_t slot_bytes, bool round_up = true);
 
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
