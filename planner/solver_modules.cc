@@ -1,0 +1,225 @@
+#include "ckplan/planner/solver_modules.h"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+
+#include "ckplan/planner/error.h"
+
+namespace ckplan {
+
+std::vector<WrappableModule> WrappableModules(const Chain& chain, const Profile* profile) {
+  std::vector<WrappableModule> out;
+  const int length = chain.length();
+  if (profile == nullptr) {
+    for (int i = 0; i < length; ++i) {
+      const Stage& s = chain.stages[static_cast<size_t>(i)];
+      if (s.modules.size() == 1) out.push_back({s.modules[0], i, i});
+    }
+    return out;
+  }
+  // Stage of each cut: op -> stage starting / ending there.
+  std::map<int, int> starts, ends;
+  for (int i = 0; i < length; ++i) {
+    const Stage& s = chain.stages[static_cast<size_t>(i)];
+    if (s.first_op < 0) return WrappableModules(chain, nullptr);
+    starts[s.first_op] = i;
+    ends[s.last_op] = i;
+  }
+  // Every module path (with its ancestors) and the ops in it.
+  struct Span {
+    int first = std::numeric_limits<int>::max(), last = -1, count = 0;
+  };
+  std::map<std::string, Span> spans;
+  for (const OpRecord& op : profile->ops) {
+    std::string path = op.module;
+    while (!path.empty()) {
+      Span& span = spans[path];
+      span.first = std::min(span.first, op.id);
+      span.last = std::max(span.last, op.id);
+      span.count++;
+      const size_t dot = path.rfind('.');
+      path = dot == std::string::npos ? "" : path.substr(0, dot);
+    }
+  }
+  std::map<std::pair<int, int>, std::string> by_range;
+  for (const auto& [path, span] : spans) {
+    if (span.last - span.first + 1 != span.count) continue;  // not one contiguous run
+    auto a = starts.find(span.first);
+    auto b = ends.find(span.last);
+    if (a == starts.end() || b == ends.end() || a->second > b->second) continue;
+    auto key = std::make_pair(a->second, b->second);
+    auto it = by_range.find(key);
+    if (it == by_range.end() || path.size() < it->second.size()) by_range[key] = path;
+  }
+  for (const auto& [range, path] : by_range) out.push_back({path, range.first, range.second});
+  return out;
+}
+
+Schedule ModuleSchedule(int length, const std::vector<WrappableModule>& wrapped) {
+  std::vector<int> end_of(static_cast<size_t>(length), -1);  // first stage -> last stage of a wrapped module
+  for (const WrappableModule& m : wrapped) end_of[static_cast<size_t>(m.first_stage)] = m.last_stage;
+  Schedule s;
+  std::vector<std::pair<int, int>> units;
+  for (int i = 0; i < length;) {
+    const int end = end_of[static_cast<size_t>(i)];
+    if (end < 0) {
+      s.push_back({OpKind::kForwardGrad, i});
+      units.push_back({i, -1});
+      ++i;
+      continue;
+    }
+    s.push_back({OpKind::kForwardKeepInput, i});
+    for (int k = i + 1; k <= end; ++k) s.push_back({OpKind::kForwardNoGrad, k});
+    units.push_back({i, end});
+    i = end + 1;
+  }
+  s.push_back({OpKind::kLoss, length});
+  for (auto it = units.rbegin(); it != units.rend(); ++it) {
+    const auto [first, end] = *it;
+    if (end < 0) {
+      s.push_back({OpKind::kBackward, first});
+      continue;
+    }
+    for (int k = first; k <= end; ++k) s.push_back({OpKind::kForwardGrad, k});
+    for (int k = end; k >= first; --k) s.push_back({OpKind::kBackward, k});
+  }
+  return s;
+}
+
+namespace {
+
+// One step of the frontier walk: stage `first` run normally (wrapped < 0),
+// or module `wrapped` (stages first..last). `need` is the largest memory it
+// needs above what is held at its first stage's boundary, over its forward
+// and its backward; `held` what it adds to the held memory.
+struct Unit {
+  int first, last, wrapped;
+  int64_t need, held;
+  double time_ms;
+};
+
+std::vector<std::vector<Unit>> UnitsByStage(const Chain& chain, const std::vector<WrappableModule>& modules) {
+  const int length = chain.length();
+  auto x = [&](int k) { return chain.InputBytes(k); };
+  std::vector<std::vector<Unit>> units(static_cast<size_t>(length));
+  for (int i = 0; i < length; ++i) {
+    const Stage& s = chain.stages[static_cast<size_t>(i)];
+    const int64_t need = std::max(std::max(s.saved_bytes, s.out_bytes + s.fwd_tmp_bytes),
+                                  x(i + 1) + s.saved_bytes + x(i) + s.bwd_tmp_bytes);
+    units[static_cast<size_t>(i)].push_back({i, i, -1, need, s.saved_bytes, s.fwd_ms + s.bwd_ms});
+  }
+  for (size_t m = 0; m < modules.size(); ++m) {
+    const int a = modules[m].first_stage, b = modules[m].last_stage;
+    if (a < 0 || b >= length || a > b) throw Error(ExitCode::kInternal, "module stage range out of the chain");
+    int64_t need = 0;
+    double time = 0;
+    // Forward without autograd: its input held (counted at the boundary).
+    for (int k = a; k <= b; ++k) {
+      const Stage& s = chain.stages[static_cast<size_t>(k)];
+      need = std::max(need, (k > a ? x(k) : 0) + s.out_bytes + s.fwd_tmp_bytes);
+      time += 2 * s.fwd_ms + s.bwd_ms;
+    }
+    // Backward: the gradient of its output held, recomputed with autograd,
+    // then back-propagated stage by stage.
+    int64_t kept = 0;
+    for (int k = a; k <= b; ++k) {
+      const Stage& s = chain.stages[static_cast<size_t>(k)];
+      need = std::max(need, x(b + 1) + kept + std::max(s.saved_bytes, s.out_bytes + s.fwd_tmp_bytes));
+      kept += s.saved_bytes;
+    }
+    for (int k = b; k >= a; --k) {
+      const Stage& s = chain.stages[static_cast<size_t>(k)];
+      need = std::max(need, x(k + 1) + kept + x(k) + s.bwd_tmp_bytes);
+      kept -= s.saved_bytes;
+    }
+    units[static_cast<size_t>(a)].push_back({a, b, static_cast<int>(m), need, x(b + 1), time});
+  }
+  return units;
+}
+
+struct State {
+  int64_t held;
+  double time_ms;
+  int first;  // the unit's first stage (its first boundary)
+  int from;   // index in that boundary's frontier
+  int unit;   // index in units[first]
+};
+
+// Keeps the states no other state beats on both held bytes and time.
+void Prune(std::vector<State>* states) {
+  std::sort(states->begin(), states->end(), [](const State& p, const State& q) {
+    return p.held != q.held ? p.held < q.held : p.time_ms < q.time_ms;
+  });
+  std::vector<State> kept;
+  for (const State& s : *states) {
+    if (kept.empty() || s.time_ms < kept.back().time_ms) kept.push_back(s);
+  }
+  *states = std::move(kept);
+}
+
+}  // namespace
+
+ModuleSolution SolveModules(const Chain& chain, const std::vector<WrappableModule>& modules, int64_t budget_bytes) {
+  ModuleSolution solution;
+  const int length = chain.length();
+  const std::vector<std::vector<Unit>> units = UnitsByStage(chain, modules);
+  std::vector<std::vector<State>> frontier(static_cast<size_t>(length) + 1);
+  const int64_t input = chain.InputBytes(0);
+  if (input > budget_bytes) return solution;
+  frontier[0].push_back({input, 0.0, -1, -1, -1});
+  for (int k = 0; k < length; ++k) {
+    std::vector<State>& here = frontier[static_cast<size_t>(k)];
+    Prune(&here);
+    for (size_t u = 0; u < units[static_cast<size_t>(k)].size(); ++u) {
+      const Unit& unit = units[static_cast<size_t>(k)][u];
+      std::vector<State>& there = frontier[static_cast<size_t>(unit.last) + 1];
+      for (size_t s = 0; s < here.size(); ++s) {
+        if (here[s].held + unit.need > budget_bytes) break;  // held grows along the frontier
+        there.push_back({here[s].held + unit.held, here[s].time_ms + unit.time_ms, k, static_cast<int>(s),
+                         static_cast<int>(u)});
+      }
+    }
+  }
+  std::vector<State>& last = frontier[static_cast<size_t>(length)];
+  Prune(&last);
+  const int64_t loss_need = chain.InputBytes(length) + chain.loss_bwd_tmp_bytes;
+  int best = -1;
+  for (size_t s = 0; s < last.size(); ++s) {
+    if (last[s].held + loss_need > budget_bytes) break;
+    best = static_cast<int>(s);  // times fall along the frontier: the last that fits is fastest
+  }
+  if (best < 0) return solution;
+  solution.feasible = true;
+  solution.time_ms = last[static_cast<size_t>(best)].time_ms + chain.loss_bwd_ms;
+  for (int k = length, s = best; k > 0;) {
+    const State& state = frontier[static_cast<size_t>(k)][static_cast<size_t>(s)];
+    const int first = state.first;
+    const Unit& unit = units[static_cast<size_t>(first)][static_cast<size_t>(state.unit)];
+    if (unit.wrapped >= 0) solution.wrapped.push_back(modules[static_cast<size_t>(unit.wrapped)]);
+    k = first;
+    s = state.from;
+  }
+  std::reverse(solution.wrapped.begin(), solution.wrapped.end());
+  solution.schedule = ModuleSchedule(length, solution.wrapped);
+  return solution;
+}
+
+int64_t MinimumModulesMemory(const Chain& chain, const std::vector<WrappableModule>& modules) {
+  // Feasibility only grows with the budget: bisect between a budget that
+  // fails and the no-checkpointing peak, which fits.
+  int64_t upper = 1;
+  while (!SolveModules(chain, modules, upper).feasible) upper *= 2;
+  int64_t lower = upper / 2;
+  while (upper - lower > 1) {
+    const int64_t middle = lower + (upper - lower) / 2;
+    if (SolveModules(chain, modules, middle).feasible) {
+      upper = middle;
+    } else {
+      lower = middle;
+    }
+  }
+  return upper;
+}
+
+}  // namespace ckplan
