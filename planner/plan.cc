@@ -149,18 +149,16 @@ void CheckStageCount(const Chain& chain) {
 
 namespace {
 
-// The export for a given set of wrapped stages (each has exactly one module).
-ModuleExport ExportFor(const Chain& chain, const std::vector<bool>& wrap) {
+// The export for a given set of wrapped modules (disjoint stage ranges).
+ModuleExport ExportFor(const Chain& chain, const std::vector<WrappableModule>& wrapped) {
   ModuleExport out;
   const int length = chain.length();
-  for (int i = 0; i < length; ++i) {
-    out.schedule.push_back({wrap[static_cast<size_t>(i)] ? OpKind::kForwardKeepInput : OpKind::kForwardGrad, i});
+  std::vector<bool> wrap(static_cast<size_t>(length), false), holds_input(static_cast<size_t>(length), false);
+  for (const WrappableModule& m : wrapped) {
+    holds_input[static_cast<size_t>(m.first_stage)] = true;
+    for (int k = m.first_stage; k <= m.last_stage; ++k) wrap[static_cast<size_t>(k)] = true;
   }
-  out.schedule.push_back({OpKind::kLoss, length});
-  for (int i = length - 1; i >= 0; --i) {
-    if (wrap[static_cast<size_t>(i)]) out.schedule.push_back({OpKind::kForwardGrad, i});
-    out.schedule.push_back({OpKind::kBackward, i});
-  }
+  out.schedule = ModuleSchedule(length, wrapped);
   out.simulation = Simulate(chain, out.schedule);
   out.saved_bytes = out.simulation.live_after_forward_bytes - chain.input_bytes;
   if (chain.has_storages()) {
@@ -177,7 +175,7 @@ ModuleExport ExportFor(const Chain& chain, const std::vector<bool>& wrap) {
       const Stage& s = chain.stages[static_cast<size_t>(i)];
       if (!wrap[static_cast<size_t>(i)]) own += s.private_saved_bytes;
       held.insert(s.kept_out_storages.begin(), s.kept_out_storages.end());
-      if (wrap[static_cast<size_t>(i)] && i > 0) {
+      if (holds_input[static_cast<size_t>(i)] && i > 0) {
         for (const auto& entry : chain.stages[static_cast<size_t>(i) - 1].out_storages) held.insert(entry.first);
       }
     }
@@ -186,14 +184,24 @@ ModuleExport ExportFor(const Chain& chain, const std::vector<bool>& wrap) {
     for (int64_t id : held) shared += bytes_of[id];
     out.saved_bytes = own + shared;
   }
-  for (int i = 0; i < length; ++i) {
-    if (!wrap[static_cast<size_t>(i)]) continue;
-    out.checkpoint_modules.push_back(chain.stages[static_cast<size_t>(i)].modules[0]);
+  for (const WrappableModule& m : wrapped) out.checkpoint_modules.push_back(m.path);
+  return out;
+}
+
+// The single-stage modules of `wrap`.
+std::vector<WrappableModule> StageModules(const Chain& chain, const std::vector<bool>& wrap) {
+  std::vector<WrappableModule> out;
+  for (int i = 0; i < chain.length(); ++i) {
+    if (wrap[static_cast<size_t>(i)]) out.push_back({chain.stages[static_cast<size_t>(i)].modules[0], i, i});
   }
   return out;
 }
 
 }  // namespace
+
+ModuleExport ExportForModules(const Chain& chain, const std::vector<WrappableModule>& wrapped) {
+  return ExportFor(chain, wrapped);
+}
 
 ModuleExport ExportForPyTorch(const Chain& chain, const std::vector<int>& checkpointed) {
   const int length = chain.length();
@@ -209,11 +217,11 @@ ModuleExport ExportForPyTorch(const Chain& chain, const std::vector<int>& checkp
   }
   // Wrapping a module only pays when it keeps less than it would without
   // (its input is held instead of what it saves): drop the ones that don't.
-  ModuleExport best = ExportFor(chain, wrap);
+  ModuleExport best = ExportFor(chain, StageModules(chain, wrap));
   for (int i = 0; i < length; ++i) {
     if (!wrap[static_cast<size_t>(i)]) continue;
     wrap[static_cast<size_t>(i)] = false;
-    ModuleExport without = ExportFor(chain, wrap);
+    ModuleExport without = ExportFor(chain, StageModules(chain, wrap));
     if (without.saved_bytes <= best.saved_bytes) {
       best = std::move(without);
       skipped.push_back(chain.stages[static_cast<size_t>(i)].name + " (keeps no less)");
@@ -322,6 +330,37 @@ void RefineSlots(const Chain& chain, int64_t chain_budget, const PlanRequest& re
 
 }  // namespace
 
+namespace {
+
+// The PyTorch target: exact in bytes, no slots.
+Plan MakeModulePlan(const Chain& chain, const FixedMemory& fixed, const PlanRequest& request, Plan plan) {
+  CheckStageCount(chain);
+  const std::vector<WrappableModule>& modules = *request.pytorch_modules;
+  const int64_t chain_budget = request.budget_bytes - fixed.total();
+  plan.target = "pytorch";
+  plan.solver = "modules";
+  plan.min_budget_bytes = fixed.total() + MinimumModulesMemory(chain, modules);
+  plan.min_budget_lower_bytes = plan.min_budget_bytes;
+  if (chain_budget <= 0) return plan;
+  ModuleSolution solution = SolveModules(chain, modules, chain_budget);
+  if (!solution.feasible) return plan;
+  plan.feasible = true;
+  plan.schedule = solution.schedule;
+  plan.time_ms = solution.time_ms;
+  plan.simulation = Simulate(chain, plan.schedule);
+  plan.peak_bytes = fixed.total() + plan.simulation.peak_bytes;
+  plan.checkpointed_stages = CheckpointedStages(plan.schedule, chain.length());
+  plan.pytorch = ExportForModules(chain, solution.wrapped);
+  if (plan.simulation.peak_bytes > chain_budget) {
+    throw Error(ExitCode::kVerifyFailed, "internal check failed: the module plan simulates to " +
+                                             std::to_string(plan.simulation.peak_bytes) +
+                                             " B, above the activation budget " + std::to_string(chain_budget) + " B");
+  }
+  return plan;
+}
+
+}  // namespace
+
 Plan MakePlan(const Chain& chain, const FixedMemory& fixed, const PlanRequest& request) {
   if (request.slots < 1) throw BadInput("invalid --slots " + std::to_string(request.slots) + ": must be at least 1");
   Plan plan;
@@ -361,6 +400,7 @@ Plan MakePlan(const Chain& chain, const FixedMemory& fixed, const PlanRequest& r
     return plan;
   }
 
+  if (request.pytorch_modules != nullptr) return MakeModulePlan(chain, fixed, request, std::move(plan));
   plan.slots = request.slots;
   CheckStageCount(chain);
   SlotGrid grid = GridFor(chain_budget, request.slots);
@@ -443,6 +483,7 @@ nlohmann::json PlanToJson(const Plan& plan, const Chain& chain, const nlohmann::
   nlohmann::json doc = {
       {"schema", "ckplan.plan/1"},
       {"algorithm", AlgorithmName(plan.algorithm)},
+      {"target", plan.target},
       {"source", source},
       {"budget_bytes", plan.budget_bytes},
       {"fixed", {{"param_bytes", plan.fixed.param_bytes},
