@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 #include <map>
+#include <set>
 
 #include "ckplan/planner/error.h"
 
@@ -99,41 +100,104 @@ struct Unit {
   double time_ms;
 };
 
+// The storages of each cut (k = 0..L: the input of stage k, then the chain
+// output) and each stage's own saved bytes, as the simulator counts them:
+// with storages, each once; without, cut k is one value of x_k.
+struct Cuts {
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> storages;
+  std::vector<int64_t> own_saved;
+};
+
+Cuts CutsOf(const Chain& chain) {
+  Cuts cuts;
+  const int length = chain.length();
+  if (chain.has_storages()) {
+    cuts.storages.push_back(chain.input_storages);
+    for (const Stage& s : chain.stages) {
+      cuts.storages.push_back(s.out_storages);
+      cuts.own_saved.push_back(s.private_saved_bytes);
+    }
+    return cuts;
+  }
+  for (int k = 0; k <= length; ++k) {
+    cuts.storages.emplace_back();
+    cuts.storages.back().emplace_back(k, chain.InputBytes(k));
+  }
+  for (const Stage& s : chain.stages) cuts.own_saved.push_back(s.saved_bytes - s.out_bytes);
+  return cuts;
+}
+
+// Bytes of the storages of `cut` not in `held`.
+int64_t NewBytes(const std::vector<std::pair<int64_t, int64_t>>& cut, const std::set<int64_t>& held) {
+  int64_t total = 0;
+  for (const auto& [id, bytes] : cut) {
+    if (held.count(id) == 0) total += bytes;
+  }
+  return total;
+}
+
+std::set<int64_t> Ids(const std::vector<std::pair<int64_t, int64_t>>& cut) {
+  std::set<int64_t> ids;
+  for (const auto& entry : cut) ids.insert(entry.first);
+  return ids;
+}
+
+// Every storage of cut a is held when a unit starts at a (stage a's input),
+// and a storage live across two cuts is live across every cut between: so
+// what a unit needs and adds does not depend on the units before it.
 std::vector<std::vector<Unit>> UnitsByStage(const Chain& chain, const std::vector<WrappableModule>& modules) {
   const int length = chain.length();
-  auto x = [&](int k) { return chain.InputBytes(k); };
+  const Cuts cuts = CutsOf(chain);
+  auto cut = [&](int k) -> const std::vector<std::pair<int64_t, int64_t>>& { return cuts.storages[static_cast<size_t>(k)]; };
+  auto grad = [&](int k) { return chain.InputBytes(k); };
+  // fresh[k]: bytes of cut k+1 not in cut k, what stage k's output adds.
+  std::vector<int64_t> fresh(static_cast<size_t>(length));
+  for (int k = 0; k < length; ++k) fresh[static_cast<size_t>(k)] = NewBytes(cut(k + 1), Ids(cut(k)));
   std::vector<std::vector<Unit>> units(static_cast<size_t>(length));
   for (int i = 0; i < length; ++i) {
     const Stage& s = chain.stages[static_cast<size_t>(i)];
-    const int64_t need = std::max(std::max(s.saved_bytes, s.out_bytes + s.fwd_tmp_bytes),
-                                  x(i + 1) + s.saved_bytes + x(i) + s.bwd_tmp_bytes);
-    units[static_cast<size_t>(i)].push_back({i, i, -1, need, s.saved_bytes, s.fwd_ms + s.bwd_ms});
+    const int64_t own = cuts.own_saved[static_cast<size_t>(i)], out = fresh[static_cast<size_t>(i)];
+    const int64_t need = std::max(std::max(own + out, out + s.fwd_tmp_bytes),
+                                  own + out + grad(i + 1) + grad(i) + s.bwd_tmp_bytes);
+    units[static_cast<size_t>(i)].push_back({i, i, -1, need, own + out, s.fwd_ms + s.bwd_ms});
   }
   for (size_t m = 0; m < modules.size(); ++m) {
     const int a = modules[m].first_stage, b = modules[m].last_stage;
     if (a < 0 || b >= length || a > b) throw Error(ExitCode::kInternal, "module stage range out of the chain");
+    const std::set<int64_t> input = Ids(cut(a));
     int64_t need = 0;
     double time = 0;
-    // Forward without autograd: its input held (counted at the boundary).
+    // Forward without autograd: its input held (counted at the boundary),
+    // each inner value dropped once the next stage has read it.
+    int64_t inner = 0;  // the current inner value, beyond the input
     for (int k = a; k <= b; ++k) {
       const Stage& s = chain.stages[static_cast<size_t>(k)];
-      need = std::max(need, (k > a ? x(k) : 0) + s.out_bytes + s.fwd_tmp_bytes);
+      std::set<int64_t> held = input;
+      if (k > a) {
+        const std::set<int64_t> ids = Ids(cut(k));
+        held.insert(ids.begin(), ids.end());
+      }
+      need = std::max(need, inner + NewBytes(cut(k + 1), held) + s.fwd_tmp_bytes);
+      inner = NewBytes(cut(k + 1), input);
       time += 2 * s.fwd_ms + s.bwd_ms;
     }
+    const int64_t adds = inner;  // its output, beyond its input
     // Backward: the gradient of its output held, recomputed with autograd,
     // then back-propagated stage by stage.
     int64_t kept = 0;
+    std::vector<int64_t> kept_after(static_cast<size_t>(b - a + 1));
     for (int k = a; k <= b; ++k) {
       const Stage& s = chain.stages[static_cast<size_t>(k)];
-      need = std::max(need, x(b + 1) + kept + std::max(s.saved_bytes, s.out_bytes + s.fwd_tmp_bytes));
-      kept += s.saved_bytes;
+      const int64_t own = cuts.own_saved[static_cast<size_t>(k)], out = fresh[static_cast<size_t>(k)];
+      need = std::max(need, grad(b + 1) + kept + std::max(own + out, out + s.fwd_tmp_bytes));
+      kept += own + out;
+      kept_after[static_cast<size_t>(k - a)] = kept;
     }
     for (int k = b; k >= a; --k) {
       const Stage& s = chain.stages[static_cast<size_t>(k)];
-      need = std::max(need, x(k + 1) + kept + x(k) + s.bwd_tmp_bytes);
-      kept -= s.saved_bytes;
+      need = std::max(need, grad(k + 1) + kept_after[static_cast<size_t>(k - a)] + grad(k) + s.bwd_tmp_bytes);
     }
-    units[static_cast<size_t>(a)].push_back({a, b, static_cast<int>(m), need, x(b + 1), time});
+    units[static_cast<size_t>(a)].push_back({a, b, static_cast<int>(m), need, adds, time});
   }
   return units;
 }
@@ -165,7 +229,9 @@ ModuleSolution SolveModules(const Chain& chain, const std::vector<WrappableModul
   const int length = chain.length();
   const std::vector<std::vector<Unit>> units = UnitsByStage(chain, modules);
   std::vector<std::vector<State>> frontier(static_cast<size_t>(length) + 1);
-  const int64_t input = chain.InputBytes(0);
+  int64_t input = 0;
+  const Cuts cuts = CutsOf(chain);
+  for (const auto& entry : cuts.storages[0]) input += entry.second;
   if (input > budget_bytes) return solution;
   frontier[0].push_back({input, 0.0, -1, -1, -1});
   for (int k = 0; k < length; ++k) {

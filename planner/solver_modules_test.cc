@@ -92,6 +92,59 @@ TEST_CASE("the module solver equals brute force over every set of disjoint modul
   CHECK(feasible > 800);
 }
 
+// A chain whose cuts share storages: each cut its own value, plus skip
+// connections live across several cuts (each counted once by the simulator).
+Chain SharedStorageChain(int length, uint32_t seed) {
+  Chain chain = testing::SmallIntegerChain(length, seed);
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> cut(0, length), size(1, 5);
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> cuts(static_cast<size_t>(length) + 1);
+  for (int k = 0; k <= length; ++k) cuts[static_cast<size_t>(k)].push_back({k, chain.InputBytes(k)});
+  for (int s = 0; s < 2; ++s) {
+    int from = cut(rng), to = cut(rng);
+    if (from > to) std::swap(from, to);
+    const int64_t bytes = size(rng);
+    for (int k = from; k <= to; ++k) cuts[static_cast<size_t>(k)].push_back({100 + s, bytes});
+  }
+  chain.input_storages = cuts[0];
+  for (int i = 0; i < length; ++i) {
+    Stage& stage = chain.stages[static_cast<size_t>(i)];
+    stage.out_storages = cuts[static_cast<size_t>(i) + 1];
+    int64_t total = 0;
+    for (const auto& entry : stage.out_storages) total += entry.second;
+    stage.private_saved_bytes = stage.saved_bytes - stage.out_bytes + 1;
+    stage.out_bytes = total;
+    stage.saved_bytes = stage.private_saved_bytes + total;
+  }
+  return chain;
+}
+
+TEST_CASE("with shared storages (skip connections), the module solver still equals brute force by the simulator") {
+  int compared = 0;
+  for (int length = 2; length <= 7; ++length) {
+    for (uint32_t seed = 0; seed < 5; ++seed) {
+      Chain chain = SharedStorageChain(length, 900 * length + seed);
+      REQUIRE(chain.has_storages());
+      std::vector<WrappableModule> modules = RandomModules(length, seed + 17);
+      const Best all = BruteForce(chain, modules, INT64_MAX);
+      const int64_t minimum = MinimumModulesMemory(chain, modules);
+      CAPTURE(length);
+      CAPTURE(seed);
+      CHECK(minimum == all.smallest_peak);
+      for (int64_t budget = minimum; budget <= minimum + 30; ++budget) {
+        CAPTURE(budget);
+        const Best brute = BruteForce(chain, modules, budget);
+        const ModuleSolution solution = SolveModules(chain, modules, budget);
+        REQUIRE(solution.feasible);
+        CHECK(solution.time_ms == doctest::Approx(brute.time_ms).epsilon(1e-12));
+        CHECK(Simulate(chain, solution.schedule).peak_bytes <= budget);
+        ++compared;
+      }
+    }
+  }
+  CHECK(compared > 500);
+}
+
 TEST_CASE("wrapping every stage on its own is every's schedule, and wrapping nothing is none's") {
   Chain chain = testing::RandomChain(12, 41);
   std::vector<WrappableModule> each;
