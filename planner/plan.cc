@@ -339,21 +339,25 @@ Plan MakeModulePlan(const Chain& chain, const FixedMemory& fixed, const PlanRequ
   const int64_t chain_budget = request.budget_bytes - fixed.total();
   plan.target = "pytorch";
   plan.solver = "modules";
-  plan.min_budget_bytes = fixed.total() + MinimumModulesMemory(chain, modules);
+  plan.min_budget_bytes = fixed.total() + MinimumModulesMemory(chain, modules, ModuleAccounting::kPyTorch);
   plan.min_budget_lower_bytes = plan.min_budget_bytes;
   if (chain_budget <= 0) return plan;
-  ModuleSolution solution = SolveModules(chain, modules, chain_budget);
+  ModuleSolution solution = SolveModules(chain, modules, chain_budget, ModuleAccounting::kPyTorch);
   if (!solution.feasible) return plan;
   plan.feasible = true;
   plan.schedule = solution.schedule;
   plan.time_ms = solution.time_ms;
+  // Predicted as PyTorch runs it (apply_plan): the solver's own accounting.
+  // The simulation (what `ckplan run`'s executor holds) gives the timeline.
   plan.simulation = Simulate(chain, plan.schedule);
-  plan.peak_bytes = fixed.total() + plan.simulation.peak_bytes;
+  plan.peak_bytes = fixed.total() + solution.peak_bytes;
   plan.checkpointed_stages = CheckpointedStages(plan.schedule, chain.length());
   plan.pytorch = ExportForModules(chain, solution.wrapped);
-  if (plan.simulation.peak_bytes > chain_budget) {
-    throw Error(ExitCode::kVerifyFailed, "internal check failed: the module plan simulates to " +
-                                             std::to_string(plan.simulation.peak_bytes) +
+  plan.pytorch.simulation.peak_bytes = solution.peak_bytes;
+  plan.pytorch.saved_bytes = solution.kept_bytes;
+  if (solution.peak_bytes > chain_budget) {
+    throw Error(ExitCode::kVerifyFailed, "internal check failed: the module plan peaks at " +
+                                             std::to_string(solution.peak_bytes) +
                                              " B, above the activation budget " + std::to_string(chain_budget) + " B");
   }
   return plan;

@@ -106,6 +106,7 @@ struct Unit {
 struct Cuts {
   std::vector<std::vector<std::pair<int64_t, int64_t>>> storages;
   std::vector<int64_t> own_saved;
+  std::set<int64_t> kept;  // PyTorch accounting: storages some op saves, and the model's inputs and outputs
 };
 
 Cuts CutsOf(const Chain& chain) {
@@ -116,7 +117,10 @@ Cuts CutsOf(const Chain& chain) {
     for (const Stage& s : chain.stages) {
       cuts.storages.push_back(s.out_storages);
       cuts.own_saved.push_back(s.private_saved_bytes);
+      cuts.kept.insert(s.kept_out_storages.begin(), s.kept_out_storages.end());
     }
+    for (const auto& entry : chain.input_storages) cuts.kept.insert(entry.first);
+    for (const auto& entry : chain.stages.back().out_storages) cuts.kept.insert(entry.first);
     return cuts;
   }
   for (int k = 0; k <= length; ++k) {
@@ -124,6 +128,7 @@ Cuts CutsOf(const Chain& chain) {
     cuts.storages.back().emplace_back(k, chain.InputBytes(k));
   }
   for (const Stage& s : chain.stages) cuts.own_saved.push_back(s.saved_bytes - s.out_bytes);
+  for (int k = 0; k <= length; ++k) cuts.kept.insert(k);
   return cuts;
 }
 
@@ -145,21 +150,44 @@ std::set<int64_t> Ids(const std::vector<std::pair<int64_t, int64_t>>& cut) {
 // Every storage of cut a is held when a unit starts at a (stage a's input),
 // and a storage live across two cuts is live across every cut between: so
 // what a unit needs and adds does not depend on the units before it.
-std::vector<std::vector<Unit>> UnitsByStage(const Chain& chain, const std::vector<WrappableModule>& modules) {
+//
+// PyTorch's accounting differs in one way: a stage output no op saves (a
+// Linear's output read by ReLU) is freed once the next stage has read it,
+// unless a wrapped module holds it as its input.
+std::vector<std::vector<Unit>> UnitsByStage(const Chain& chain, const std::vector<WrappableModule>& modules,
+                                            ModuleAccounting accounting) {
   const int length = chain.length();
-  const Cuts cuts = CutsOf(chain);
+  Cuts cuts = CutsOf(chain);
+  if (accounting == ModuleAccounting::kSimulator) {
+    for (const auto& c : cuts.storages) {
+      for (const auto& entry : c) cuts.kept.insert(entry.first);
+    }
+  }
+  auto kept_bytes = [&](const std::vector<std::pair<int64_t, int64_t>>& cut, const std::set<int64_t>& held, bool kept) {
+    int64_t total = 0;
+    for (const auto& [id, bytes] : cut) {
+      if (held.count(id) == 0 && cuts.kept.count(id) == (kept ? 1u : 0u)) total += bytes;
+    }
+    return total;
+  };
   auto cut = [&](int k) -> const std::vector<std::pair<int64_t, int64_t>>& { return cuts.storages[static_cast<size_t>(k)]; };
   auto grad = [&](int k) { return chain.InputBytes(k); };
   // fresh[k]: bytes of cut k+1 not in cut k, what stage k's output adds.
-  std::vector<int64_t> fresh(static_cast<size_t>(length));
-  for (int k = 0; k < length; ++k) fresh[static_cast<size_t>(k)] = NewBytes(cut(k + 1), Ids(cut(k)));
+  std::vector<int64_t> fresh(static_cast<size_t>(length)), kept_fresh(static_cast<size_t>(length));
+  std::vector<int64_t> loose(static_cast<size_t>(length) + 1, 0);  // not kept at cut k: alive until read
+  for (int k = 0; k < length; ++k) {
+    fresh[static_cast<size_t>(k)] = NewBytes(cut(k + 1), Ids(cut(k)));
+    kept_fresh[static_cast<size_t>(k)] = kept_bytes(cut(k + 1), Ids(cut(k)), true);
+  }
+  for (int k = 0; k <= length; ++k) loose[static_cast<size_t>(k)] = kept_bytes(cut(k), {}, false);
   std::vector<std::vector<Unit>> units(static_cast<size_t>(length));
   for (int i = 0; i < length; ++i) {
     const Stage& s = chain.stages[static_cast<size_t>(i)];
     const int64_t own = cuts.own_saved[static_cast<size_t>(i)], out = fresh[static_cast<size_t>(i)];
-    const int64_t need = std::max(std::max(own + out, out + s.fwd_tmp_bytes),
-                                  own + out + grad(i + 1) + grad(i) + s.bwd_tmp_bytes);
-    units[static_cast<size_t>(i)].push_back({i, i, -1, need, own + out, s.fwd_ms + s.bwd_ms});
+    const int64_t kept = own + kept_fresh[static_cast<size_t>(i)];
+    const int64_t need = std::max(loose[static_cast<size_t>(i)] + std::max(own + out, out + s.fwd_tmp_bytes),
+                                  kept + grad(i + 1) + grad(i) + s.bwd_tmp_bytes);
+    units[static_cast<size_t>(i)].push_back({i, i, -1, need, kept, s.fwd_ms + s.bwd_ms});
   }
   for (size_t m = 0; m < modules.size(); ++m) {
     const int a = modules[m].first_stage, b = modules[m].last_stage;
@@ -181,7 +209,9 @@ std::vector<std::vector<Unit>> UnitsByStage(const Chain& chain, const std::vecto
       inner = NewBytes(cut(k + 1), input);
       time += 2 * s.fwd_ms + s.bwd_ms;
     }
-    const int64_t adds = inner;  // its output, beyond its input
+    // It holds its input (what no op saves too), and its output as kept.
+    const int64_t held_input = loose[static_cast<size_t>(a)];
+    const int64_t adds = held_input + kept_bytes(cut(b + 1), input, true);
     // Backward: the gradient of its output held, recomputed with autograd,
     // then back-propagated stage by stage.
     int64_t kept = 0;
@@ -197,7 +227,7 @@ std::vector<std::vector<Unit>> UnitsByStage(const Chain& chain, const std::vecto
       const Stage& s = chain.stages[static_cast<size_t>(k)];
       need = std::max(need, grad(k + 1) + kept_after[static_cast<size_t>(k - a)] + grad(k) + s.bwd_tmp_bytes);
     }
-    units[static_cast<size_t>(a)].push_back({a, b, static_cast<int>(m), need, adds, time});
+    units[static_cast<size_t>(a)].push_back({a, b, static_cast<int>(m), held_input + need, adds, time});
   }
   return units;
 }
@@ -224,10 +254,11 @@ void Prune(std::vector<State>* states) {
 
 }  // namespace
 
-ModuleSolution SolveModules(const Chain& chain, const std::vector<WrappableModule>& modules, int64_t budget_bytes) {
+ModuleSolution SolveModules(const Chain& chain, const std::vector<WrappableModule>& modules, int64_t budget_bytes,
+                            ModuleAccounting accounting) {
   ModuleSolution solution;
   const int length = chain.length();
-  const std::vector<std::vector<Unit>> units = UnitsByStage(chain, modules);
+  const std::vector<std::vector<Unit>> units = UnitsByStage(chain, modules, accounting);
   std::vector<std::vector<State>> frontier(static_cast<size_t>(length) + 1);
   int64_t input = 0;
   const Cuts cuts = CutsOf(chain);
@@ -258,10 +289,14 @@ ModuleSolution SolveModules(const Chain& chain, const std::vector<WrappableModul
   if (best < 0) return solution;
   solution.feasible = true;
   solution.time_ms = last[static_cast<size_t>(best)].time_ms + chain.loss_bwd_ms;
+  solution.kept_bytes = last[static_cast<size_t>(best)].held - input;
+  solution.peak_bytes = std::max(input, last[static_cast<size_t>(best)].held + loss_need);
   for (int k = length, s = best; k > 0;) {
     const State& state = frontier[static_cast<size_t>(k)][static_cast<size_t>(s)];
     const int first = state.first;
     const Unit& unit = units[static_cast<size_t>(first)][static_cast<size_t>(state.unit)];
+    const State& before = frontier[static_cast<size_t>(first)][static_cast<size_t>(state.from)];
+    solution.peak_bytes = std::max(solution.peak_bytes, before.held + unit.need);
     if (unit.wrapped >= 0) solution.wrapped.push_back(modules[static_cast<size_t>(unit.wrapped)]);
     k = first;
     s = state.from;
@@ -271,15 +306,16 @@ ModuleSolution SolveModules(const Chain& chain, const std::vector<WrappableModul
   return solution;
 }
 
-int64_t MinimumModulesMemory(const Chain& chain, const std::vector<WrappableModule>& modules) {
+int64_t MinimumModulesMemory(const Chain& chain, const std::vector<WrappableModule>& modules,
+                             ModuleAccounting accounting) {
   // Feasibility only grows with the budget: bisect between a budget that
   // fails and the no-checkpointing peak, which fits.
   int64_t upper = 1;
-  while (!SolveModules(chain, modules, upper).feasible) upper *= 2;
+  while (!SolveModules(chain, modules, upper, accounting).feasible) upper *= 2;
   int64_t lower = upper / 2;
   while (upper - lower > 1) {
     const int64_t middle = lower + (upper - lower) / 2;
-    if (SolveModules(chain, modules, middle).feasible) {
+    if (SolveModules(chain, modules, middle, accounting).feasible) {
       upper = middle;
     } else {
       lower = middle;

@@ -38,23 +38,35 @@ std::vector<WrappableModule> WrappableModules(const Chain& chain, const Profile*
 /// its backward.
 Schedule ModuleSchedule(int length, const std::vector<WrappableModule>& wrapped);
 
+/// How memory is counted: as the simulator (and `ckplan run`'s executor)
+/// does, every stage output held while anything may read it; or as
+/// PyTorch's autograd does under apply_plan, where a stage output no op saves
+/// is freed once read, unless a wrapped module holds it as its input
+/// (recomputation is still counted as the simulator counts it).
+enum class ModuleAccounting { kSimulator, kPyTorch };
+
 struct ModuleSolution {
   bool feasible = false;
   std::vector<WrappableModule> wrapped;  ///< in stage order
   Schedule schedule;                      ///< ModuleSchedule of wrapped
   double time_ms = 0;
-  /// The peak by the simulator's accounting with every value counted on
-  /// its own (each storage once when the chain lists storages is at most this).
+  /// The peak by the accounting solved for (chain input included): the
+  /// simulator's peak of `schedule` for kSimulator.
   int64_t peak_bytes = 0;
+  /// Held when the loss starts, chain input excluded: for kPyTorch, what
+  /// saved_tensors_hooks see plus the wrapped modules' inputs and the outputs.
+  int64_t kept_bytes = 0;
 };
 
 /// The fastest set of `modules` to wrap whose peak, counted value by value
 /// as the simulator counts a chain without storages, is within
-/// `budget_bytes` (the chain input included): exact, by a Pareto frontier of
+/// `budget_bytes` (the chain input included), by `accounting`: exact, by a Pareto frontier of
 /// (bytes held, time) over the stage boundaries. Infeasible: feasible false.
-ModuleSolution SolveModules(const Chain& chain, const std::vector<WrappableModule>& modules, int64_t budget_bytes);
+ModuleSolution SolveModules(const Chain& chain, const std::vector<WrappableModule>& modules, int64_t budget_bytes,
+                            ModuleAccounting accounting = ModuleAccounting::kSimulator);
 
 /// The smallest budget (chain input included) for which SolveModules is feasible.
-int64_t MinimumModulesMemory(const Chain& chain, const std::vector<WrappableModule>& modules);
+int64_t MinimumModulesMemory(const Chain& chain, const std::vector<WrappableModule>& modules,
+                             ModuleAccounting accounting = ModuleAccounting::kSimulator);
 
 }  // namespace ckplan
