@@ -98,6 +98,17 @@ struct Unit {
   int first, last, wrapped;
   int64_t need, held;
   double time_ms;
+  // PyTorch accounting: what its input holds that no op saves, alive while
+  // the unit starts (and held by a wrapped module), on top of `need_input`:
+  // its own storages, and those live across several cuts (bits: counted
+  // once, however many wrapped modules hold them).
+  int64_t need_input = 0, input_own = 0;
+  uint32_t input_bits = 0;
+};
+
+struct Units {
+  std::vector<std::vector<Unit>> by_stage;
+  std::vector<int64_t> bit_bytes;
 };
 
 // The storages of each cut (k = 0..L: the input of stage k, then the chain
@@ -154,8 +165,7 @@ std::set<int64_t> Ids(const std::vector<std::pair<int64_t, int64_t>>& cut) {
 // PyTorch's accounting differs in one way: a stage output no op saves (a
 // Linear's output read by ReLU) is freed once the next stage has read it,
 // unless a wrapped module holds it as its input.
-std::vector<std::vector<Unit>> UnitsByStage(const Chain& chain, const std::vector<WrappableModule>& modules,
-                                            ModuleAccounting accounting) {
+Units UnitsByStage(const Chain& chain, const std::vector<WrappableModule>& modules, ModuleAccounting accounting) {
   const int length = chain.length();
   Cuts cuts = CutsOf(chain);
   if (accounting == ModuleAccounting::kSimulator) {
@@ -163,6 +173,34 @@ std::vector<std::vector<Unit>> UnitsByStage(const Chain& chain, const std::vecto
       for (const auto& entry : c) cuts.kept.insert(entry.first);
     }
   }
+  // Storages no op saves that cross several cuts (a mask, rotary tables):
+  // a bit each (beyond 30, counted as kept: more, never less).
+  Units result;
+  std::map<int64_t, int> crossings, bit_of;
+  for (int k = 1; k <= length; ++k) {
+    for (const auto& entry : cuts.storages[static_cast<size_t>(k)]) {
+      if (cuts.kept.count(entry.first) == 0) crossings[entry.first]++;
+    }
+  }
+  for (int k = 1; k <= length; ++k) {
+    for (const auto& [id, bytes] : cuts.storages[static_cast<size_t>(k)]) {
+      if (cuts.kept.count(id) != 0 || crossings[id] < 2 || bit_of.count(id) != 0) continue;
+      if (result.bit_bytes.size() >= 30) {
+        cuts.kept.insert(id);
+        continue;
+      }
+      bit_of[id] = static_cast<int>(result.bit_bytes.size());
+      result.bit_bytes.push_back(bytes);
+    }
+  }
+  auto bits_at = [&](int k) {
+    uint32_t bits = 0;
+    for (const auto& entry : cuts.storages[static_cast<size_t>(k)]) {
+      auto it = bit_of.find(entry.first);
+      if (it != bit_of.end()) bits |= 1u << it->second;
+    }
+    return bits;
+  };
   auto kept_bytes = [&](const std::vector<std::pair<int64_t, int64_t>>& cut, const std::set<int64_t>& held, bool kept) {
     int64_t total = 0;
     for (const auto& [id, bytes] : cut) {
@@ -179,15 +217,23 @@ std::vector<std::vector<Unit>> UnitsByStage(const Chain& chain, const std::vecto
     fresh[static_cast<size_t>(k)] = NewBytes(cut(k + 1), Ids(cut(k)));
     kept_fresh[static_cast<size_t>(k)] = kept_bytes(cut(k + 1), Ids(cut(k)), true);
   }
-  for (int k = 0; k <= length; ++k) loose[static_cast<size_t>(k)] = kept_bytes(cut(k), {}, false);
+  for (int k = 0; k <= length; ++k) {
+    std::set<int64_t> shared;
+    for (const auto& entry : cut(k)) {
+      if (bit_of.count(entry.first) != 0) shared.insert(entry.first);
+    }
+    loose[static_cast<size_t>(k)] = kept_bytes(cut(k), shared, false);  // its own: without the bits
+  }
   std::vector<std::vector<Unit>> units(static_cast<size_t>(length));
   for (int i = 0; i < length; ++i) {
     const Stage& s = chain.stages[static_cast<size_t>(i)];
     const int64_t own = cuts.own_saved[static_cast<size_t>(i)], out = fresh[static_cast<size_t>(i)];
     const int64_t kept = own + kept_fresh[static_cast<size_t>(i)];
-    const int64_t need = std::max(loose[static_cast<size_t>(i)] + std::max(own + out, out + s.fwd_tmp_bytes),
-                                  kept + grad(i + 1) + grad(i) + s.bwd_tmp_bytes);
-    units[static_cast<size_t>(i)].push_back({i, i, -1, need, kept, s.fwd_ms + s.bwd_ms});
+    Unit unit{i, i, -1, kept + grad(i + 1) + grad(i) + s.bwd_tmp_bytes, kept, s.fwd_ms + s.bwd_ms};
+    unit.need_input = std::max(own + out, out + s.fwd_tmp_bytes);
+    unit.input_own = loose[static_cast<size_t>(i)];
+    unit.input_bits = bits_at(i);
+    units[static_cast<size_t>(i)].push_back(unit);
   }
   for (size_t m = 0; m < modules.size(); ++m) {
     const int a = modules[m].first_stage, b = modules[m].last_stage;
@@ -209,9 +255,9 @@ std::vector<std::vector<Unit>> UnitsByStage(const Chain& chain, const std::vecto
       inner = NewBytes(cut(k + 1), input);
       time += 2 * s.fwd_ms + s.bwd_ms;
     }
-    // It holds its input (what no op saves too), and its output as kept.
-    const int64_t held_input = loose[static_cast<size_t>(a)];
-    const int64_t adds = held_input + kept_bytes(cut(b + 1), input, true);
+    // It holds its input (what no op saves too: added as the frontier
+    // walks, the bits once), and its output as kept.
+    const int64_t adds = kept_bytes(cut(b + 1), input, true);
     // Backward: the gradient of its output held, recomputed with autograd,
     // then back-propagated stage by stage.
     int64_t kept = 0;
@@ -227,12 +273,18 @@ std::vector<std::vector<Unit>> UnitsByStage(const Chain& chain, const std::vecto
       const Stage& s = chain.stages[static_cast<size_t>(k)];
       need = std::max(need, grad(k + 1) + kept_after[static_cast<size_t>(k - a)] + grad(k) + s.bwd_tmp_bytes);
     }
-    units[static_cast<size_t>(a)].push_back({a, b, static_cast<int>(m), held_input + need, adds, time});
+    Unit unit{a, b, static_cast<int>(m), 0, adds, time};
+    unit.need_input = need;
+    unit.input_own = loose[static_cast<size_t>(a)];
+    unit.input_bits = bits_at(a);
+    units[static_cast<size_t>(a)].push_back(unit);
   }
-  return units;
+  result.by_stage = std::move(units);
+  return result;
 }
 
 struct State {
+  uint32_t bits;  // the storages of Units::bit_bytes held by a wrapped module
   int64_t held;
   double time_ms;
   int first;  // the unit's first stage (its first boundary)
@@ -243,13 +295,37 @@ struct State {
 // Keeps the states no other state beats on both held bytes and time.
 void Prune(std::vector<State>* states) {
   std::sort(states->begin(), states->end(), [](const State& p, const State& q) {
+    if (p.bits != q.bits) return p.bits < q.bits;
     return p.held != q.held ? p.held < q.held : p.time_ms < q.time_ms;
   });
   std::vector<State> kept;
   for (const State& s : *states) {
-    if (kept.empty() || s.time_ms < kept.back().time_ms) kept.push_back(s);
+    if (kept.empty() || s.bits != kept.back().bits || s.time_ms < kept.back().time_ms) kept.push_back(s);
   }
   *states = std::move(kept);
+}
+
+}  // namespace
+
+namespace {
+
+// A unit run from `state`: the memory it needs, and the state after it.
+struct Step {
+  int64_t need, held;
+  uint32_t bits;
+};
+
+Step Walk(const Units& units, const Unit& unit, const State& state) {
+  int64_t input = unit.input_own;
+  const uint32_t fresh_bits = unit.input_bits & ~state.bits;
+  for (size_t b = 0; b < units.bit_bytes.size(); ++b) {
+    if (fresh_bits & (1u << b)) input += units.bit_bytes[b];
+  }
+  Step step;
+  step.need = state.held + std::max(unit.need, unit.need_input + input);
+  step.held = state.held + unit.held + (unit.wrapped >= 0 ? input : 0);
+  step.bits = unit.wrapped >= 0 ? state.bits | unit.input_bits : state.bits;
+  return step;
 }
 
 }  // namespace
@@ -258,13 +334,14 @@ ModuleSolution SolveModules(const Chain& chain, const std::vector<WrappableModul
                             ModuleAccounting accounting) {
   ModuleSolution solution;
   const int length = chain.length();
-  const std::vector<std::vector<Unit>> units = UnitsByStage(chain, modules, accounting);
+  const Units all = UnitsByStage(chain, modules, accounting);
+  const std::vector<std::vector<Unit>>& units = all.by_stage;
   std::vector<std::vector<State>> frontier(static_cast<size_t>(length) + 1);
   int64_t input = 0;
   const Cuts cuts = CutsOf(chain);
   for (const auto& entry : cuts.storages[0]) input += entry.second;
   if (input > budget_bytes) return solution;
-  frontier[0].push_back({input, 0.0, -1, -1, -1});
+  frontier[0].push_back({0u, input, 0.0, -1, -1, -1});
   for (int k = 0; k < length; ++k) {
     std::vector<State>& here = frontier[static_cast<size_t>(k)];
     Prune(&here);
@@ -272,8 +349,9 @@ ModuleSolution SolveModules(const Chain& chain, const std::vector<WrappableModul
       const Unit& unit = units[static_cast<size_t>(k)][u];
       std::vector<State>& there = frontier[static_cast<size_t>(unit.last) + 1];
       for (size_t s = 0; s < here.size(); ++s) {
-        if (here[s].held + unit.need > budget_bytes) break;  // held grows along the frontier
-        there.push_back({here[s].held + unit.held, here[s].time_ms + unit.time_ms, k, static_cast<int>(s),
+        const Step step = Walk(all, unit, here[s]);
+        if (step.need > budget_bytes) continue;
+        there.push_back({step.bits, step.held, here[s].time_ms + unit.time_ms, k, static_cast<int>(s),
                          static_cast<int>(u)});
       }
     }
@@ -283,8 +361,8 @@ ModuleSolution SolveModules(const Chain& chain, const std::vector<WrappableModul
   const int64_t loss_need = chain.InputBytes(length) + chain.loss_bwd_tmp_bytes;
   int best = -1;
   for (size_t s = 0; s < last.size(); ++s) {
-    if (last[s].held + loss_need > budget_bytes) break;
-    best = static_cast<int>(s);  // times fall along the frontier: the last that fits is fastest
+    if (last[s].held + loss_need > budget_bytes) continue;
+    if (best < 0 || last[s].time_ms < last[static_cast<size_t>(best)].time_ms) best = static_cast<int>(s);
   }
   if (best < 0) return solution;
   solution.feasible = true;
@@ -296,7 +374,7 @@ ModuleSolution SolveModules(const Chain& chain, const std::vector<WrappableModul
     const int first = state.first;
     const Unit& unit = units[static_cast<size_t>(first)][static_cast<size_t>(state.unit)];
     const State& before = frontier[static_cast<size_t>(first)][static_cast<size_t>(state.from)];
-    solution.peak_bytes = std::max(solution.peak_bytes, before.held + unit.need);
+    solution.peak_bytes = std::max(solution.peak_bytes, Walk(all, unit, before).need);
     if (unit.wrapped >= 0) solution.wrapped.push_back(modules[static_cast<size_t>(unit.wrapped)]);
     k = first;
     s = state.from;
