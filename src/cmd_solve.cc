@@ -261,7 +261,8 @@ void AddSolveCommand(CLI::App& app, Action* action) {
   cmd->add_option("--algo", options->algorithm, "optimal (default), none, every, every-n, sqrt")
       ->check(CLI::IsMember({"optimal", "none", "every", "every-n", "sqrt"}));
   CLI::Option* every = cmd->add_option("--every", options->every_n, "segment length N for every-n (implies --algo every-n)");
-  cmd->add_option("--slots", options->slots, "memory slots of the dynamic program (default 500); sizes round up to slots")
+  cmd->add_option("--slots", options->slots, "memory slots of the dynamic program (default 500); sizes round up to slots, "
+                  "and slots are halved where that would cost over 0.5% of the budget")
       ->capture_default_str();
   cmd->add_option("--optimizer", options->optimizer, "optimizer state counted in the budget: none, sgd, momentum, adam")
       ->check(CLI::IsMember({"none", "sgd", "momentum", "adam"}))
