@@ -64,6 +64,26 @@ def kept_for_backward(model, inputs):
     return sum(kept.values()), out.sum()
 
 
+def step_peak(model, inputs):
+    """The step's peak by PyTorch's own accounting: the profiler's memory
+    timeline (every CPU allocation and free, parameters and inputs as
+    pre-existing), from the forward through the backward."""
+    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler._memory_profiler import Action
+    model.zero_grad(set_to_none=True)
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True) as prof:
+        model(*inputs).sum().backward()
+    live = peak = 0
+    for _, action, _, size in prof._memory_profile().timeline:
+        if action in (Action.PREEXISTING, Action.CREATE):
+            live += size
+        elif action == Action.DESTROY:
+            live -= size
+        peak = max(peak, live)
+    model.zero_grad(set_to_none=True)
+    return peak
+
+
 def grads(model, inputs, seed):
     model.zero_grad(set_to_none=True)
     torch.manual_seed(seed)
@@ -139,6 +159,14 @@ def run_model(args, name, workdir):
         check(kept < plain_kept, f"{name}: the plan keeps less than no checkpointing")
     else:
         check(kept == plain_kept, f"{name}: no module worth wrapping, nothing changes")
+    # The whole step in PyTorch: within the budget, and the plan's prediction
+    # (without the optimizer state, which this step has none of) bounds it.
+    measured_peak = step_peak(model, inputs)
+    predicted_peak = plan["predicted"]["peak_bytes"] - plan["fixed"]["optimizer_bytes"]
+    print(f"{name}: step peak {measured_peak} B measured by the profiler, predicted {predicted_peak} B "
+          f"({(predicted_peak - measured_peak) / measured_peak * 100:+.1f}%), budget {budget} B")
+    check(measured_peak <= budget - plan["fixed"]["optimizer_bytes"], f"{name}: the step's measured peak is within the budget")
+    check(measured_peak <= predicted_peak * 1.02, f"{name}: the step's measured peak is at most the prediction + 2%")
     got = grads(model, inputs, seed=7)
     diff = max((a - b).abs().max().item() for a, b in zip(got, expected))
     check(diff == 0.0, f"{name}: gradients equal those without the plan (max abs diff {diff})")
