@@ -265,3 +265,17 @@ TEST_CASE("below the banded solver's minimum, the message also gives a proven lo
   CHECK(r.err.find("that is the banded solver's minimum (600 stages): the exact one is at least ") !=
         std::string::npos);
 }
+
+TEST_CASE("--target: an unknown value, or pytorch on a chain that names no modules, is bad input naming it") {
+  std::string dir = TempDir();
+  std::string chain = WriteChain(dir);
+  CommandResult bad = RunCkplan("solve " + chain + " --budget 1GB --target nonsense", dir);
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.err.find("--target 'nonsense'") != std::string::npos);
+  CommandResult no_modules = RunCkplan("solve " + chain + " --budget 1GB --target pytorch", dir);
+  CHECK(no_modules.exit_code == 2);
+  CHECK(no_modules.err.find("needs module paths") != std::string::npos);
+  CommandResult schedule = RunCkplan("solve " + chain + " --budget 1GB -o -", dir);
+  REQUIRE(schedule.exit_code == 0);
+  CHECK(nlohmann::json::parse(schedule.out)["target"] == "schedule");
+}
