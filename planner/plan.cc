@@ -75,8 +75,13 @@ struct SlotGrid {
 SlotGrid GridFor(int64_t chain_budget_bytes, int slots) {
   if (chain_budget_bytes <= 0) return {1, -1};
   if (chain_budget_bytes < slots) return {1, chain_budget_bytes};
-  return {chain_budget_bytes / slots, slots};
+  // Every whole slot of the budget: the remainder of a division by `slots`
+  // would be up to `slots` - 1 slot sizes' worth of budget lost.
+  const int64_t slot_bytes = chain_budget_bytes / slots;
+  return {slot_bytes, chain_budget_bytes / slot_bytes};
 }
+
+std::vector<SlotGrid> RefinedGrids(const Chain& chain, int64_t chain_budget, int slots);
 
 // Feasibility with the solver the request's slot count picks (exact or
 // banded: their smallest memories differ).
@@ -84,7 +89,14 @@ bool OptimalFeasible(const Chain& chain, int64_t chain_budget_bytes, int slots) 
   SlotGrid grid = GridFor(chain_budget_bytes, slots);
   if (grid.memory_slots < 0) return false;
   const SolverMethod method = ChooseSolver(chain.length(), slots);
-  return SolverMinimumMemory(Discretize(chain, grid.slot_bytes), method) <= grid.memory_slots;
+  if (SolverMinimumMemory(Discretize(chain, grid.slot_bytes), method) <= grid.memory_slots) return true;
+  // The finer grids MakePlan refines to where the request's is infeasible.
+  const std::vector<SlotGrid> grids = RefinedGrids(chain, chain_budget_bytes, slots);
+  for (size_t k = 1; k < grids.size(); ++k) {
+    const SlotGrid& finer = grids[k];
+    if (MinimumMemory(Discretize(chain, finer.slot_bytes)) <= finer.memory_slots) return true;
+  }
+  return false;
 }
 
 // The baselines, simulated in bytes. An optimal plan is never slower than a
@@ -137,18 +149,16 @@ void CheckStageCount(const Chain& chain) {
 
 namespace {
 
-// The export for a given set of wrapped stages (each has exactly one module).
-ModuleExport ExportFor(const Chain& chain, const std::vector<bool>& wrap) {
+// The export for a given set of wrapped modules (disjoint stage ranges).
+ModuleExport ExportFor(const Chain& chain, const std::vector<WrappableModule>& wrapped) {
   ModuleExport out;
   const int length = chain.length();
-  for (int i = 0; i < length; ++i) {
-    out.schedule.push_back({wrap[static_cast<size_t>(i)] ? OpKind::kForwardKeepInput : OpKind::kForwardGrad, i});
+  std::vector<bool> wrap(static_cast<size_t>(length), false), holds_input(static_cast<size_t>(length), false);
+  for (const WrappableModule& m : wrapped) {
+    holds_input[static_cast<size_t>(m.first_stage)] = true;
+    for (int k = m.first_stage; k <= m.last_stage; ++k) wrap[static_cast<size_t>(k)] = true;
   }
-  out.schedule.push_back({OpKind::kLoss, length});
-  for (int i = length - 1; i >= 0; --i) {
-    if (wrap[static_cast<size_t>(i)]) out.schedule.push_back({OpKind::kForwardGrad, i});
-    out.schedule.push_back({OpKind::kBackward, i});
-  }
+  out.schedule = ModuleSchedule(length, wrapped);
   out.simulation = Simulate(chain, out.schedule);
   out.saved_bytes = out.simulation.live_after_forward_bytes - chain.input_bytes;
   if (chain.has_storages()) {
@@ -165,7 +175,7 @@ ModuleExport ExportFor(const Chain& chain, const std::vector<bool>& wrap) {
       const Stage& s = chain.stages[static_cast<size_t>(i)];
       if (!wrap[static_cast<size_t>(i)]) own += s.private_saved_bytes;
       held.insert(s.kept_out_storages.begin(), s.kept_out_storages.end());
-      if (wrap[static_cast<size_t>(i)] && i > 0) {
+      if (holds_input[static_cast<size_t>(i)] && i > 0) {
         for (const auto& entry : chain.stages[static_cast<size_t>(i) - 1].out_storages) held.insert(entry.first);
       }
     }
@@ -174,14 +184,24 @@ ModuleExport ExportFor(const Chain& chain, const std::vector<bool>& wrap) {
     for (int64_t id : held) shared += bytes_of[id];
     out.saved_bytes = own + shared;
   }
-  for (int i = 0; i < length; ++i) {
-    if (!wrap[static_cast<size_t>(i)]) continue;
-    out.checkpoint_modules.push_back(chain.stages[static_cast<size_t>(i)].modules[0]);
+  for (const WrappableModule& m : wrapped) out.checkpoint_modules.push_back(m.path);
+  return out;
+}
+
+// The single-stage modules of `wrap`.
+std::vector<WrappableModule> StageModules(const Chain& chain, const std::vector<bool>& wrap) {
+  std::vector<WrappableModule> out;
+  for (int i = 0; i < chain.length(); ++i) {
+    if (wrap[static_cast<size_t>(i)]) out.push_back({chain.stages[static_cast<size_t>(i)].modules[0], i, i});
   }
   return out;
 }
 
 }  // namespace
+
+ModuleExport ExportForModules(const Chain& chain, const std::vector<WrappableModule>& wrapped) {
+  return ExportFor(chain, wrapped);
+}
 
 ModuleExport ExportForPyTorch(const Chain& chain, const std::vector<int>& checkpointed) {
   const int length = chain.length();
@@ -197,11 +217,11 @@ ModuleExport ExportForPyTorch(const Chain& chain, const std::vector<int>& checkp
   }
   // Wrapping a module only pays when it keeps less than it would without
   // (its input is held instead of what it saves): drop the ones that don't.
-  ModuleExport best = ExportFor(chain, wrap);
+  ModuleExport best = ExportFor(chain, StageModules(chain, wrap));
   for (int i = 0; i < length; ++i) {
     if (!wrap[static_cast<size_t>(i)]) continue;
     wrap[static_cast<size_t>(i)] = false;
-    ModuleExport without = ExportFor(chain, wrap);
+    ModuleExport without = ExportFor(chain, StageModules(chain, wrap));
     if (without.saved_bytes <= best.saved_bytes) {
       best = std::move(without);
       skipped.push_back(chain.stages[static_cast<size_t>(i)].name + " (keeps no less)");
@@ -252,6 +272,99 @@ int64_t MinimumOptimalBudget(const Chain& chain, const FixedMemory& fixed, int s
   return fixed.total() + upper;
 }
 
+namespace {
+
+// Rounding sizes up to slots makes the solver's plan safe but can cost
+// time. Certify that it costs at most kRoundingShare of the activation
+// budget: the plan is no slower than the optimum in bytes at
+// (1 - kRoundingShare) of the budget, which the optimum over sizes rounded
+// DOWN bounds from below. Where that fails, halve the slot and solve again
+// (exact solver only, the table within kRefineTableBytes); the fastest plan
+// found is kept. Every plan is re-checked in bytes by the simulator.
+constexpr double kRoundingShare = 0.005;
+constexpr size_t kRefineTableBytes = size_t{256} << 20;
+
+bool RoundingCertified(const Chain& chain, int64_t chain_budget, const SlotGrid& grid, const OptimalSolution& solution) {
+  const int64_t relaxed_slots =
+      static_cast<int64_t>(std::floor(static_cast<double>(chain_budget) * (1 - kRoundingShare))) / grid.slot_bytes;
+  const DiscreteChain down = Discretize(chain, grid.slot_bytes, false);
+  if (SolverTableBytes(down, relaxed_slots) > kRefineTableBytes) return true;  // nothing finer is affordable
+  const OptimalSolution lower = SolveOptimal(down, relaxed_slots);
+  if (!lower.feasible) return true;
+  return solution.feasible && solution.time_ms <= lower.time_ms * (1 + 1e-12);
+}
+
+// The grids RefineSlots may use at this budget: the request's, then halved
+// slots while the exact solver's table stays within kRefineTableBytes.
+std::vector<SlotGrid> RefinedGrids(const Chain& chain, int64_t chain_budget, int slots) {
+  std::vector<SlotGrid> grids = {GridFor(chain_budget, slots)};
+  for (int round = 0; round < 16; ++round) {
+    const SlotGrid& last = grids.back();
+    if (last.memory_slots < 0 || last.slot_bytes <= 1 || last.memory_slots > (1 << 29)) break;
+    const SlotGrid finer = GridFor(chain_budget, static_cast<int>(last.memory_slots * 2));
+    if (ChooseSolver(chain.length(), finer.memory_slots) != SolverMethod::kExact ||
+        ChooseSolver(chain.length(), slots) != SolverMethod::kExact ||
+        SolverTableBytes(Discretize(chain, finer.slot_bytes), finer.memory_slots) > kRefineTableBytes) {
+      break;
+    }
+    grids.push_back(finer);
+  }
+  return grids;
+}
+
+void RefineSlots(const Chain& chain, int64_t chain_budget, const PlanRequest& request, SlotGrid* grid,
+                 OptimalSolution* solution) {
+  const std::vector<SlotGrid> grids = RefinedGrids(chain, chain_budget, request.slots);
+  for (size_t k = 1; k < grids.size(); ++k) {
+    if (solution->feasible && RoundingCertified(chain, chain_budget, grids[k - 1], *solution)) return;
+    const SlotGrid& finer = grids[k];
+    SolverOptions options;
+    options.threads = request.threads;
+    OptimalSolution next = SolveChain(Discretize(chain, finer.slot_bytes), finer.memory_slots, options);
+    if (next.feasible && (!solution->feasible || next.time_ms < solution->time_ms)) {
+      *solution = std::move(next);
+      *grid = finer;
+    }
+  }
+}
+
+}  // namespace
+
+namespace {
+
+// The PyTorch target: exact in bytes, no slots.
+Plan MakeModulePlan(const Chain& chain, const FixedMemory& fixed, const PlanRequest& request, Plan plan) {
+  CheckStageCount(chain);
+  const std::vector<WrappableModule>& modules = *request.pytorch_modules;
+  const int64_t chain_budget = request.budget_bytes - fixed.total();
+  plan.target = "pytorch";
+  plan.solver = "modules";
+  plan.min_budget_bytes = fixed.total() + MinimumModulesMemory(chain, modules, ModuleAccounting::kPyTorch);
+  plan.min_budget_lower_bytes = plan.min_budget_bytes;
+  if (chain_budget <= 0) return plan;
+  ModuleSolution solution = SolveModules(chain, modules, chain_budget, ModuleAccounting::kPyTorch);
+  if (!solution.feasible) return plan;
+  plan.feasible = true;
+  plan.schedule = solution.schedule;
+  plan.time_ms = solution.time_ms;
+  // Predicted as PyTorch runs it (apply_plan): the solver's own accounting.
+  // The simulation (what `ckplan run`'s executor holds) gives the timeline.
+  plan.simulation = Simulate(chain, plan.schedule);
+  plan.peak_bytes = fixed.total() + solution.peak_bytes;
+  plan.checkpointed_stages = CheckpointedStages(plan.schedule, chain.length());
+  plan.pytorch = ExportForModules(chain, solution.wrapped);
+  plan.pytorch.simulation.peak_bytes = solution.peak_bytes;
+  plan.pytorch.saved_bytes = solution.kept_bytes;
+  if (solution.peak_bytes > chain_budget) {
+    throw Error(ExitCode::kVerifyFailed, "internal check failed: the module plan peaks at " +
+                                             std::to_string(solution.peak_bytes) +
+                                             " B, above the activation budget " + std::to_string(chain_budget) + " B");
+  }
+  return plan;
+}
+
+}  // namespace
+
 Plan MakePlan(const Chain& chain, const FixedMemory& fixed, const PlanRequest& request) {
   if (request.slots < 1) throw BadInput("invalid --slots " + std::to_string(request.slots) + ": must be at least 1");
   Plan plan;
@@ -291,6 +404,7 @@ Plan MakePlan(const Chain& chain, const FixedMemory& fixed, const PlanRequest& r
     return plan;
   }
 
+  if (request.pytorch_modules != nullptr) return MakeModulePlan(chain, fixed, request, std::move(plan));
   plan.slots = request.slots;
   CheckStageCount(chain);
   SlotGrid grid = GridFor(chain_budget, request.slots);
@@ -310,6 +424,9 @@ Plan MakePlan(const Chain& chain, const FixedMemory& fixed, const PlanRequest& r
   options.threads = request.threads;
   options.progress = request.progress;
   OptimalSolution solution = SolveChain(discrete, grid.memory_slots, options);
+  RefineSlots(chain, chain_budget, request, &grid, &solution);
+  plan.slots = static_cast<int>(grid.memory_slots);
+  plan.slot_bytes = grid.slot_bytes;
   plan.solver = solution.band > 0 ? "banded" : "exact";
   plan.band = solution.band;
   plan.proven_optimal = solution.proven_optimal;
@@ -370,6 +487,7 @@ nlohmann::json PlanToJson(const Plan& plan, const Chain& chain, const nlohmann::
   nlohmann::json doc = {
       {"schema", "ckplan.plan/1"},
       {"algorithm", AlgorithmName(plan.algorithm)},
+      {"target", plan.target},
       {"source", source},
       {"budget_bytes", plan.budget_bytes},
       {"fixed", {{"param_bytes", plan.fixed.param_bytes},

@@ -169,7 +169,8 @@ enum class Program {
 struct Segment {
   double cost = 0;        // sum of fwd + bwd over the segment's stages
   int64_t floor = 0;      // the recurrence's floor of the segment
-  int64_t base_max = 0;   // the largest base memory of its stages
+  int64_t base_max = 0;   // the largest memory of its stages: kept ones i..l-1, then l's base
+  int64_t kept_max = 0;   // the largest KeptStageMemory of stages i..l-1 (grows with l)
   double forward_min = kInfinity;  // cheapest forward among stages i..l-1
   int64_t running = 0;    // the floor's maximum over stages, without x_{l+1}
   // What running every stage with autograd needs (the recurrence's choice
@@ -179,6 +180,7 @@ struct Segment {
   // P_i and, for the floors, without x_{l+1}.
   int64_t keep_floor = std::numeric_limits<int64_t>::min() / 2;
   int64_t keep_base = 0;
+  int64_t keep_kept = std::numeric_limits<int64_t>::min() / 2;  // as keep_base, stages i..l-1 only
 };
 
 class FastSolver {
@@ -192,7 +194,11 @@ class FastSolver {
     if (program_ != Program::kExact) threads_ = 1;
     cells_.resize(static_cast<size_t>(n_) * band_ + (program_ == Program::kExact ? 0 : static_cast<size_t>(n_)));
     base_need_.resize(static_cast<size_t>(n_));
-    for (int k = 0; k < n_; ++k) base_need_[static_cast<size_t>(k)] = BaseMemory(c, k);
+    chain_need_.resize(static_cast<size_t>(n_));
+    for (int k = 0; k < n_; ++k) {
+      base_need_[static_cast<size_t>(k)] = BaseMemory(c, k);
+      chain_need_[static_cast<size_t>(k)] = KeptStageMemory(c, k);
+    }
     saved_prefix_.assign(static_cast<size_t>(n_) + 1, 0);
     for (int k = 0; k < n_; ++k) {
       saved_prefix_[static_cast<size_t>(k) + 1] = saved_prefix_[static_cast<size_t>(k)] + c.xbar[static_cast<size_t>(k) + 1];
@@ -319,6 +325,7 @@ class FastSolver {
   const Cell& at(int i, int l) const { return cells_[Index(i, l)]; }
 
   int64_t BaseNeed(int i) const { return base_need_[static_cast<size_t>(i)]; }
+  int64_t ChainNeed(int i) const { return chain_need_[static_cast<size_t>(i)]; }
 
   // A long segment (i, l), l - i >= band, of the banded programs, with
   // `segment` its sums. Its cost as the programs see it, as a function of
@@ -344,7 +351,7 @@ class FastSolver {
       steps.count = 1;
       steps.from[0] = no_recompute;
       steps.cost[0] = segment.cost;
-      steps.rising_floor = segment.keep_base - saved_prefix_[static_cast<size_t>(i)];
+      steps.rising_floor = segment.keep_kept - saved_prefix_[static_cast<size_t>(i)];
     } else {
       // At least every stage once; below what no recomputation needs, at
       // least one forward more; infinite below a floor or base memory.
@@ -353,7 +360,7 @@ class FastSolver {
       steps.cost[0] = segment.cost + segment.forward_min;
       steps.from[1] = no_recompute;
       steps.cost[1] = segment.cost;
-      steps.rising_floor = segment.base_max;
+      steps.rising_floor = segment.kept_max;
     }
     return steps;
   }
@@ -368,7 +375,8 @@ class FastSolver {
   }
   void Extend(Segment* s, int i, int l) const {
     s->cost += c_.fwd[static_cast<size_t>(l)] + c_.bwd[static_cast<size_t>(l)];
-    s->base_max = std::max(s->base_max, BaseNeed(l));
+    s->kept_max = std::max(s->kept_max, ChainNeed(l - 1));
+    s->base_max = std::max(s->kept_max, BaseNeed(l));
     s->forward_min = std::min(s->forward_min, c_.fwd[static_cast<size_t>(l) - 1]);
     if (l - 1 > i) {
       const size_t k = static_cast<size_t>(l) - 1;
@@ -380,7 +388,8 @@ class FastSolver {
     const size_t k = static_cast<size_t>(l) - 1;
     s->keep_floor = std::max(s->keep_floor, saved_prefix_[k] + c_.x[k + 1] + c_.fwd_tmp[k]);
     if (l - 1 > i) s->keep_floor = std::max(s->keep_floor, saved_prefix_[k - 1] + c_.x[k] + c_.x[k + 1] + c_.fwd_tmp[k]);
-    s->keep_base = std::max(s->keep_base, saved_prefix_[static_cast<size_t>(l)] + BaseNeed(l));
+    s->keep_kept = std::max(s->keep_kept, saved_prefix_[k] + ChainNeed(l - 1));
+    s->keep_base = std::max(s->keep_kept, saved_prefix_[static_cast<size_t>(l)] + BaseNeed(l));
   }
 
   // Per cell: the smallest feasible memory (as MinimumMemory), the memory
@@ -410,7 +419,7 @@ class FastSolver {
       const int64_t floor = mm[idx(i, l)];
       const int64_t xbar = c_.xbar[static_cast<size_t>(i) + 1];
       mm[idx(i, l)] = std::max(floor, best);
-      nr[idx(i, l)] = std::max({floor, BaseNeed(i), xbar + nr[idx(i + 1, l)]});
+      nr[idx(i, l)] = std::max({floor, ChainNeed(i), xbar + nr[idx(i + 1, l)]});
       nr_cost[idx(i, l)] = nr_cost[idx(i, i)] + nr_cost[idx(i + 1, l)];
     };
     for (int i = 0; i < n_; ++i) fill_floors(i);
@@ -419,7 +428,7 @@ class FastSolver {
       for (int i = 0; i + d < n_; ++i) {
         const int l = i + d;
         const int64_t xbar = c_.xbar[static_cast<size_t>(i) + 1];
-        int64_t best = std::max(BaseNeed(i), xbar + mm[idx(i + 1, l)]);
+        int64_t best = std::max(ChainNeed(i), xbar + mm[idx(i + 1, l)]);
         for (int j = i + 1; j <= l; ++j) {
           best = std::min(best, std::max(c_.x[static_cast<size_t>(j)] + mm[idx(j, l)], mm[idx(i, j - 1)]));
         }
@@ -431,7 +440,7 @@ class FastSolver {
       const int l = c_.length;
       for (int i = l - band_; i >= 0; --i) {
         const int64_t xbar = c_.xbar[static_cast<size_t>(i) + 1];
-        int64_t best = std::max(BaseNeed(i), xbar + mm[idx(i + 1, l)]);
+        int64_t best = std::max(ChainNeed(i), xbar + mm[idx(i + 1, l)]);
         Segment segment = Start(i);
         for (int j = i + 1; j <= l; ++j) {
           const int64_t right = c_.x[static_cast<size_t>(j)] + mm[idx(j, l)];
@@ -512,7 +521,9 @@ class FastSolver {
     }
     double chain_value = kInfinity;
     const int64_t xbar = c_.xbar[static_cast<size_t>(i) + 1];
-    if (m >= xbar) chain_value = Value(i, i, m) + Value(i + 1, l, m - xbar);
+    if (m >= xbar && m >= ChainNeed(i)) {
+      chain_value = (c_.fwd[static_cast<size_t>(i)] + c_.bwd[static_cast<size_t>(i)]) + Value(i + 1, l, m - xbar);
+    }
     return best_j >= 0 && best_leaf <= chain_value ? best_j : kChain;
   }
 
@@ -545,7 +556,7 @@ class FastSolver {
       const double own = c_.fwd[static_cast<size_t>(i)] + c_.bwd[static_cast<size_t>(i)];
       const int64_t xbar = c_.xbar[static_cast<size_t>(i) + 1];
       const Operand rest = View(i + 1, l, xbar);
-      const int64_t from = std::clamp(std::max({xbar, BaseNeed(i), rest.begin}), lo, hi);
+      const int64_t from = std::clamp(std::max({xbar, ChainNeed(i), rest.begin}), lo, hi);
       const int64_t middle = std::clamp(rest.end, from, hi);
       for (int64_t m = lo; m < from; ++m) best[m - lo] = kInfinity;
       const double* r = rest.data + (from - rest.begin);
@@ -706,6 +717,7 @@ class FastSolver {
   std::vector<Cell> cells_;
   std::vector<int64_t> saved_prefix_;  // sum of xbar_{k+1} over stages k < index
   std::vector<int64_t> base_need_;     // BaseMemory of every stage
+  std::vector<int64_t> chain_need_;    // KeptStageMemory of every stage
   bool bounds_done_ = false;
   int64_t minimum_ = 0;
   std::vector<double> work_;           // per column, for progress

@@ -7,9 +7,9 @@
 
 namespace ckplan {
 
-DiscreteChain Discretize(const Chain& chain, int64_t slot_bytes) {
+DiscreteChain Discretize(const Chain& chain, int64_t slot_bytes, bool round_up) {
   if (slot_bytes <= 0) throw Error(ExitCode::kInternal, "slot size must be positive");
-  auto up = [slot_bytes](int64_t bytes) { return (bytes + slot_bytes - 1) / slot_bytes; };
+  auto up = [slot_bytes, round_up](int64_t bytes) { return (bytes + (round_up ? slot_bytes - 1 : 0)) / slot_bytes; };
   const int length = chain.length();
   DiscreteChain d;
   d.length = length;
@@ -33,6 +33,7 @@ DiscreteChain Discretize(const Chain& chain, int64_t slot_bytes) {
 namespace {
 
 int64_t BaseNeed(const DiscreteChain& c, int i) { return BaseMemory(c, i); }
+int64_t ChainNeed(const DiscreteChain& c, int i) { return KeptStageMemory(c, i); }
 
 // The floor for l > i: every forward of i..l-1 while the gradient of x_{l+1} is held.
 int64_t FloorNeed(const DiscreteChain& c, int i, int l) {
@@ -48,8 +49,15 @@ int64_t FloorNeed(const DiscreteChain& c, int i, int l) {
 }  // namespace
 
 int64_t BaseMemory(const DiscreteChain& c, int i) {
+  // The simulator's forward with autograd: max(saved, output + transient),
+  // the gradient of the output held.
   const size_t u = static_cast<size_t>(i);
-  return std::max(c.x[u] + c.x[u + 1] + c.xbar[u + 1] + c.bwd_tmp[u], c.x[u + 1] + c.xbar[u + 1] + c.fwd_tmp[u]);
+  return std::max(KeptStageMemory(c, i), c.x[u + 1] + std::max(c.xbar[u + 1], c.x[u + 1] + c.fwd_tmp[u]));
+}
+
+int64_t KeptStageMemory(const DiscreteChain& c, int i) {
+  const size_t u = static_cast<size_t>(i);
+  return c.x[u] + c.x[u + 1] + c.xbar[u + 1] + c.bwd_tmp[u];
 }
 
 int64_t MinimumMemory(const DiscreteChain& c) {
@@ -67,7 +75,7 @@ int64_t MinimumMemory(const DiscreteChain& c) {
       const size_t u = static_cast<size_t>(i);
       if (i + 1 < l) inner = std::max(inner, c.x[u + 1] + c.x[u + 2] + c.fwd_tmp[u + 1]);
       const int64_t floor = c.x[static_cast<size_t>(l) + 1] + std::max(c.x[u + 1] + c.fwd_tmp[u], inner);
-      int64_t best = std::max(BaseNeed(c, i), c.xbar[u + 1] + column[u + 1]);
+      int64_t best = std::max(ChainNeed(c, i), c.xbar[u + 1] + column[u + 1]);
       const int64_t* left = &row[u * n];
       for (int j = i + 1; j <= l; ++j) {
         best = std::min(best, std::max(c.x[static_cast<size_t>(j)] + column[static_cast<size_t>(j)], left[j - 1]));
@@ -82,7 +90,7 @@ int64_t NoRecomputeMemory(const DiscreteChain& c) {
   // Always choosing (b): stage i with autograd, its saved values held below.
   int64_t need = BaseNeed(c, c.length);
   for (int i = c.length - 1; i >= 0; --i) {
-    need = std::max({BaseNeed(c, i), FloorNeed(c, i, c.length),
+    need = std::max({ChainNeed(c, i), FloorNeed(c, i, c.length),
                      c.xbar[static_cast<size_t>(i) + 1] + need});
   }
   return c.x[0] + need;
@@ -125,7 +133,9 @@ OptimalSolution SolveOptimalReference(const DiscreteChain& c, int64_t memory_slo
         }
         double chain_value = kInfinity;
         const int64_t xbar = c.xbar[static_cast<size_t>(i) + 1];
-        if (m >= xbar) chain_value = opt[index(m, i, i)] + opt[index(m - xbar, i + 1, l)];
+        if (m >= xbar && m >= ChainNeed(c, i)) {
+          chain_value = (c.fwd[static_cast<size_t>(i)] + c.bwd[static_cast<size_t>(i)]) + opt[index(m - xbar, i + 1, l)];
+        }
         if (best_j >= 0 && best_leaf <= chain_value) {
           opt[index(m, i, l)] = best_leaf;
           what[index(m, i, l)] = best_j;

@@ -12,6 +12,7 @@
 #include "ckplan/planner/json_io.h"
 #include "ckplan/planner/plan.h"
 #include "ckplan/planner/solver.h"
+#include "ckplan/planner/solver_modules.h"
 #include "commands.h"
 #include "terminal.h"
 
@@ -31,6 +32,7 @@ struct SolveOptions {
   int threads = 1;
   bool show_stages = false;
   std::string chain_out;
+  std::string target;  // "pytorch" (default for a profile) or "schedule"
 };
 
 std::string Ms(double ms) { return Format("%.2f ms", ms); }
@@ -98,11 +100,24 @@ int RunSolve(const SolveOptions& o) {
   request.every_n = o.every_n;
   request.threads = o.threads;
   request.sweep = !o.sweep_path.empty();
+  // The PyTorch target: optimal over the sets of modules apply_plan can wrap.
+  const std::string target = o.target.empty() ? (in.from_profile ? "pytorch" : "schedule") : o.target;
+  if (target != "pytorch" && target != "schedule") {
+    throw BadInput("invalid --target '" + o.target + "': use pytorch or schedule");
+  }
+  std::vector<WrappableModule> modules;
+  if (target == "pytorch" && request.algorithm == Algorithm::kOptimal) {
+    modules = WrappableModules(in.chain, in.from_profile ? &in.profile : nullptr);
+    if (!in.from_profile && modules.empty()) {
+      throw BadInput(o.input + ": --target pytorch needs module paths (a profile, or a chain whose stages name modules)");
+    }
+    request.pytorch_modules = &modules;
+  }
 
   const bool json_to_stdout = o.output == "-";
   FILE* human = json_to_stdout ? stderr : stdout;
   if (in.fixed.total() >= budget.bytes) {
-    int64_t minimum = request.algorithm == Algorithm::kOptimal
+    int64_t minimum = request.algorithm == Algorithm::kOptimal && request.pytorch_modules == nullptr
                           ? MinimumOptimalBudget(in.chain, in.fixed, o.slots)
                           : MakePlan(in.chain, in.fixed, request).min_budget_bytes;
     throw Error(ExitCode::kInfeasible,
@@ -122,11 +137,19 @@ int RunSolve(const SolveOptions& o) {
       PlanRequest check = request;
       check.budget_bytes = value;
       check.sweep = false;
-      if (request.algorithm == Algorithm::kOptimal) return OptimalBudgetFeasible(in.chain, in.fixed, value, o.slots);
+      if (request.algorithm == Algorithm::kOptimal && request.pytorch_modules == nullptr) {
+        return OptimalBudgetFeasible(in.chain, in.fixed, value, o.slots);
+      }
       return MakePlan(in.chain, in.fixed, check).feasible;
     });
     std::string algo = request.algorithm == Algorithm::kOptimal ? Format("optimal, %d slots", o.slots)
                                                                 : AlgorithmName(request.algorithm);
+    if (request.pytorch_modules != nullptr) {
+      // Where wrapping modules cannot reach the budget but the nested schedule can, say how much each needs.
+      const int64_t schedule_minimum = MinimumOptimalBudget(in.chain, in.fixed, o.slots);
+      algo = Format("optimal, pytorch target: %zu wrappable modules; the nested schedule (--target schedule) needs %s",
+                    modules.size(), FormatBytes(schedule_minimum, budget.style, true).c_str());
+    }
     std::string banded;
     if (request.algorithm == Algorithm::kOptimal && plan.min_budget_lower_bytes < plan.min_budget_bytes) {
       banded = Format("; that is the banded solver's minimum (%d stages): the exact one is at least %s",
@@ -146,6 +169,10 @@ int RunSolve(const SolveOptions& o) {
   std::fprintf(human, "%s plan: peak %s, step %s (%+.1f%% over no checkpointing), %zu of %d stages recomputed\n",
                AlgorithmName(plan.algorithm), FormatBytes(plan.peak_bytes, budget.style).c_str(), Ms(plan.time_ms).c_str(),
                plan.overhead_pct(), plan.checkpointed_stages.size(), in.chain.length());
+  if (plan.target == "pytorch") {
+    std::fprintf(human, "pytorch target: wrap %zu modules with torch.utils.checkpoint (apply_plan)\n",
+                 plan.pytorch.checkpoint_modules.size());
+  }
   if (plan.algorithm == Algorithm::kOptimal && !plan.proven_optimal) {
     std::fprintf(human,
                  "banded solver (%d stages, band %d): within %.3f%% of the optimum (proven lower bound %s)\n",
@@ -175,7 +202,14 @@ int RunSolve(const SolveOptions& o) {
     add_row(name, p);
   }
   if (request.algorithm == Algorithm::kEveryN) add_row(Format("every-n (n=%d)", plan.every_n), plan);
-  if (request.algorithm == Algorithm::kOptimal) add_row("optimal", plan);
+  if (request.algorithm == Algorithm::kOptimal) add_row(plan.target == "pytorch" ? "optimal (pytorch)" : "optimal", plan);
+  if (request.algorithm == Algorithm::kOptimal && plan.target == "pytorch") {
+    PlanRequest r = request;
+    r.pytorch_modules = nullptr;
+    r.sweep = false;
+    Plan nested = MakePlan(in.chain, in.fixed, r);
+    if (nested.feasible) add_row("optimal (schedule)", nested);
+  }
   std::fprintf(human, "\n%s", FormatTable(rows, {false, true, true, true, false}).c_str());
 
   if (!o.sweep_path.empty()) {
@@ -227,7 +261,8 @@ void AddSolveCommand(CLI::App& app, Action* action) {
   cmd->add_option("--algo", options->algorithm, "optimal (default), none, every, every-n, sqrt")
       ->check(CLI::IsMember({"optimal", "none", "every", "every-n", "sqrt"}));
   CLI::Option* every = cmd->add_option("--every", options->every_n, "segment length N for every-n (implies --algo every-n)");
-  cmd->add_option("--slots", options->slots, "memory slots of the dynamic program (default 500); sizes round up to slots")
+  cmd->add_option("--slots", options->slots, "memory slots of the dynamic program (default 500); sizes round up to slots, "
+                  "and slots are halved where that would cost over 0.5% of the budget")
       ->capture_default_str();
   cmd->add_option("--optimizer", options->optimizer, "optimizer state counted in the budget: none, sgd, momentum, adam")
       ->check(CLI::IsMember({"none", "sgd", "momentum", "adam"}))
@@ -235,6 +270,9 @@ void AddSolveCommand(CLI::App& app, Action* action) {
   cmd->add_option("--sweep", options->sweep_path,
                   "write the optimal memory/time curve for every budget up to this one (ckplan.sweep/1); - for stdout");
   cmd->add_option("--threads", options->threads, "solver threads, 1..256 (default 1)");
+  cmd->add_option("--target", options->target,
+                  "pytorch (default for a profile): the best set of modules to wrap with torch.utils.checkpoint, "
+                  "what apply_plan does; schedule (default for a chain): the nested optimal schedule, for ckplan run");
   cmd->add_flag("--show-stages", options->show_stages, "print the chain's stages (--budget optional)");
   cmd->add_option("--chain-out", options->chain_out,
                   "write the chain the profile is cut into (ckplan.chain/1) to this file (--budget optional)");

@@ -191,12 +191,14 @@ TEST_CASE("--help explains") {
   CHECK(r.out.find("24GiB") != std::string::npos);
 }
 
-TEST_CASE("too few slots is a one-line error, not a hang") {
+TEST_CASE("too few slots are refined until rounding costs at most 0.5% of the budget, not a hang nor an error") {
   std::string dir = TempDir();
   std::string chain = WriteChain(dir);
-  CommandResult r = RunCkplan("solve " + chain + " --budget 1GB --slots 1", dir);
-  CHECK(r.exit_code == 2);
-  CHECK(r.err.find("no budget is feasible with --slots 1") != std::string::npos);
+  CommandResult r = RunCkplan("solve " + chain + " --budget 1GB --slots 1 -o -", dir);
+  REQUIRE(r.exit_code == 0);
+  nlohmann::json plan = nlohmann::json::parse(r.out);
+  CHECK(plan["slots"].get<int>() > 1);
+  CHECK(plan["predicted"]["peak_bytes"].get<int64_t>() <= 1000000000);
 }
 
 TEST_CASE("--chain-out writes the chain a profile is cut into, and solve reads it back") {
@@ -262,4 +264,18 @@ TEST_CASE("below the banded solver's minimum, the message also gives a proven lo
   CHECK(r.exit_code == 3);
   CHECK(r.err.find("that is the banded solver's minimum (600 stages): the exact one is at least ") !=
         std::string::npos);
+}
+
+TEST_CASE("--target: an unknown value, or pytorch on a chain that names no modules, is bad input naming it") {
+  std::string dir = TempDir();
+  std::string chain = WriteChain(dir);
+  CommandResult bad = RunCkplan("solve " + chain + " --budget 1GB --target nonsense", dir);
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.err.find("--target 'nonsense'") != std::string::npos);
+  CommandResult no_modules = RunCkplan("solve " + chain + " --budget 1GB --target pytorch", dir);
+  CHECK(no_modules.exit_code == 2);
+  CHECK(no_modules.err.find("needs module paths") != std::string::npos);
+  CommandResult schedule = RunCkplan("solve " + chain + " --budget 1GB -o -", dir);
+  REQUIRE(schedule.exit_code == 0);
+  CHECK(nlohmann::json::parse(schedule.out)["target"] == "schedule");
 }

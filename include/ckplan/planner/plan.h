@@ -12,6 +12,7 @@
 #include "ckplan/planner/chain.h"
 #include "ckplan/planner/schedule.h"
 #include "ckplan/planner/simulator.h"
+#include "ckplan/planner/solver_modules.h"
 #include "ckplan/planner/units.h"
 
 namespace ckplan {
@@ -47,6 +48,9 @@ struct PlanRequest {
   bool sweep = false;     ///< keep the optimal memory/time curve
   /// Called with the solver's fraction done (0..1); may be empty.
   std::function<void(double)> progress = nullptr;
+  /// kOptimal for the PyTorch target: the fastest set of these modules to
+  /// wrap (SolveModules) instead of the nested schedule; null: the schedule target.
+  const std::vector<WrappableModule>* pytorch_modules = nullptr;
 };
 
 struct CurvePoint {
@@ -71,6 +75,9 @@ struct ModuleExport {
 
 /// The export of `checkpointed` stages (empty when the chain has no module paths).
 ModuleExport ExportForPyTorch(const Chain& chain, const std::vector<int>& checkpointed);
+
+/// The export of wrapping exactly `wrapped` (disjoint stage ranges).
+ModuleExport ExportForModules(const Chain& chain, const std::vector<WrappableModule>& wrapped);
 
 struct Plan {
   Algorithm algorithm = Algorithm::kOptimal;
@@ -101,6 +108,9 @@ struct Plan {
   /// How much slower than the optimum the plan can be, at most, in percent
   /// of the lower bound: 0 when proven optimal.
   double gap_bound_pct() const;
+  /// "schedule" (the nested optimum, or a baseline) or "pytorch" (optimal
+  /// over sets of wrapped modules: the schedule is what apply_plan does).
+  std::string target = "schedule";
   ModuleExport pytorch;                ///< what apply_plan() in Python does
   double overhead_pct() const;
 };

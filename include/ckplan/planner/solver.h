@@ -25,8 +25,10 @@ struct DiscreteChain {
 };
 
 /// Sizes rounded UP to whole slots of `slot_bytes` (so a plan never exceeds
-/// its budget); `slot_bytes` = 1 gives the exact chain in bytes.
-DiscreteChain Discretize(const Chain& chain, int64_t slot_bytes);
+/// its budget); `slot_bytes` = 1 gives the exact chain in bytes. Rounded
+/// down (`round_up` false): a relaxation, whose optimum at floor(M / slot)
+/// slots bounds the optimum in bytes at M from below.
+DiscreteChain Discretize(const Chain& chain, int64_t slot_bytes, bool round_up = true);
 
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
@@ -127,8 +129,15 @@ size_t FastSolverTableBytes(const DiscreteChain& chain, int64_t memory_slots);
 
 /// The recurrence's base case: the memory stage i needs (its input held
 /// outside) to run with autograd and then backward, the gradient of its
-/// output held: max(x_i + x_{i+1} + xbar_{i+1} + bwdtmp_i, x_{i+1} + xbar_{i+1} + fwdtmp_i).
+/// output held, charged as the simulator charges it:
+/// max(x_i + x_{i+1} + xbar_{i+1} + bwdtmp_i, x_{i+1} + max(xbar_{i+1}, x_{i+1} + fwdtmp_i)).
 int64_t BaseMemory(const DiscreteChain& chain, int i);
+
+/// What choice (b) (stage i kept with autograd, i..l solved below it) needs
+/// of stage i itself: its backward, x_i + x_{i+1} + xbar_{i+1} + bwdtmp_i.
+/// Its forward then runs while the gradient of x_{l+1} is held, which the
+/// floor of (i, l) and the memory of (i+1, l) already cover.
+int64_t KeptStageMemory(const DiscreteChain& chain, int i);
 
 /// The smallest total memory (chain input included), in the chain's units,
 /// for which the recurrence is feasible.

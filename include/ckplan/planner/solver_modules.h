@@ -1,0 +1,72 @@
+#pragma once
+/// The PyTorch target: the fastest set of disjoint modules to wrap in
+/// non-reentrant torch.utils.checkpoint (what `apply_plan` does) under a
+/// budget. A wrapped module keeps its input, drops what its ops save, and in
+/// backward runs its forward again with autograd, each recomputed value
+/// freed by the backward that uses it: on the chain, a segment of stages run
+/// forward without autograd keeping its input, then recomputed with autograd
+/// and back-propagated (the schedule `ModuleSchedule` writes). Memory is the
+/// simulator's, in bytes, with no rounding.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ckplan/planner/chain.h"
+#include "ckplan/planner/profile.h"
+#include "ckplan/planner/schedule.h"
+
+namespace ckplan {
+
+/// A module `apply_plan` can wrap, as the stages [first_stage, last_stage]
+/// whose ops are exactly the module's.
+struct WrappableModule {
+  std::string path;
+  int first_stage = 0;
+  int last_stage = 0;
+};
+
+/// The modules of `profile` whose ops are one contiguous run that starts and
+/// ends at stage cuts of `chain` (a module run twice, or cut inside a stage,
+/// cannot be wrapped), one per stage range (the outermost path). Without a
+/// profile (nullptr): the stages that are exactly one module.
+std::vector<WrappableModule> WrappableModules(const Chain& chain, const Profile* profile);
+
+/// The schedule of wrapping `wrapped` (disjoint, by stage range): per
+/// wrapped module its first stage forward keeping its input, the rest
+/// without autograd, and in backward all of it again with autograd, then
+/// its backward.
+Schedule ModuleSchedule(int length, const std::vector<WrappableModule>& wrapped);
+
+/// How memory is counted: as the simulator (and `ckplan run`'s executor)
+/// does, every stage output held while anything may read it; or as
+/// PyTorch's autograd does under apply_plan, where a stage output no op saves
+/// is freed once read, unless a wrapped module holds it as its input
+/// (recomputation is still counted as the simulator counts it).
+enum class ModuleAccounting { kSimulator, kPyTorch };
+
+struct ModuleSolution {
+  bool feasible = false;
+  std::vector<WrappableModule> wrapped;  ///< in stage order
+  Schedule schedule;                      ///< ModuleSchedule of wrapped
+  double time_ms = 0;
+  /// The peak by the accounting solved for (chain input included): the
+  /// simulator's peak of `schedule` for kSimulator.
+  int64_t peak_bytes = 0;
+  /// Held when the loss starts, chain input excluded: for kPyTorch, what
+  /// saved_tensors_hooks see plus the wrapped modules' inputs and the outputs.
+  int64_t kept_bytes = 0;
+};
+
+/// The fastest set of `modules` to wrap whose peak, counted value by value
+/// as the simulator counts a chain without storages, is within
+/// `budget_bytes` (the chain input included), by `accounting`: exact, by a Pareto frontier of
+/// (bytes held, time) over the stage boundaries. Infeasible: feasible false.
+ModuleSolution SolveModules(const Chain& chain, const std::vector<WrappableModule>& modules, int64_t budget_bytes,
+                            ModuleAccounting accounting = ModuleAccounting::kSimulator);
+
+/// The smallest budget (chain input included) for which SolveModules is feasible.
+int64_t MinimumModulesMemory(const Chain& chain, const std::vector<WrappableModule>& modules,
+                             ModuleAccounting accounting = ModuleAccounting::kSimulator);
+
+}  // namespace ckplan

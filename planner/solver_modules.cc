@@ -1,0 +1,405 @@
+#include "ckplan/planner/solver_modules.h"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <set>
+
+#include "ckplan/planner/error.h"
+
+namespace ckplan {
+
+std::vector<WrappableModule> WrappableModules(const Chain& chain, const Profile* profile) {
+  std::vector<WrappableModule> out;
+  const int length = chain.length();
+  if (profile == nullptr) {
+    for (int i = 0; i < length; ++i) {
+      const Stage& s = chain.stages[static_cast<size_t>(i)];
+      if (s.modules.size() == 1) out.push_back({s.modules[0], i, i});
+    }
+    return out;
+  }
+  // Stage of each cut: op -> stage starting / ending there.
+  std::map<int, int> starts, ends;
+  for (int i = 0; i < length; ++i) {
+    const Stage& s = chain.stages[static_cast<size_t>(i)];
+    if (s.first_op < 0) return WrappableModules(chain, nullptr);
+    starts[s.first_op] = i;
+    ends[s.last_op] = i;
+  }
+  // Every module path (with its ancestors) and the ops in it.
+  struct Span {
+    int first = std::numeric_limits<int>::max(), last = -1, count = 0;
+  };
+  std::map<std::string, Span> spans;
+  for (const OpRecord& op : profile->ops) {
+    std::string path = op.module;
+    while (!path.empty()) {
+      Span& span = spans[path];
+      span.first = std::min(span.first, op.id);
+      span.last = std::max(span.last, op.id);
+      span.count++;
+      const size_t dot = path.rfind('.');
+      path = dot == std::string::npos ? "" : path.substr(0, dot);
+    }
+  }
+  std::map<std::pair<int, int>, std::string> by_range;
+  for (const auto& [path, span] : spans) {
+    if (span.last - span.first + 1 != span.count) continue;  // not one contiguous run
+    auto a = starts.find(span.first);
+    auto b = ends.find(span.last);
+    if (a == starts.end() || b == ends.end() || a->second > b->second) continue;
+    auto key = std::make_pair(a->second, b->second);
+    auto it = by_range.find(key);
+    if (it == by_range.end() || path.size() < it->second.size()) by_range[key] = path;
+  }
+  for (const auto& [range, path] : by_range) out.push_back({path, range.first, range.second});
+  return out;
+}
+
+Schedule ModuleSchedule(int length, const std::vector<WrappableModule>& wrapped) {
+  std::vector<int> end_of(static_cast<size_t>(length), -1);  // first stage -> last stage of a wrapped module
+  for (const WrappableModule& m : wrapped) end_of[static_cast<size_t>(m.first_stage)] = m.last_stage;
+  Schedule s;
+  std::vector<std::pair<int, int>> units;
+  for (int i = 0; i < length;) {
+    const int end = end_of[static_cast<size_t>(i)];
+    if (end < 0) {
+      s.push_back({OpKind::kForwardGrad, i});
+      units.push_back({i, -1});
+      ++i;
+      continue;
+    }
+    s.push_back({OpKind::kForwardKeepInput, i});
+    for (int k = i + 1; k <= end; ++k) s.push_back({OpKind::kForwardNoGrad, k});
+    units.push_back({i, end});
+    i = end + 1;
+  }
+  s.push_back({OpKind::kLoss, length});
+  for (auto it = units.rbegin(); it != units.rend(); ++it) {
+    const auto [first, end] = *it;
+    if (end < 0) {
+      s.push_back({OpKind::kBackward, first});
+      continue;
+    }
+    for (int k = first; k <= end; ++k) s.push_back({OpKind::kForwardGrad, k});
+    for (int k = end; k >= first; --k) s.push_back({OpKind::kBackward, k});
+  }
+  return s;
+}
+
+namespace {
+
+// One step of the frontier walk: stage `first` run normally (wrapped < 0),
+// or module `wrapped` (stages first..last). `need` is the largest memory it
+// needs above what is held at its first stage's boundary, over its forward
+// and its backward; `held` what it adds to the held memory.
+struct Unit {
+  int first, last, wrapped;
+  int64_t need, held;
+  double time_ms;
+  // PyTorch accounting: what its input holds that no op saves, alive while
+  // the unit starts (and held by a wrapped module), on top of `need_input`:
+  // its own storages, and those live across several cuts (bits: counted
+  // once, however many wrapped modules hold them).
+  int64_t need_input = 0, input_own = 0;
+  uint32_t input_bits = 0;
+};
+
+struct Units {
+  std::vector<std::vector<Unit>> by_stage;
+  std::vector<int64_t> bit_bytes;
+};
+
+// The storages of each cut (k = 0..L: the input of stage k, then the chain
+// output) and each stage's own saved bytes, as the simulator counts them:
+// with storages, each once; without, cut k is one value of x_k.
+struct Cuts {
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> storages;
+  std::vector<int64_t> own_saved;
+  std::set<int64_t> kept;  // PyTorch accounting: storages some op saves, and the model's inputs and outputs
+};
+
+Cuts CutsOf(const Chain& chain) {
+  Cuts cuts;
+  const int length = chain.length();
+  if (chain.has_storages()) {
+    cuts.storages.push_back(chain.input_storages);
+    for (const Stage& s : chain.stages) {
+      cuts.storages.push_back(s.out_storages);
+      cuts.own_saved.push_back(s.private_saved_bytes);
+      cuts.kept.insert(s.kept_out_storages.begin(), s.kept_out_storages.end());
+    }
+    for (const auto& entry : chain.input_storages) cuts.kept.insert(entry.first);
+    for (const auto& entry : chain.stages.back().out_storages) cuts.kept.insert(entry.first);
+    return cuts;
+  }
+  for (int k = 0; k <= length; ++k) {
+    cuts.storages.emplace_back();
+    cuts.storages.back().emplace_back(k, chain.InputBytes(k));
+  }
+  for (const Stage& s : chain.stages) cuts.own_saved.push_back(s.saved_bytes - s.out_bytes);
+  for (int k = 0; k <= length; ++k) cuts.kept.insert(k);
+  return cuts;
+}
+
+// Bytes of the storages of `cut` not in `held`.
+int64_t NewBytes(const std::vector<std::pair<int64_t, int64_t>>& cut, const std::set<int64_t>& held) {
+  int64_t total = 0;
+  for (const auto& [id, bytes] : cut) {
+    if (held.count(id) == 0) total += bytes;
+  }
+  return total;
+}
+
+std::set<int64_t> Ids(const std::vector<std::pair<int64_t, int64_t>>& cut) {
+  std::set<int64_t> ids;
+  for (const auto& entry : cut) ids.insert(entry.first);
+  return ids;
+}
+
+// Every storage of cut a is held when a unit starts at a (stage a's input),
+// and a storage live across two cuts is live across every cut between: so
+// what a unit needs and adds does not depend on the units before it.
+//
+// PyTorch's accounting differs in one way: a stage output no op saves (a
+// Linear's output read by ReLU) is freed once the next stage has read it,
+// unless a wrapped module holds it as its input.
+Units UnitsByStage(const Chain& chain, const std::vector<WrappableModule>& modules, ModuleAccounting accounting) {
+  const int length = chain.length();
+  Cuts cuts = CutsOf(chain);
+  if (accounting == ModuleAccounting::kSimulator) {
+    for (const auto& c : cuts.storages) {
+      for (const auto& entry : c) cuts.kept.insert(entry.first);
+    }
+  }
+  // Storages no op saves that cross several cuts (a mask, rotary tables):
+  // a bit each (beyond 30, counted as kept: more, never less).
+  Units result;
+  std::map<int64_t, int> crossings, bit_of;
+  for (int k = 1; k <= length; ++k) {
+    for (const auto& entry : cuts.storages[static_cast<size_t>(k)]) {
+      if (cuts.kept.count(entry.first) == 0) crossings[entry.first]++;
+    }
+  }
+  for (int k = 1; k <= length; ++k) {
+    for (const auto& [id, bytes] : cuts.storages[static_cast<size_t>(k)]) {
+      if (cuts.kept.count(id) != 0 || crossings[id] < 2 || bit_of.count(id) != 0) continue;
+      if (result.bit_bytes.size() >= 30) {
+        cuts.kept.insert(id);
+        continue;
+      }
+      bit_of[id] = static_cast<int>(result.bit_bytes.size());
+      result.bit_bytes.push_back(bytes);
+    }
+  }
+  auto bits_at = [&](int k) {
+    uint32_t bits = 0;
+    for (const auto& entry : cuts.storages[static_cast<size_t>(k)]) {
+      auto it = bit_of.find(entry.first);
+      if (it != bit_of.end()) bits |= 1u << it->second;
+    }
+    return bits;
+  };
+  auto kept_bytes = [&](const std::vector<std::pair<int64_t, int64_t>>& cut, const std::set<int64_t>& held, bool kept) {
+    int64_t total = 0;
+    for (const auto& [id, bytes] : cut) {
+      if (held.count(id) == 0 && cuts.kept.count(id) == (kept ? 1u : 0u)) total += bytes;
+    }
+    return total;
+  };
+  auto cut = [&](int k) -> const std::vector<std::pair<int64_t, int64_t>>& { return cuts.storages[static_cast<size_t>(k)]; };
+  auto grad = [&](int k) { return chain.InputBytes(k); };
+  // fresh[k]: bytes of cut k+1 not in cut k, what stage k's output adds.
+  std::vector<int64_t> fresh(static_cast<size_t>(length)), kept_fresh(static_cast<size_t>(length));
+  std::vector<int64_t> loose(static_cast<size_t>(length) + 1, 0);  // not kept at cut k: alive until read
+  for (int k = 0; k < length; ++k) {
+    fresh[static_cast<size_t>(k)] = NewBytes(cut(k + 1), Ids(cut(k)));
+    kept_fresh[static_cast<size_t>(k)] = kept_bytes(cut(k + 1), Ids(cut(k)), true);
+  }
+  for (int k = 0; k <= length; ++k) {
+    std::set<int64_t> shared;
+    for (const auto& entry : cut(k)) {
+      if (bit_of.count(entry.first) != 0) shared.insert(entry.first);
+    }
+    loose[static_cast<size_t>(k)] = kept_bytes(cut(k), shared, false);  // its own: without the bits
+  }
+  std::vector<std::vector<Unit>> units(static_cast<size_t>(length));
+  for (int i = 0; i < length; ++i) {
+    const Stage& s = chain.stages[static_cast<size_t>(i)];
+    const int64_t own = cuts.own_saved[static_cast<size_t>(i)], out = fresh[static_cast<size_t>(i)];
+    const int64_t kept = own + kept_fresh[static_cast<size_t>(i)];
+    Unit unit{i, i, -1, kept + grad(i + 1) + grad(i) + s.bwd_tmp_bytes, kept, s.fwd_ms + s.bwd_ms};
+    unit.need_input = std::max(own + out, out + s.fwd_tmp_bytes);
+    unit.input_own = loose[static_cast<size_t>(i)];
+    unit.input_bits = bits_at(i);
+    units[static_cast<size_t>(i)].push_back(unit);
+  }
+  for (size_t m = 0; m < modules.size(); ++m) {
+    const int a = modules[m].first_stage, b = modules[m].last_stage;
+    if (a < 0 || b >= length || a > b) throw Error(ExitCode::kInternal, "module stage range out of the chain");
+    const std::set<int64_t> input = Ids(cut(a));
+    int64_t need = 0;
+    double time = 0;
+    // Forward without autograd: its input held (counted at the boundary),
+    // each inner value dropped once the next stage has read it.
+    int64_t inner = 0;  // the current inner value, beyond the input
+    for (int k = a; k <= b; ++k) {
+      const Stage& s = chain.stages[static_cast<size_t>(k)];
+      std::set<int64_t> held = input;
+      if (k > a) {
+        const std::set<int64_t> ids = Ids(cut(k));
+        held.insert(ids.begin(), ids.end());
+      }
+      need = std::max(need, inner + NewBytes(cut(k + 1), held) + s.fwd_tmp_bytes);
+      inner = NewBytes(cut(k + 1), input);
+      time += 2 * s.fwd_ms + s.bwd_ms;
+    }
+    // It holds its input (what no op saves too: added as the frontier
+    // walks, the bits once), and its output as kept.
+    const int64_t adds = kept_bytes(cut(b + 1), input, true);
+    // Backward: the gradient of its output held, recomputed with autograd,
+    // then back-propagated stage by stage.
+    int64_t kept = 0;
+    std::vector<int64_t> kept_after(static_cast<size_t>(b - a + 1));
+    for (int k = a; k <= b; ++k) {
+      const Stage& s = chain.stages[static_cast<size_t>(k)];
+      const int64_t own = cuts.own_saved[static_cast<size_t>(k)], out = fresh[static_cast<size_t>(k)];
+      need = std::max(need, grad(b + 1) + kept + std::max(own + out, out + s.fwd_tmp_bytes));
+      kept += own + out;
+      kept_after[static_cast<size_t>(k - a)] = kept;
+    }
+    for (int k = b; k >= a; --k) {
+      const Stage& s = chain.stages[static_cast<size_t>(k)];
+      need = std::max(need, grad(k + 1) + kept_after[static_cast<size_t>(k - a)] + grad(k) + s.bwd_tmp_bytes);
+    }
+    Unit unit{a, b, static_cast<int>(m), 0, adds, time};
+    unit.need_input = need;
+    unit.input_own = loose[static_cast<size_t>(a)];
+    unit.input_bits = bits_at(a);
+    units[static_cast<size_t>(a)].push_back(unit);
+  }
+  result.by_stage = std::move(units);
+  return result;
+}
+
+struct State {
+  uint32_t bits;  // the storages of Units::bit_bytes held by a wrapped module
+  int64_t held;
+  double time_ms;
+  int first;  // the unit's first stage (its first boundary)
+  int from;   // index in that boundary's frontier
+  int unit;   // index in units[first]
+};
+
+// Keeps the states no other state beats on both held bytes and time.
+void Prune(std::vector<State>* states) {
+  std::sort(states->begin(), states->end(), [](const State& p, const State& q) {
+    if (p.bits != q.bits) return p.bits < q.bits;
+    return p.held != q.held ? p.held < q.held : p.time_ms < q.time_ms;
+  });
+  std::vector<State> kept;
+  for (const State& s : *states) {
+    if (kept.empty() || s.bits != kept.back().bits || s.time_ms < kept.back().time_ms) kept.push_back(s);
+  }
+  *states = std::move(kept);
+}
+
+}  // namespace
+
+namespace {
+
+// A unit run from `state`: the memory it needs, and the state after it.
+struct Step {
+  int64_t need, held;
+  uint32_t bits;
+};
+
+Step Walk(const Units& units, const Unit& unit, const State& state) {
+  int64_t input = unit.input_own;
+  const uint32_t fresh_bits = unit.input_bits & ~state.bits;
+  for (size_t b = 0; b < units.bit_bytes.size(); ++b) {
+    if (fresh_bits & (1u << b)) input += units.bit_bytes[b];
+  }
+  Step step;
+  step.need = state.held + std::max(unit.need, unit.need_input + input);
+  step.held = state.held + unit.held + (unit.wrapped >= 0 ? input : 0);
+  step.bits = unit.wrapped >= 0 ? state.bits | unit.input_bits : state.bits;
+  return step;
+}
+
+}  // namespace
+
+ModuleSolution SolveModules(const Chain& chain, const std::vector<WrappableModule>& modules, int64_t budget_bytes,
+                            ModuleAccounting accounting) {
+  ModuleSolution solution;
+  const int length = chain.length();
+  const Units all = UnitsByStage(chain, modules, accounting);
+  const std::vector<std::vector<Unit>>& units = all.by_stage;
+  std::vector<std::vector<State>> frontier(static_cast<size_t>(length) + 1);
+  int64_t input = 0;
+  const Cuts cuts = CutsOf(chain);
+  for (const auto& entry : cuts.storages[0]) input += entry.second;
+  if (input > budget_bytes) return solution;
+  frontier[0].push_back({0u, input, 0.0, -1, -1, -1});
+  for (int k = 0; k < length; ++k) {
+    std::vector<State>& here = frontier[static_cast<size_t>(k)];
+    Prune(&here);
+    for (size_t u = 0; u < units[static_cast<size_t>(k)].size(); ++u) {
+      const Unit& unit = units[static_cast<size_t>(k)][u];
+      std::vector<State>& there = frontier[static_cast<size_t>(unit.last) + 1];
+      for (size_t s = 0; s < here.size(); ++s) {
+        const Step step = Walk(all, unit, here[s]);
+        if (step.need > budget_bytes) continue;
+        there.push_back({step.bits, step.held, here[s].time_ms + unit.time_ms, k, static_cast<int>(s),
+                         static_cast<int>(u)});
+      }
+    }
+  }
+  std::vector<State>& last = frontier[static_cast<size_t>(length)];
+  Prune(&last);
+  const int64_t loss_need = chain.InputBytes(length) + chain.loss_bwd_tmp_bytes;
+  int best = -1;
+  for (size_t s = 0; s < last.size(); ++s) {
+    if (last[s].held + loss_need > budget_bytes) continue;
+    if (best < 0 || last[s].time_ms < last[static_cast<size_t>(best)].time_ms) best = static_cast<int>(s);
+  }
+  if (best < 0) return solution;
+  solution.feasible = true;
+  solution.time_ms = last[static_cast<size_t>(best)].time_ms + chain.loss_bwd_ms;
+  solution.kept_bytes = last[static_cast<size_t>(best)].held - input;
+  solution.peak_bytes = std::max(input, last[static_cast<size_t>(best)].held + loss_need);
+  for (int k = length, s = best; k > 0;) {
+    const State& state = frontier[static_cast<size_t>(k)][static_cast<size_t>(s)];
+    const int first = state.first;
+    const Unit& unit = units[static_cast<size_t>(first)][static_cast<size_t>(state.unit)];
+    const State& before = frontier[static_cast<size_t>(first)][static_cast<size_t>(state.from)];
+    solution.peak_bytes = std::max(solution.peak_bytes, Walk(all, unit, before).need);
+    if (unit.wrapped >= 0) solution.wrapped.push_back(modules[static_cast<size_t>(unit.wrapped)]);
+    k = first;
+    s = state.from;
+  }
+  std::reverse(solution.wrapped.begin(), solution.wrapped.end());
+  solution.schedule = ModuleSchedule(length, solution.wrapped);
+  return solution;
+}
+
+int64_t MinimumModulesMemory(const Chain& chain, const std::vector<WrappableModule>& modules,
+                             ModuleAccounting accounting) {
+  // Feasibility only grows with the budget: bisect between a budget that
+  // fails and the no-checkpointing peak, which fits.
+  int64_t upper = 1;
+  while (!SolveModules(chain, modules, upper, accounting).feasible) upper *= 2;
+  int64_t lower = upper / 2;
+  while (upper - lower > 1) {
+    const int64_t middle = lower + (upper - lower) / 2;
+    if (SolveModules(chain, modules, middle, accounting).feasible) {
+      upper = middle;
+    } else {
+      lower = middle;
+    }
+  }
+  return upper;
+}
+
+}  // namespace ckplan
