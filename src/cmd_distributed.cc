@@ -204,7 +204,9 @@ int RunPipeline(const DistributedOptions& o, const PlannerInput& in, const std::
         {"in_flight", sp.in_flight}, {"stored_after_forward_bytes", sp.stored_after_forward_bytes},
         {"fixed", RankMemoryToJson(rank)}, {"activation_budget_bytes", sp.activation_budget_bytes},
         {"peak_bytes", sp.peak_bytes},
-        {"pytorch_saved_bytes", p.pytorch.saved_bytes},
+        // What PyTorch keeps per microbatch: a later stage's input is an
+        // activation it receives and holds (the first stage's is the model input).
+        {"pytorch_saved_bytes", p.pytorch.saved_bytes + (s > 0 ? sub.input_bytes : 0)},
         {"pytorch_peak_bytes", rank.total() + (sp.in_flight - 1) * p.pytorch.simulation.live_after_forward_bytes +
                                    p.pytorch.simulation.peak_bytes}};
     for (const std::string& m : p.pytorch.checkpoint_modules) all_modules.push_back(m);
