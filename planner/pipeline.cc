@@ -309,13 +309,11 @@ InFlightSolution BruteForceInFlight(const DiscreteChain& c, int64_t memory_slots
 Chain SubChain(const Chain& chain, int first, int last) {
   Chain sub;
   sub.input_bytes = chain.InputBytes(first);
-  for (int k = first; k < last; ++k) {
-    Stage stage = chain.stages[U(k)];
-    stage.out_storages.clear();
-    stage.kept_out_storages.clear();
-    stage.private_saved_bytes = -1;
-    sub.stages.push_back(std::move(stage));
+  // Storages (shared between cuts) carry over: the input's are those crossing the cut before `first`.
+  if (chain.has_storages()) {
+    sub.input_storages = first == 0 ? chain.input_storages : chain.stages[U(first) - 1].out_storages;
   }
+  for (int k = first; k < last; ++k) sub.stages.push_back(chain.stages[U(k)]);
   if (last == chain.length()) {
     sub.loss_bwd_ms = chain.loss_bwd_ms;
     sub.loss_bwd_tmp_bytes = chain.loss_bwd_tmp_bytes;

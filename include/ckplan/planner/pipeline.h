@@ -48,8 +48,9 @@ InFlightSolution BruteForceInFlight(const DiscreteChain& chain, int64_t memory_s
 
 /// The chain's stages [first, last) as a chain of their own: the input is
 /// x_first; for a stage that is not the last, the "loss" is the arrival of the
-/// output's gradient from the next stage (no time, no temporaries). Storage
-/// sharing is dropped (the simulator counts each stage's saved bytes whole).
+/// output's gradient from the next stage (no time, no temporaries). Where the
+/// chain lists storages, the sub-chain keeps them (its input's are those
+/// crossing the cut before `first`).
 Chain SubChain(const Chain& chain, int first, int last);
 
 /// One pipeline stage's plan.
