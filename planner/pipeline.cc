@@ -251,10 +251,12 @@ InFlightSolution BruteForceInFlight(const DiscreteChain& c, int64_t memory_slots
     if (i == l) {
       Tree t;
       t.summary = {LeafTime(c, i), BaseMemory(c, i), 0};
+      // push_back, not assignment from a list: GCC 12 warns falsely (-Wnonnull) on the latter.
       if (i == c.length) {
-        t.schedule = {{OpKind::kLoss, i}};
+        t.schedule.push_back({OpKind::kLoss, i});
       } else {
-        t.schedule = {{OpKind::kForwardGrad, i}, {OpKind::kBackward, i}};
+        t.schedule.push_back({OpKind::kForwardGrad, i});
+        t.schedule.push_back({OpKind::kBackward, i});
       }
       trees.push_back(t);
     } else {
@@ -264,7 +266,7 @@ InFlightSolution BruteForceInFlight(const DiscreteChain& c, int64_t memory_slots
         Tree t;
         t.summary = {LeafTime(c, i) + right.summary.time_ms,
                      std::max({floor, BaseMemory(c, i), xbar + right.summary.need}), xbar + right.summary.stored};
-        t.schedule = {{OpKind::kForwardGrad, i}};
+        t.schedule.push_back({OpKind::kForwardGrad, i});
         t.schedule.insert(t.schedule.end(), right.schedule.begin(), right.schedule.end());
         t.schedule.push_back({OpKind::kBackward, i});
         trees.push_back(std::move(t));
@@ -278,7 +280,7 @@ InFlightSolution BruteForceInFlight(const DiscreteChain& c, int64_t memory_slots
             t.summary = {forward_sum + right.summary.time_ms + left.summary.time_ms,
                          std::max({floor, c.x[U(j)] + right.summary.need, left.summary.need}),
                          c.x[U(j)] + right.summary.stored};
-            t.schedule = {{OpKind::kForwardKeepInput, i}};
+            t.schedule.push_back({OpKind::kForwardKeepInput, i});
             for (int k = i + 1; k < j; ++k) t.schedule.push_back({OpKind::kForwardNoGrad, k});
             t.schedule.insert(t.schedule.end(), right.schedule.begin(), right.schedule.end());
             t.schedule.insert(t.schedule.end(), left.schedule.begin(), left.schedule.end());
