@@ -45,6 +45,8 @@ struct Table {
   int64_t top = -1;
   std::vector<double> opt;
   std::vector<int32_t> what;  // j > 0: leaf at j; -1: chain
+  std::vector<int64_t> floor;  // FloorNeed(i, l) at i * n + l, computed once
+  int64_t Floor(int i, int l) const { return floor[U(i) * U(n) + U(l)]; }
   size_t Index(int64_t m, int i, int l) const { return (U(m) * U(n) + U(i)) * U(n) + U(l); }
   double At(int64_t m, int i, int l) const { return m < 0 || m > top ? kInfinity : opt[Index(m, i, l)]; }
 };
@@ -53,8 +55,12 @@ Table BuildTable(const DiscreteChain& c, int64_t top) {
   Table t;
   t.n = c.length + 1;
   t.top = top;
-  if (top < 0) return t;
   const int n = t.n;
+  t.floor.assign(U(n) * U(n), 0);
+  for (int i = 0; i < n; ++i) {
+    for (int l = i + 1; l < n; ++l) t.floor[U(i) * U(n) + U(l)] = FloorNeed(c, i, l);
+  }
+  if (top < 0) return t;
   t.opt.assign(U(top + 1) * U(n) * U(n), kInfinity);
   t.what.assign(t.opt.size(), 0);
   for (int64_t m = 0; m <= top; ++m) {
@@ -64,7 +70,7 @@ Table BuildTable(const DiscreteChain& c, int64_t top) {
     for (int d = 1; d < n; ++d) {
       for (int i = 0; i + d < n; ++i) {
         const int l = i + d;
-        if (m < FloorNeed(c, i, l)) continue;
+        if (m < t.Floor(i, l)) continue;
         double best = kInfinity;
         int best_j = 0;
         double forward_sum = 0;
@@ -180,7 +186,7 @@ InFlightSolution SolveInFlight(const DiscreteChain& c, int64_t memory_slots, int
     for (int64_t m = lo; m <= top; ++m) {
       spine[at(m, L)] = table.At(m, L, L);
       for (int i = L - 1; i >= 0; --i) {
-        if (m < FloorNeed(c, i, L)) continue;
+        if (m < table.Floor(i, L)) continue;
         double value_best = kInfinity;
         int best_j = 0;
         double forward_sum = 0;
@@ -367,8 +373,15 @@ PipelinePlan SplitAt(const Chain& chain, int stages, int microbatches, PipelineS
   best[U(stages)][U(L)] = 0;
   for (int s = stages - 1; s >= 0; --s) {
     for (int a = s; a <= L - (stages - s); ++a) {
+      // Pruning that keeps the optimum: a stage's time is at least its
+      // stages' forward and backward once (growing with b), and a split whose
+      // later stages are already as slow as the best found cannot win.
+      double no_recompute = 0;
       for (int b = a + 1; b <= L - (stages - 1 - s); ++b) {
-        if (best[U(s) + 1][U(b)] == kInfinity) continue;
+        const Stage& added = chain.stages[U(b) - 1];
+        no_recompute += added.fwd_ms + added.bwd_ms;
+        if (no_recompute >= best[U(s)][U(a)]) break;
+        if (best[U(s) + 1][U(b)] >= best[U(s)][U(a)]) continue;
         const PipelineStagePlan& p = stage_plan(s, a, b);
         if (!p.solution.feasible) continue;
         double value = std::max(p.time_ms, best[U(s) + 1][U(b)]);
