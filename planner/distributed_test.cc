@@ -1,6 +1,7 @@
 #include "ckplan/planner/distributed.h"
 
 #include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
 
 #include "../tests/test_chains.h"
 #include "ckplan/planner/error.h"
@@ -80,4 +81,30 @@ TEST_CASE("bad distributed requests") {
   // --shard full needs the profile's parameter list.
   CHECK_THROWS_AS(RankFixedMemory(chain, {}, 10, 0, "adam", 2, ShardMode::kFull, "p.json"), Error);
   CHECK_THROWS_AS(ParseShardMode("zero3"), Error);
+}
+
+TEST_CASE("the profile's optional parameter list is read and written; profiles without it still read") {
+  nlohmann::json doc = {
+      {"schema", "ckplan.profile/1"},
+      {"model", nlohmann::json::object()},
+      {"totals", {{"param_bytes", 40}, {"buffer_bytes", 0}, {"input_bytes", 8}, {"saved_bytes", 8},
+                  {"output_bytes", 8}, {"fwd_ms", 1}, {"bwd_ms", 1}, {"peak_bytes", 64}}},
+      {"tensors", {{{"id", 0}, {"shape", {2}}, {"dtype", "float32"}, {"bytes", 8}, {"producer", -1}},
+                   {{"id", 1}, {"shape", {2}}, {"dtype", "float32"}, {"bytes", 8}, {"producer", 0}}}},
+      {"ops", {{{"id", 0}, {"kind", "aten::relu"}, {"module", "fc"}, {"inputs", {0}}, {"outputs", {1}},
+                {"saved_bytes", 8}, {"fwd_tmp_bytes", 0}, {"bwd_tmp_bytes", 0}, {"fwd_ms", 1}, {"bwd_ms", 1}}}},
+      {"inputs", {0}},
+      {"outputs", {1}}};
+  Profile without = ProfileFromJson(doc, "p.json");
+  CHECK(without.parameters.empty());
+  CHECK(!ProfileToJson(without).contains("parameters"));
+  doc["parameters"] = {{{"name", "fc.weight"}, {"shape", {4, 2}}, {"bytes", 32}},
+                       {{"name", "fc.bias"}, {"shape", {2}}, {"bytes", 8}}};
+  Profile with = ProfileFromJson(doc, "p.json");
+  REQUIRE(with.parameters.size() == 2);
+  CHECK(with.parameters[0].name == "fc.weight");
+  CHECK(with.parameters[0].shape == std::vector<int64_t>{4, 2});
+  CHECK(ProfileToJson(with)["parameters"] == doc["parameters"]);
+  doc["parameters"][1]["bytes"] = -1;
+  CHECK_THROWS_AS(ProfileFromJson(doc, "p.json"), Error);
 }
