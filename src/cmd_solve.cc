@@ -93,6 +93,9 @@ int RunSolve(const SolveOptions& o) {
   if (o.budget.empty()) throw BadInput("--budget is required (for example --budget 24GB)");
   ByteQuantity budget = ParseBytes(o.budget);
   if (o.distributed.given) {
+    if (o.algorithm != "optimal" || o.every_given || !o.sweep_path.empty()) {
+      throw BadInput("--algo, --every and --sweep are not available with --data-parallel, --shard or --pipeline");
+    }
     return RunDistributedSolve(o.distributed, in, o.budget, budget, o.slots, o.optimizer, o.output);
   }
   PlanRequest request;

@@ -92,3 +92,13 @@ TEST_CASE("solve --pipeline on a chain: a plan per stage, each within the budget
   CHECK(r.exit_code == 3);
   CHECK(r.err.find("below the per-stage minimum") != std::string::npos);
 }
+
+TEST_CASE("--sweep and --algo are refused with the distributed options") {
+  std::string dir = TempDir();
+  CommandResult r = RunCkplan("solve " + Example() + " --budget 10MiB --data-parallel 2 --algo every", dir);
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("not available with --data-parallel") != std::string::npos);
+  r = RunCkplan("solve " + Example() + " --budget 10MiB --pipeline 2 --sweep " + dir + "/s.json", dir);
+  CHECK(r.exit_code == 2);
+  CHECK(!FileExists(dir + "/s.json"));
+}
