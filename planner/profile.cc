@@ -97,6 +97,18 @@ Profile ProfileFromJson(const nlohmann::json& doc, const std::string& file) {
     }
     p.ops.push_back(std::move(op));
   }
+  if (root.Has("parameters")) {  // optional (distributed plans): name, shape, bytes per parameter
+    JsonReader params = root.Field("parameters");
+    for (size_t k = 0; k < params.ArraySize(); ++k) {
+      JsonReader r = params.Item(k);
+      ParameterRecord rec;
+      rec.name = r.Field("name").String();
+      JsonReader shape = r.Field("shape");
+      for (size_t d = 0; d < shape.ArraySize(); ++d) rec.shape.push_back(shape.Item(d).NonNegativeBytes());
+      rec.bytes = r.Field("bytes").NonNegativeBytes();
+      p.parameters.push_back(std::move(rec));
+    }
+  }
   p.inputs = ReadIds(root.Field("inputs"), tensor_count);
   p.outputs = ReadIds(root.Field("outputs"), tensor_count);
   {
@@ -166,7 +178,7 @@ nlohmann::json ProfileToJson(const Profile& p) {
       edges.push_back({{"from", producer}, {"to", op.id}, {"tensor", t}});
     }
   }
-  return {{"schema", "ckplan.profile/1"},
+  nlohmann::json doc = {{"schema", "ckplan.profile/1"},
           {"model", p.model},
           {"environment", p.environment},
           {"totals", {{"param_bytes", p.totals.param_bytes}, {"buffer_bytes", p.totals.buffer_bytes},
@@ -178,6 +190,14 @@ nlohmann::json ProfileToJson(const Profile& p) {
           {"tensors", std::move(tensors)},
           {"ops", std::move(ops)},
           {"edges", std::move(edges)}};
+  if (!p.parameters.empty()) {
+    nlohmann::json params = nlohmann::json::array();
+    for (const ParameterRecord& rec : p.parameters) {
+      params.push_back({{"name", rec.name}, {"shape", rec.shape}, {"bytes", rec.bytes}});
+    }
+    doc["parameters"] = std::move(params);
+  }
+  return doc;
 }
 
 }  // namespace ckplan

@@ -202,6 +202,7 @@ class Profiler {
       profile.ops.push_back(std::move(op));
     }
     profile.totals.param_bytes = param_bytes_;
+    profile.parameters = parameters_;
     profile.totals.buffer_bytes = buffer_bytes_;
     for (const at::Tensor& t : inputs) profile.totals.input_bytes += StorageBytes(t);
     profile.totals.saved_bytes = record.saved_bytes;
@@ -218,7 +219,10 @@ class Profiler {
     bool trainable = false;
     for (const auto& p : module.named_parameters()) {
       if (p.value.requires_grad()) trainable = true;
-      if (seen.insert(StorageData(p.value)).second) param_bytes_ += StorageBytes(p.value);
+      if (seen.insert(StorageData(p.value)).second) {
+        param_bytes_ += StorageBytes(p.value);
+        parameters_.push_back({p.name, p.value.sizes().vec(), static_cast<int64_t>(p.value.nbytes())});
+      }
     }
     for (const auto& b : module.named_buffers()) {
       if (seen.insert(StorageData(b.value)).second) buffer_bytes_ += StorageBytes(b.value);
@@ -465,6 +469,7 @@ class Profiler {
   std::vector<std::string>* warnings_;
   TrackingAllocator& tracker_;
   int64_t param_bytes_ = 0;
+  std::vector<ParameterRecord> parameters_;  // for distributed plans (FSDP shards)
   int64_t buffer_bytes_ = 0;
   int64_t first_forward_allocation_ = 0;
 };

@@ -24,7 +24,8 @@ import json
 import torch
 import torch.utils.checkpoint
 
-__all__ = ["apply_plan", "remove_plan", "load_plan", "checkpointed_modules", "export", "ExportError"]
+__all__ = ["apply_plan", "remove_plan", "load_plan", "checkpointed_modules", "export", "ExportError",
+           "rank_plan", "fsdp_units", "apply_rank_plan"]
 
 _ORIGINAL_FORWARD = "_ckplan_original_forward"
 
@@ -102,6 +103,37 @@ def remove_plan(model):
 def checkpointed_modules(model):
     """Paths of the modules currently wrapped."""
     return [path for path, module in model.named_modules() if _ORIGINAL_FORWARD in module.__dict__]
+
+
+# ---- distributed plans (`ckplan solve --data-parallel N --shard MODE`, `--pipeline P`) ----
+
+def rank_plan(plan, stage=None):
+    """The plan one rank applies, as a dict. A data-parallel plan is the same
+    on every rank (the whole document); a pipeline plan holds one plan per
+    stage under ``distributed.stages``: ``stage`` picks it (required then)."""
+    doc = load_plan(plan)
+    stages = doc.get("distributed", {}).get("stages")
+    if stages is None:
+        return doc
+    if stage is None or not 0 <= stage < len(stages):
+        raise ValueError(f"the plan has {len(stages)} pipeline stages: pass stage=0..{len(stages) - 1}"
+                         f" (got {stage!r})")
+    return stages[stage]
+
+
+def fsdp_units(plan):
+    """Module paths the plan's memory model takes as FSDP units: call
+    ``fully_shard`` on each (in this order), then on the model itself (the root)."""
+    return list(load_plan(plan).get("distributed", {}).get("fsdp_units", []))
+
+
+def apply_rank_plan(model, plan, stage=None):
+    """apply_plan for one rank: inside an FSDP2-wrapped model (after
+    ``fully_shard``; checkpointing wraps the modules' forward, FSDP's hooks stay
+    outside it) or on a pipeline stage's submodule (``stage``: its index; module
+    paths are the whole model's, as when a stage keeps its modules' names).
+    Returns the wrapped paths."""
+    return apply_plan(model, rank_plan(plan, stage))
 
 
 class ExportError(RuntimeError):

@@ -22,6 +22,7 @@ struct ReportOptions {
   int slots = 500;
   std::vector<int> every = {2, 4, 8};
   std::vector<std::string> runs;
+  std::string plan;  // a distributed plan: per-rank memory
 };
 
 bool EndsWith(const std::string& s, const std::string& suffix) {
@@ -50,6 +51,8 @@ int RunReport(const ReportOptions& o) {
   CheckOutputPath(o.output);
   ByteQuantity budget;
   if (!o.budget.empty()) budget = ParseBytes(o.budget);
+  DistributedSummary distributed;
+  if (!o.plan.empty()) distributed = ReadDistributedPlan(o.plan);
   PlannerInput in = LoadPlannerInput(o.input, o.optimizer);
   Report report;
   {
@@ -57,6 +60,7 @@ int RunReport(const ReportOptions& o) {
     report = MakeReport(in, o.input, budget.bytes, o.budget.empty() ? UnitStyle::kBinary : budget.style, o.slots,
                         o.every, o.runs, [&bar](double fraction) { bar.Update(fraction); });
   }
+  report.distributed = distributed;
   std::string text = format == "md" ? ReportMarkdown(report)
                      : format == "json" ? ReportJson(report).dump(2) + "\n"
                                         : ReportHtml(report);
@@ -99,6 +103,7 @@ void AddReportCommand(CLI::App& app, Action* action) {
       ->capture_default_str();
   cmd->add_option("--slots", o->slots, "memory slots of the dynamic program")->capture_default_str();
   cmd->add_option("--every", o->every, "segment lengths for the every-n baselines")->delimiter(',')->capture_default_str();
+  cmd->add_option("--plan", o->plan, "a distributed plan (solve --data-parallel or --pipeline): per-rank memory");
   cmd->add_option("--runs", o->runs, "run reports from `ckplan run -o`: measured points beside predicted ones");
   cmd->callback([o, action] { *action = [o] { return RunReport(*o); }; });
 }

@@ -14,6 +14,7 @@
 #include "ckplan/planner/solver.h"
 #include "ckplan/planner/solver_modules.h"
 #include "commands.h"
+#include "distributed_solve.h"
 #include "terminal.h"
 
 namespace ckplan {
@@ -33,6 +34,7 @@ struct SolveOptions {
   bool show_stages = false;
   std::string chain_out;
   std::string target;  // "pytorch" (default for a profile) or "schedule"
+  DistributedOptions distributed;  // --data-parallel, --shard, --pipeline, ... (cmd_distributed.cc)
 };
 
 std::string Ms(double ms) { return Format("%.2f ms", ms); }
@@ -79,6 +81,7 @@ int RunSolve(const SolveOptions& o) {
   if (o.threads < 1 || o.threads > 256) throw BadInput("invalid --threads " + std::to_string(o.threads) + ": use 1..256");
   for (const std::string* path : {&o.output, &o.sweep_path, &o.chain_out}) CheckOutputPath(*path);
   if (!o.budget.empty()) ParseBytes(o.budget);
+  CheckDistributedOptions(o.distributed);
   PlannerInput in = LoadPlannerInput(o.input, o.optimizer);
   const std::string what = in.from_profile ? "model" : "chain";
   if (!o.chain_out.empty()) {
@@ -91,6 +94,12 @@ int RunSolve(const SolveOptions& o) {
   }
   if (o.budget.empty()) throw BadInput("--budget is required (for example --budget 24GB)");
   ByteQuantity budget = ParseBytes(o.budget);
+  if (o.distributed.given) {
+    if (o.algorithm != "optimal" || o.every_given || !o.sweep_path.empty()) {
+      throw BadInput("--algo, --every and --sweep are not available with --data-parallel, --shard or --pipeline");
+    }
+    return RunDistributedSolve(o.distributed, in, o.budget, budget, o.slots, o.optimizer, o.output);
+  }
   PlanRequest request;
   request.algorithm = ParseAlgorithm(o.algorithm);
   if (o.every_n > 0 && o.algorithm == "optimal") request.algorithm = Algorithm::kEveryN;
@@ -276,8 +285,10 @@ void AddSolveCommand(CLI::App& app, Action* action) {
   cmd->add_flag("--show-stages", options->show_stages, "print the chain's stages (--budget optional)");
   cmd->add_option("--chain-out", options->chain_out,
                   "write the chain the profile is cut into (ckplan.chain/1) to this file (--budget optional)");
-  cmd->callback([options, action, every] {
+  AddDistributedOptions(cmd, &options->distributed);
+  cmd->callback([options, action, every, cmd] {
     options->every_given = every->count() > 0;
+    FinishDistributedOptions(cmd, &options->distributed);
     *action = [options] { return RunSolve(*options); };
   });
 }

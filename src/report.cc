@@ -424,6 +424,7 @@ std::string ReportHtml(const Report& r) {
     }
     s << "</table>\n";
   }
+  if (!r.distributed.rows.empty()) s << DistributedHtml(r.distributed, r.style);
   s << "<h2>The plan over time</h2>\n<figure>" << TimelineSvg(r) << "</figure>\n";
   s << "<h2>Where the memory goes</h2>\n<figure>" << ModulesSvg(r) << "</figure>\n";
   s << "<p class=\"note\">Predicted by ckplan's simulator from " << Escape(r.source)
@@ -456,6 +457,7 @@ std::string ReportMarkdown(const Report& r) {
         << Format("%.2f ms", run.measured_ms) << " | " << run.verdict << " |\n";
     }
   }
+  if (!r.distributed.rows.empty()) s << DistributedMarkdown(r.distributed, r.style);
   s << "\nOptimal step time by budget:\n\n| budget | step | overhead |\n| ---: | ---: | ---: |\n";
   size_t stride = std::max<size_t>(1, r.optimal_curve.size() / 10);
   for (size_t k = 0; k < r.optimal_curve.size(); k += stride) {
@@ -481,9 +483,11 @@ nlohmann::json ReportJson(const Report& r) {
                     {"measured_ms", run.measured_ms}, {"predicted_peak_bytes", run.predicted_peak_bytes},
                     {"predicted_ms", run.predicted_ms}, {"verdict", run.verdict}});
   }
-  return {{"schema", "ckplan.report/1"}, {"source", r.source}, {"budget_bytes", r.budget_bytes},
-          {"fixed_bytes", r.fixed.total()}, {"no_recompute_ms", r.no_recompute_ms}, {"strategies", strategies},
-          {"optimal_curve", curve}, {"runs", runs}};
+  nlohmann::json doc = {{"schema", "ckplan.report/1"}, {"source", r.source}, {"budget_bytes", r.budget_bytes},
+                        {"fixed_bytes", r.fixed.total()}, {"no_recompute_ms", r.no_recompute_ms},
+                        {"strategies", strategies}, {"optimal_curve", curve}, {"runs", runs}};
+  if (!r.distributed.rows.empty()) doc["distributed"] = DistributedJson(r.distributed);
+  return doc;
 }
 
 }  // namespace ckplan

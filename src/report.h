@@ -11,6 +11,7 @@
 
 #include "ckplan/planner/input.h"
 #include "ckplan/planner/plan.h"
+#include "report_distributed.h"
 
 namespace ckplan {
 
@@ -46,6 +47,7 @@ struct Report {
   Plan chosen;                   ///< the optimal plan at the budget
   Chain chain;
   std::vector<RunPoint> runs;
+  DistributedSummary distributed;  ///< `--plan` of a distributed plan: per-rank memory; empty otherwise
 };
 
 /// Sweeps the budgets (one DP gives the whole optimal curve) and plans every

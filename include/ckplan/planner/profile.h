@@ -39,6 +39,15 @@ struct OpRecord {
   double bwd_ms = 0;
 };
 
+/// A parameter of the model (optional in the contract: profiles made before
+/// it lack the list). Used by the distributed memory model (FSDP shards each
+/// parameter along its first dimension).
+struct ParameterRecord {
+  std::string name;            ///< `layer1.0.conv1.weight`, as in named_parameters()
+  std::vector<int64_t> shape;
+  int64_t bytes = 0;           ///< of the tensor (numel x element size)
+};
+
 struct ProfileTotals {
   int64_t param_bytes = 0;
   int64_t buffer_bytes = 0;
@@ -58,6 +67,7 @@ struct Profile {
   std::vector<OpRecord> ops;          ///< indexed by id, in execution order
   std::vector<int> inputs;            ///< tensor ids of the model inputs
   std::vector<int> outputs;           ///< tensor ids of the model outputs
+  std::vector<ParameterRecord> parameters;  ///< optional: empty for older profiles
 };
 
 /// Reads and validates a `ckplan.profile/1` document (ids in range, ops in

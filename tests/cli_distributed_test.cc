@@ -1,0 +1,104 @@
+// `ckplan solve --data-parallel/--shard/--pipeline` and `report --plan`: the
+// binary's output, plan files and exit codes.
+
+#include <regex>
+
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include "ckplan/planner/chain.h"
+#include "ckplan/planner/units.h"
+#include "cli_helpers.h"
+#include "test_chains.h"
+
+using namespace ckplan::testing;
+
+namespace {
+
+std::string Example() { return std::string(CKPLAN_SOURCE_DIR) + "/data/example.profile.json"; }
+
+nlohmann::json ReadJson(const std::string& path) { return nlohmann::json::parse(ReadAll(path)); }
+
+}  // namespace
+
+TEST_CASE("solve --data-parallel --shard optimizer: a per-rank plan with the fixed part by component") {
+  std::string dir = TempDir();
+  CommandResult r = RunCkplan("solve " + Example() + " --budget 10MiB --data-parallel 4 --shard optimizer -o " + dir +
+                                  "/plan.json",
+                              dir);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find("per-rank fixed part") != std::string::npos);
+  nlohmann::json plan = ReadJson(dir + "/plan.json");
+  CHECK(plan["schema"] == "ckplan.plan/1");
+  const nlohmann::json& fixed = plan["distributed"]["ranks"][0]["fixed"];
+  const int64_t params = fixed["param_bytes"].get<int64_t>();
+  CHECK(fixed["grad_bytes"].get<int64_t>() == params);
+  CHECK(fixed["optimizer_bytes"].get<int64_t>() == 2 * ((params + 3) / 4));
+  CHECK(plan["fixed"]["total_bytes"] == fixed["total_bytes"]);
+  CHECK(plan["predicted"]["peak_bytes"].get<int64_t>() <= plan["budget_bytes"].get<int64_t>());
+
+  // The report shows it per rank.
+  CommandResult report = RunCkplan("report " + Example() + " --plan " + dir + "/plan.json -o " + dir + "/r.md", dir);
+  REQUIRE(report.exit_code == 0);
+  CHECK(ReadAll(dir + "/r.md").find("Per rank (4 data-parallel rank(s), --shard optimizer)") != std::string::npos);
+}
+
+TEST_CASE("distributed bad input: counts, an old profile for --shard full, a budget below the per-rank minimum") {
+  std::string dir = TempDir();
+  CommandResult r = RunCkplan("solve " + Example() + " --budget 10MiB --data-parallel 0", dir);
+  CHECK(r.exit_code == 2);
+  CHECK(r.err == "ckplan: error: invalid --data-parallel 0: must be at least 1\n");
+  r = RunCkplan("solve " + Example() + " --budget 10MiB --pipeline 2 --microbatches -3", dir);
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("invalid --microbatches -3") != std::string::npos);
+  // data/example.profile.json predates the parameter list.
+  r = RunCkplan("solve " + Example() + " --budget 10MiB --data-parallel 2 --shard full", dir);
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("no 'parameters' list") != std::string::npos);
+
+  r = RunCkplan("solve " + Example() + " --budget 1MiB --data-parallel 2 --shard grad -o " + dir + "/p.json", dir);
+  CHECK(r.exit_code == 3);
+  CHECK(!FileExists(dir + "/p.json"));
+  std::smatch m;
+  REQUIRE(std::regex_search(r.err, m, std::regex("per-rank minimum ([0-9.]+[A-Za-z]+)")));
+  CHECK(RunCkplan("solve " + Example() + " --budget " + m[1].str() + " --data-parallel 2 --shard grad", dir).exit_code == 0);
+}
+
+TEST_CASE("solve --pipeline on a chain: a plan per stage, each within the budget; --pipeline above the stages") {
+  std::string dir = TempDir();
+  WriteText(dir + "/chain.json", ckplan::ChainToJson(RandomChain(12, 5, 100000)).dump());
+  CommandResult r = RunCkplan("solve " + dir + "/chain.json --budget 40MB --pipeline 3 --microbatches 4 -o " + dir +
+                                  "/plan.json",
+                              dir);
+  REQUIRE(r.exit_code == 0);
+  nlohmann::json plan = ReadJson(dir + "/plan.json");
+  const nlohmann::json& stages = plan["distributed"]["stages"];
+  REQUIRE(stages.size() == 3);
+  int covered = 0;
+  for (size_t s = 0; s < 3; ++s) {
+    const nlohmann::json& st = stages[s]["pipeline_stage"];
+    CHECK(st["in_flight"] == static_cast<int>(3 - s));  // 1F1B: min(p - s, m)
+    CHECK(st["peak_bytes"].get<int64_t>() <= 40000000);
+    CHECK(st["first_chain_stage"] == covered);
+    covered = st["last_chain_stage"].get<int>() + 1;
+    CHECK(stages[s]["schema"] == "ckplan.plan/1");
+  }
+  CHECK(covered == 12);
+
+  r = RunCkplan("solve " + dir + "/chain.json --budget 20MB --pipeline 13 --microbatches 4", dir);
+  CHECK(r.exit_code == 2);
+  CHECK(r.err == "ckplan: error: invalid --pipeline 13: the chain has 12 stages, so at most --pipeline 12\n");
+  r = RunCkplan("solve " + dir + "/chain.json --budget 1MB --pipeline 3 --microbatches 4", dir);
+  CHECK(r.exit_code == 3);
+  CHECK(r.err.find("below the per-stage minimum") != std::string::npos);
+}
+
+TEST_CASE("--sweep and --algo are refused with the distributed options") {
+  std::string dir = TempDir();
+  CommandResult r = RunCkplan("solve " + Example() + " --budget 10MiB --data-parallel 2 --algo every", dir);
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("not available with --data-parallel") != std::string::npos);
+  r = RunCkplan("solve " + Example() + " --budget 10MiB --pipeline 2 --sweep " + dir + "/s.json", dir);
+  CHECK(r.exit_code == 2);
+  CHECK(!FileExists(dir + "/s.json"));
+}
