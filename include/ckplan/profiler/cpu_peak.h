@@ -6,9 +6,11 @@
 
 namespace ckplan {
 
-/// FP32 and BF16 matmul throughput (512^3, best of several), copy bandwidth
-/// (a 64 MiB tensor: out of the caches) and the fixed cost of one tiny op
-/// (median), as a GpuSpec named `cpu`; memory: this machine's physical memory.
+/// FP32, BF16 and FP16 matmul throughput (512^3, best of several), the rate
+/// of an elementwise GELU over 64 MiB (as the "bandwidth": CPU elementwise
+/// kernels are bound by their arithmetic as much as by memory) and the fixed
+/// cost of one tiny op with autograd (median per direction), as a GpuSpec
+/// named `cpu`; memory: this machine's physical memory.
 GpuSpec MeasureCpuPeak(int threads);
 
 }  // namespace ckplan
