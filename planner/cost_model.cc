@@ -149,6 +149,8 @@ double PredictedStepMs(const Profile& profile, const GpuSpec& gpu, const CostMod
 
 void ApplyCostModel(Profile* profile, const GpuSpec& gpu, const CostModelConstants& c) {
   const double measured_ms = profile->totals.fwd_ms + profile->totals.bwd_ms;
+  double measured_ops_ms = 0;  // the ops' own times (the step's also holds the autograd engine's)
+  for (const OpRecord& op : profile->ops) measured_ops_ms += op.fwd_ms + op.bwd_ms;
   double fwd = 0, bwd = 0, flops = 0;
   for (OpRecord& op : profile->ops) {
     const OpWork w = CountOpWork(*profile, op, c);
@@ -174,7 +176,10 @@ void ApplyCostModel(Profile* profile, const GpuSpec& gpu, const CostModelConstan
                       {"attention", c.attention_efficiency}, {"memory", c.memory_efficiency}}},
       {"source", gpu.source}};
   // What the profile measured before (none on meta tensors): for comparison.
-  if (measured_ms > 0) profile->environment["time_model"]["measured_step_ms"] = measured_ms;
+  if (measured_ms > 0) {
+    profile->environment["time_model"]["measured_step_ms"] = measured_ms;
+    profile->environment["time_model"]["measured_ops_ms"] = measured_ops_ms;
+  }
 }
 
 }  // namespace ckplan

@@ -98,6 +98,7 @@ TEST_CASE("ApplyCostModel sets every op's times and the totals, and names the de
   CHECK(p.totals.fwd_ms + p.totals.bwd_ms == doctest::Approx(PredictedStepMs(p, FindGpu("a100-80gb"))));
   CHECK(p.environment["time_model"]["gpu"] == "a100-80gb");
   CHECK(p.environment["time_model"]["measured_step_ms"] == 7.0);
+  CHECK(p.environment["time_model"]["measured_ops_ms"] == 0.0);
 }
 
 TEST_CASE("the GPU table: every device named, unknown names list the known ones") {
