@@ -88,6 +88,17 @@ Profile ProfileFromJson(const nlohmann::json& doc, const std::string& file) {
     op.bwd_tmp_bytes = r.Field("bwd_tmp_bytes").NonNegativeBytes();
     op.fwd_ms = r.Field("fwd_ms").NonNegativeNumber();
     op.bwd_ms = r.Field("bwd_ms").NonNegativeNumber();
+    if (r.Has("args")) {
+      JsonReader args = r.Field("args");
+      for (size_t a = 0; a < args.ArraySize(); ++a) {
+        JsonReader arg = args.Item(a);
+        ArgRecord rec;
+        rec.dtype = arg.Field("dtype").String();
+        JsonReader shape = arg.Field("shape");
+        for (size_t d = 0; d < shape.ArraySize(); ++d) rec.shape.push_back(shape.Item(d).NonNegativeBytes());
+        op.args.push_back(std::move(rec));
+      }
+    }
     for (int t : op.inputs) {
       int producer = p.tensors[static_cast<size_t>(t)].producer;
       if (producer >= o && !(op.inplace && producer == o)) {
@@ -173,6 +184,11 @@ nlohmann::json ProfileToJson(const Profile& p) {
                    {"outputs", op.outputs}, {"inplace", op.inplace}, {"saved_bytes", op.saved_bytes},
                    {"fwd_tmp_bytes", op.fwd_tmp_bytes}, {"bwd_tmp_bytes", op.bwd_tmp_bytes},
                    {"fwd_ms", op.fwd_ms}, {"bwd_ms", op.bwd_ms}});
+    if (!op.args.empty()) {
+      nlohmann::json args = nlohmann::json::array();
+      for (const ArgRecord& a : op.args) args.push_back({{"shape", a.shape}, {"dtype", a.dtype}});
+      ops.back()["args"] = std::move(args);
+    }
     for (int t : op.inputs) {
       int producer = p.tensors[static_cast<size_t>(t)].producer;
       edges.push_back({{"from", producer}, {"to", op.id}, {"tensor", t}});

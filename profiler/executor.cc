@@ -17,6 +17,7 @@
 #include "ckplan/planner/schedule.h"
 #include "ckplan/planner/sha256.h"
 #include "device.h"
+#include "meta_device.h"
 #include "timing.h"
 #include "torch_graph.h"
 #include "tracking_allocator.h"
@@ -145,6 +146,10 @@ class Executor {
     TrackDeviceMemory(device_);
     ReadPlan();
     torch::jit::Module module = LoadModel(options_.model_path);
+    if (HasMetaWeights(module)) {
+      throw BadInput(options_.model_path + ": a shapes-only archive (exported from a model on the meta device): it "
+                                           "has no weights to run; ckplan profile --device meta reads it");
+    }
     if (device_.cuda()) module.to(device_.device);
     CheckIdentity();
     GraphProgram program(module);

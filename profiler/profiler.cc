@@ -15,6 +15,7 @@
 #include "ckplan/planner/error.h"
 #include "ckplan/planner/sha256.h"
 #include "device.h"
+#include "meta_device.h"
 #include "timing.h"
 #include "torch_graph.h"
 #include "tracking_allocator.h"
@@ -96,8 +97,12 @@ int64_t StorageBytes(const at::Tensor& t) {
   return t.defined() && t.has_storage() ? static_cast<int64_t>(t.storage().nbytes()) : 0;
 }
 
+// The ledger's key of a storage: its data, or for a meta storage (no data)
+// its allocation context (meta_device.cc).
 const void* StorageData(const at::Tensor& t) {
-  return t.defined() && t.has_storage() ? t.storage().data_ptr().get() : nullptr;
+  if (!t.defined() || !t.has_storage()) return nullptr;
+  const c10::DataPtr& data = t.storage().data_ptr();
+  return data.get() != nullptr ? data.get() : data.get_context();
 }
 
 // Everything one measured step records about the graph and its memory.
@@ -106,6 +111,7 @@ struct StepRecord {
   std::vector<const c10::TensorImpl*> tensor_impls;  // valid while the tensor lives
   std::vector<int64_t> tensor_allocation;             // tracker allocation id of its storage
   std::vector<std::vector<int>> op_inputs, op_outputs;
+  std::vector<std::vector<ArgRecord>> op_args;  // every tensor argument, weights included
   std::vector<int64_t> op_fwd_tmp;
   std::vector<int64_t> op_saved;
   std::vector<int> inputs, outputs;
@@ -121,21 +127,31 @@ class Profiler {
 
   Profile Run() {
     if (options_.reps < 1) throw BadInput("invalid --reps " + std::to_string(options_.reps) + ": must be at least 1");
-    device_ = OpenDevice(options_.device);
+    const bool meta = options_.device == "meta";
+    device_ = meta ? OpenMetaDevice() : OpenDevice(options_.device);
     TrackDeviceMemory(device_);
+    const std::optional<c10::ScalarType> dtype = ParseProfileDtype(options_.dtype);
     at::set_num_threads(options_.threads);
     const std::string& path = options_.model_path;
     std::string sha256 = Sha256File(path);
     torch::jit::Module module = LoadModel(path);
     if (device_.cuda()) module.to(device_.device);
+    if (!meta && HasMetaWeights(module)) {
+      throw BadInput(path + ": a shapes-only archive (exported from a model on the meta device): it has no weights; "
+                            "profile it with --device meta");
+    }
+    PrepareModule(module, device_, dtype);
     CheckModel(module);
     GraphProgram program(module);
+    if (meta) RetargetConstantsToMeta(program);
     if (program.num_inputs() != options_.inputs.size()) {
       throw BadInput(path + ": forward takes " + std::to_string(program.num_inputs()) + " input(s), got " +
                      std::to_string(options_.inputs.size()) + " --input");
     }
     if (program.num_ops() == 0) throw BadInput(path + ": the forward graph has no tensor ops");
-    std::vector<at::Tensor> inputs = MakeInputs(options_.inputs, options_.seed);
+    std::vector<at::Tensor> inputs =
+        meta ? MakeMetaInputs(options_.inputs, dtype) : MakeInputs(options_.inputs, options_.seed);
+    if (!meta) CastInputs(&inputs, dtype);
     if (device_.cuda()) {
       for (at::Tensor& t : inputs) t = t.to(device_.device);
     }
@@ -177,10 +193,12 @@ class Profiler {
     profile.model = {{"path", path}, {"sha256", sha256}, {"inputs", input_specs}, {"training", module.is_training()}};
     profile.environment = {{"libtorch", LibTorchVersion()}, {"threads", options_.threads}, {"device", device_.name},
                            {"reps", options_.reps}, {"seed", options_.seed},
-                           {"timer", device_.cuda() ? timer_line_ : "steady_clock"},
+                           {"timer", device_.cuda() ? timer_line_ : meta ? "none: meta tensors do no work" : "steady_clock"},
                            {"memory", device_.cuda() ? "CUDA caching allocator: its trace per op, its device "
                                                        "statistics for the step's peak"
-                                                     : "tracking CPU allocator"}};
+                                                     : meta ? "tracking meta allocator: every meta storage counted, none allocated"
+                                                            : "tracking CPU allocator"}};
+    if (dtype) profile.environment["dtype"] = std::string(c10::toString(*dtype));
     profile.tensors = record.tensors;
     profile.inputs = record.inputs;
     profile.outputs = record.outputs;
@@ -192,6 +210,7 @@ class Profiler {
       op.module = node.module_path;
       op.inputs = record.op_inputs[k];
       op.outputs = record.op_outputs[k];
+      op.args = record.op_args[k];
       std::string kind = op.kind;
       op.inplace = kind.size() > 1 && kind.back() == '_' && kind[kind.size() - 2] != '_';
       op.saved_bytes = record.op_saved[k];
@@ -250,6 +269,7 @@ class Profiler {
     std::unordered_map<const torch::jit::Value*, std::vector<int>> value_tensors;
     if (record) {
       record->op_inputs.assign(ops, {});
+      record->op_args.assign(ops, {});
       record->op_outputs.assign(ops, {});
       record->op_fwd_tmp.assign(ops, 0);
       record->op_saved.assign(ops, 0);
@@ -314,6 +334,14 @@ class Profiler {
         recorder->range_ends.push_back(seq_after);
       }
       if (record) {
+        for (const torch::jit::Value* in : node.node->inputs()) {  // shapes for the cost model
+          auto it = env.find(in);
+          std::vector<at::Tensor> args;
+          if (it != env.end()) CollectTensors(it->second, &args);
+          for (const at::Tensor& t : args) {
+            if (t.defined()) record->op_args[op].push_back({t.sizes().vec(), std::string(c10::toString(t.scalar_type()))});
+          }
+        }
         record->op_fwd_tmp[op] = std::max<int64_t>(0, tracker_.window_peak_bytes() - tracker_.live_bytes());
         for (const torch::jit::Value* in : node.node->inputs()) {
           auto it = value_tensors.find(in);

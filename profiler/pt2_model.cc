@@ -119,6 +119,7 @@ class Pt2Reader {
     name_ = models[0].substr(7, models[0].size() - 7 - 5);
     doc_ = ReadJson(models[0]);
     CheckVersion();
+    ReadCkplanRecord();
     ReadWeights("data/weights/" + name_ + "_weights_config.json", "data/weights/");
     ReadWeights("data/constants/" + name_ + "_constants_config.json", "data/constants/");
     return Build();
@@ -147,6 +148,24 @@ class Pt2Reader {
     }
   }
 
+  // extra/ckplan.json, written by ckplan_torch.export: whether the archive
+  // is shapes-only (a model on the meta device: weights without data) and
+  // which weights are tied.
+  void ReadCkplanRecord() {
+    if (!reader_.hasRecord("extra/ckplan.json")) return;
+    json record = ReadJson("extra/ckplan.json");
+    shapes_only_ = record.value("shapes_only", false);
+    if (record.contains("aliases") && record["aliases"].is_object()) {
+      for (const auto& [name, target] : record["aliases"].items()) aliases_[name] = target.get<std::string>();
+    }
+  }
+
+  // A weight of a shapes-only archive: a meta tensor (shape, strides, dtype).
+  at::Tensor MetaWeight(const json& meta, c10::ScalarType type, const std::string& where) {
+    const std::vector<int64_t> sizes = Ints(meta["sizes"], where), strides = Ints(meta["strides"], where);
+    return at::empty_strided(sizes, strides, at::TensorOptions().dtype(type).device(c10::kMeta));
+  }
+
   void ReadWeights(const std::string& config_record, const std::string& dir) {
     if (!reader_.hasRecord(config_record)) return;
     json config = ReadJson(config_record);
@@ -160,9 +179,18 @@ class Pt2Reader {
       const std::string where = path_ + ": weight '" + name + "'";
       const c10::ScalarType type = ScalarTypeOf(meta["dtype"].get<int>(), where);
       LayoutOf(meta.value("layout", 7), where);
+      const bool meta_weight = shapes_only_ || (meta.contains("device") && meta["device"].value("type", "") == "meta");
       auto found = tensors_.find(dir + file);
       at::Tensor t;
-      if (found != tensors_.end()) {
+      if (meta_weight) {
+        // Tied weights are one tensor, under the first name of the group.
+        auto alias = aliases_.find(name);
+        const std::string key = dir + "\n" + (alias == aliases_.end() ? name : alias->second);
+        auto tied = tensors_.find(key);
+        t = tied != tensors_.end() ? tied->second : MetaWeight(meta, type, where);
+        tensors_[key] = t;
+        shapes_only_ = true;
+      } else if (found != tensors_.end()) {
         t = found->second;  // tied weights: one file, one tensor
       } else {
         auto [data, size] = reader_.getRecord(dir + file);
@@ -502,6 +530,8 @@ class Pt2Reader {
   static constexpr int kSchemaMajor = CKPLAN_EXPORT_SCHEMA_MAJOR;
 
   std::string path_;
+  bool shapes_only_ = false;
+  std::map<std::string, std::string> aliases_;
   caffe2::serialize::PyTorchStreamReader reader_;
   std::string name_;
   json doc_;

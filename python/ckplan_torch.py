@@ -10,6 +10,11 @@ and exports a model for `ckplan profile model.pt2` (torch.export, training IR):
 
     ckplan_torch.export(model, (x,), "model.pt2")
 
+A model built under ``with torch.device("meta")`` (no weights anywhere)
+exports shapes-only: the graph and the parameters' shapes and dtypes; the
+archive is marked (``extra/ckplan.json``: ``{"shapes_only": true}``), and
+``ckplan profile --device meta`` profiles it; ``ckplan run`` refuses it.
+
 The plan (``ckplan.plan/1``, from ``ckplan solve`` on a profile of the model)
 lists ``checkpoint_modules``: module paths as in ``model.named_modules()``.
 Each is checkpointed on its own: its forward keeps only its inputs and is run
@@ -25,7 +30,7 @@ import torch
 import torch.utils.checkpoint
 
 __all__ = ["apply_plan", "remove_plan", "load_plan", "checkpointed_modules", "export", "ExportError",
-           "rank_plan", "fsdp_units", "apply_rank_plan"]
+           "rank_plan", "fsdp_units", "apply_rank_plan", "is_meta_model"]
 
 _ORIGINAL_FORWARD = "_ckplan_original_forward"
 
@@ -134,6 +139,29 @@ def apply_rank_plan(model, plan, stage=None):
     paths are the whole model's, as when a stage keeps its modules' names).
     Returns the wrapped paths."""
     return apply_plan(model, rank_plan(plan, stage))
+# The archive's ckplan record (extra/ckplan.json): {"schema": "ckplan.pt2-extra/1",
+# "shapes_only": bool, "aliases": {name: name}}; shapes_only: the weights are
+# meta tensors (no data); aliases: tied weights (one tensor under two names).
+CKPLAN_EXTRA_FILE = "ckplan.json"
+
+
+def is_meta_model(model, example_inputs=()):
+    """Whether any parameter, buffer or input of ``model`` is on the meta device (no data)."""
+    tensors = list(model.parameters()) + list(model.buffers()) + [x for x in example_inputs if isinstance(x, torch.Tensor)]
+    return any(t.device.type == "meta" for t in tensors)
+
+
+def _aliases(model):
+    """Tied weights: {name: the first name of the same tensor} (a meta
+    archive cannot tell them apart by their storages: none has data)."""
+    first, aliases = {}, {}
+    named = list(model.named_parameters(remove_duplicate=False)) + list(model.named_buffers(remove_duplicate=False))
+    for name, t in named:
+        if id(t) in first:
+            aliases[name] = first[id(t)]
+        else:
+            first[id(t)] = name
+    return aliases
 
 
 class ExportError(RuntimeError):
@@ -177,7 +205,9 @@ def export(model, example_inputs, path, dynamic_batch=True):
                           ) from error
     finally:
         model.train(was_training)
-    torch.export.save(program, path)
+    shapes_only = is_meta_model(model, example_inputs)
+    torch.export.save(program, path, extra_files={CKPLAN_EXTRA_FILE: json.dumps(
+        {"schema": "ckplan.pt2-extra/1", "shapes_only": shapes_only, "aliases": _aliases(model)})})
     loaded = torch.export.load(path)
     if len(loaded.graph.nodes) != len(program.graph.nodes):
         raise ExportError(f"{path}: the saved program does not load back as it was saved")

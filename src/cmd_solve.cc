@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ckplan/planner/error.h"
+#include "ckplan/planner/gpu_table.h"
 #include "ckplan/planner/input.h"
 #include "ckplan/planner/json_io.h"
 #include "ckplan/planner/plan.h"
@@ -35,7 +36,22 @@ struct SolveOptions {
   std::string chain_out;
   std::string target;  // "pytorch" (default for a profile) or "schedule"
   DistributedOptions distributed;  // --data-parallel, --shard, --pipeline, ... (cmd_distributed.cc)
+  std::string gpu;  ///< --gpu: what --budget gpu means
 };
+
+// `--budget gpu`: the memory of the --gpu device (gpu_table.h), in MiB as
+// the table holds it.
+SolveOptions WithGpuBudget(SolveOptions o) {
+  if (o.budget != "gpu") {
+    if (!o.gpu.empty()) FindGpu(o.gpu);  // an unknown name is an error either way
+    return o;
+  }
+  if (o.gpu.empty() || o.gpu == "cpu") {
+    throw BadInput("--budget gpu needs --gpu NAME: one of " + KnownGpuNames().substr(0, KnownGpuNames().size() - 5));
+  }
+  o.budget = std::to_string(FindGpu(o.gpu).memory_bytes >> 20) + "MiB";
+  return o;
+}
 
 std::string Ms(double ms) { return Format("%.2f ms", ms); }
 
@@ -73,7 +89,8 @@ std::string PrintableMinimum(int64_t minimum, UnitStyle style, const std::functi
   return text;
 }
 
-int RunSolve(const SolveOptions& o) {
+int RunSolve(const SolveOptions& options) {
+  const SolveOptions o = WithGpuBudget(options);
   // Options and output folders first, so that a typo fails before any work.
   if (o.every_given && o.every_n < 1) throw BadInput("invalid --every " + std::to_string(o.every_n) + ": must be at least 1");
   if (o.slots < 1 || o.slots > 100000) throw BadInput("invalid --slots " + std::to_string(o.slots) + ": use 1..100000");
@@ -265,7 +282,10 @@ void AddSolveCommand(CLI::App& app, Action* action) {
       "optimizer state, inputs and activations. For a chain it covers the chain alone.\n"
       "Exit code 3 when the budget is below the minimum; the message gives it.");
   cmd->add_option("input", options->input, "profile or chain JSON")->required();
-  cmd->add_option("-b,--budget", options->budget, "memory budget: 24GB (10^9), 24GiB (2^30), 512MiB, 1.5e9, bytes");
+  cmd->add_option("-b,--budget", options->budget,
+                  "memory budget: 24GB (10^9), 24GiB (2^30), 512MiB, 1.5e9, bytes, or gpu (the --gpu device's memory)");
+  cmd->add_option("--gpu", options->gpu, "with --budget gpu: the device whose memory is the budget (" +
+                                             KnownGpuNames().substr(0, KnownGpuNames().size() - 5) + ")");
   cmd->add_option("-o,--output", options->output, "write the plan JSON here (ckplan.plan/1); - for stdout");
   cmd->add_option("--algo", options->algorithm, "optimal (default), none, every, every-n, sqrt")
       ->check(CLI::IsMember({"optimal", "none", "every", "every-n", "sqrt"}));

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -12,6 +13,9 @@
 #include "ckplan/planner/json_io.h"
 #include "ckplan/planner/stages.h"
 #include "ckplan/planner/units.h"
+#include "ckplan/planner/cost_model.h"
+#include "ckplan/planner/gpu_table.h"
+#include "ckplan/profiler/cpu_peak.h"
 #include "ckplan/profiler/executor.h"
 #include "ckplan/profiler/profiler.h"
 #include "commands.h"
@@ -27,6 +31,8 @@ struct ProfileCommandOptions {
   int reps = 3;
   int threads = 1;
   std::string device = "cpu";
+  std::string dtype;
+  std::string gpu;
   int top = 10;
 };
 
@@ -47,6 +53,12 @@ void PrintProfileSummary(const Profile& p, FILE* out, int top) {
   if (device != "cpu") {
     std::fprintf(out, "device %s; %s; memory: %s\n", device.c_str(), p.environment.value("timer", "").c_str(),
                  p.environment.value("memory", "").c_str());
+  }
+
+  if (p.environment.contains("time_model")) {
+    const auto& m = p.environment["time_model"];
+    std::fprintf(out, "times: cost model for %s (%s), not measured\n", m.value("gpu", "").c_str(),
+                 m.value("description", "").c_str());
   }
 
   Chain chain = ChainFromProfile(p);
@@ -79,6 +91,7 @@ int RunProfile(const ProfileCommandOptions& o) {
   options.reps = o.reps;
   options.threads = o.threads;
   options.device = o.device;
+  options.dtype = o.dtype;
   if (o.threads < 1) throw BadInput("invalid --threads " + std::to_string(o.threads) + ": must be at least 1");
   const bool json_to_stdout = o.output == "-";
   FILE* human = json_to_stdout ? stderr : stdout;
@@ -93,8 +106,17 @@ int RunProfile(const ProfileCommandOptions& o) {
       std::fflush(stderr);
     };
   }
+  std::optional<GpuSpec> gpu;
+  if (!o.gpu.empty() && o.gpu != "cpu") gpu = FindGpu(o.gpu);  // an unknown name fails before any work
+  if (o.device == "meta" && o.gpu.empty()) {
+    throw BadInput("--device meta measures no time: give --gpu NAME for the cost model's times (" + KnownGpuNames() +
+                   ")");
+  }
+  if (o.device == "meta") options.reps = 1;  // nothing to time: one warm-up, one recorded step
   std::vector<std::string> warnings;
   Profile profile = ProfileModel(options, &warnings);
+  if (o.gpu == "cpu") gpu = MeasureCpuPeak(o.threads);
+  if (gpu) ApplyCostModel(&profile, *gpu);
   for (const std::string& w : warnings) std::fprintf(stderr, "ckplan: warning: %s\n", w.c_str());
   PrintProfileSummary(profile, human, o.top);
   EmitOutput(o.output, ProfileToJson(profile).dump(1) + "\n", human);
@@ -122,8 +144,14 @@ void AddProfileCommand(CLI::App& app, Action* action) {
   cmd->add_option("--threads", o->threads, "LibTorch threads")->capture_default_str();
   cmd->add_option("--device", o->device,
                   "cpu, or cuda[:N]: GPU memory from the CUDA caching allocator, kernel time from CUPTI\n"
-                  "(needs a build whose LibTorch has CUDA, as the torch wheel's has, and a GPU)")
+                  "(needs a build whose LibTorch has CUDA, as the torch wheel's has, and a GPU),\n"
+                  "or meta: the same graph and autograd on meta tensors (shapes only, no data, no time:\n"
+                  "exact bytes for models bigger than this machine; times from --gpu's cost model)")
       ->capture_default_str();
+  cmd->add_option("--dtype", o->dtype, "bf16, fp16 or fp32: cast the parameters and float inputs for the profile");
+  cmd->add_option("--gpu", o->gpu,
+                  "op times from the cost model for this device instead of measured ones (FLOPs and bytes per op,\n"
+                  "roofline): " + KnownGpuNames() + " (cpu: this machine's measured peak)");
   cmd->add_option("--top", o->top, "how many ops to list by memory kept")->capture_default_str();
   cmd->callback([o, action] { *action = [o] { return RunProfile(*o); }; });
 }

@@ -320,3 +320,27 @@ TEST_CASE("sizes in petabytes print in a unit that parses back") {
   CAPTURE(ok.err);
   CHECK(ok.exit_code == 0);
 }
+
+TEST_CASE("--budget gpu is the --gpu device's memory; unknown devices are listed in one line") {
+  std::string dir = TempDir();
+  std::string chain = Write(dir, "chain.json", ChainToJson(RandomChain(5, 1)).dump());
+  CommandResult r = RunCkplan("solve " + chain + " --budget gpu --gpu a100-40gb", dir);
+  CAPTURE(r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("budget 40.0 GiB") != std::string::npos);  // 40,960 MiB
+  CheckRefusal(RunCkplan("solve " + chain + " --budget gpu --gpu v100", dir), 2,
+               "unknown --gpu 'v100': known devices are h100-sxm-80gb, h200-141gb, a100-40gb, a100-80gb, l4-24gb, "
+               "rtx4090-24gb");
+  CheckRefusal(RunCkplan("solve " + chain + " --budget gpu", dir), 2, "--budget gpu needs --gpu NAME");
+}
+
+#ifdef CKPLAN_TEST_MODELS
+TEST_CASE("profile: unknown --gpu, --device meta without --gpu and a bad --dtype are one-line errors") {
+  std::string dir = TempDir();
+  const std::string model = std::string(CKPLAN_TEST_MODELS) + "/mlp_chain.pt2 --input 32x256";
+  CheckRefusal(RunCkplan("profile " + model + " --gpu h800", dir), 2, "known devices are h100-sxm-80gb");
+  CheckRefusal(RunCkplan("profile " + model + " --device meta", dir), 2, "--device meta measures no time");
+  CheckRefusal(RunCkplan("profile " + model + " --device meta --gpu l4 --dtype int8", dir), 2,
+               "invalid --dtype 'int8': use bf16, fp16 or fp32");
+}
+#endif

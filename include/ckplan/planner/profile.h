@@ -24,6 +24,12 @@ struct TensorRecord {
   bool external = false;    ///< its storage existed before the forward (a parameter, buffer or input)
 };
 
+/// A tensor argument of an op as the op saw it (weights included).
+struct ArgRecord {
+  std::vector<int64_t> shape;
+  std::string dtype;  ///< as LibTorch names it: `Float`, `BFloat16`, `Long`
+};
+
 /// One op of the forward graph, in execution order.
 struct OpRecord {
   int id = 0;
@@ -37,6 +43,9 @@ struct OpRecord {
   int64_t bwd_tmp_bytes = 0;  ///< transient peak during its backward
   double fwd_ms = 0;
   double bwd_ms = 0;
+  /// Optional (`args`): every tensor argument, parameters included, in order:
+  /// what the cost model (cost_model.h) counts FLOPs and bytes from.
+  std::vector<ArgRecord> args;
 };
 
 /// A parameter of the model (optional in the contract: profiles made before

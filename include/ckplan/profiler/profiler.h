@@ -18,7 +18,8 @@ struct ProfileOptions {
   std::vector<InputSpec> inputs;
   int reps = 3;             ///< measured repetitions after one warm-up; times are medians
   int threads = 1;          ///< at::set_num_threads
-  std::string device = "cpu";
+  std::string device = "cpu";  ///< cpu, cuda[:N], or meta (shapes only: no data, no time)
+  std::string dtype;            ///< --dtype: bf16, fp16, fp32 (parameters and float inputs); empty: as saved
   uint64_t seed = 0;        ///< for the inputs
   /// Called with (done, total) steps; may be empty.
   std::function<void(int, int)> progress;

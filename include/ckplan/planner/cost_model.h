@@ -1,0 +1,57 @@
+#pragma once
+/// Op times without running them: a roofline per op from its FLOPs and the
+/// bytes it moves, against a device (gpu_table.h), for models profiled on
+/// meta tensors (no time measured) or to predict another device. Torch-free:
+/// the counts come from the shapes the profile records (`ops[].args`, the
+/// op's tensor arguments with the weights, and its outputs).
+///
+/// time = overhead + max(flops / (peak(dtype) x compute efficiency),
+///                       bytes / (bandwidth x memory efficiency))
+/// per op and direction; views (outputs sharing an input's storage, not in
+/// place) cost nothing; ops whose outputs need no gradient have no backward.
+
+#include <string>
+
+#include "ckplan/planner/gpu_table.h"
+#include "ckplan/planner/profile.h"
+
+namespace ckplan {
+
+enum class OpClass { kView, kMatmul, kConvolution, kAttention, kMemory };
+
+/// The work of one op: forward and backward.
+struct OpWork {
+  OpClass op_class = OpClass::kMemory;
+  double fwd_flops = 0, fwd_bytes = 0;
+  double bwd_flops = 0, bwd_bytes = 0;
+  bool has_backward = false;
+  std::string dtype;  ///< the dtype its FLOPs run in (its first floating-point argument)
+};
+
+/// Documented efficiency constants (fractions of the device's peak).
+struct CostModelConstants {
+  double matmul_efficiency = 0.70;       ///< matmul, linear, bmm: of the dtype's dense peak
+  double convolution_efficiency = 0.55;  ///< convolutions
+  double attention_efficiency = 0.45;    ///< scaled dot-product attention (fused kernels)
+  double memory_efficiency = 0.80;       ///< of the memory bandwidth, every op
+  double backward_matmul_factor = 2.0;   ///< backward FLOPs of a matmul or convolution over its forward's
+  double backward_attention_factor = 2.5;  ///< flash attention's backward: 5 matmuls to the forward's 2
+  double backward_memory_factor = 2.0;   ///< bytes a memory-bound backward moves over its forward's
+};
+
+/// FLOPs and bytes of op `op` of `profile` (needs its `args`; without them
+/// only its outputs' bytes count).
+OpWork CountOpWork(const Profile& profile, const OpRecord& op, const CostModelConstants& constants = {});
+
+/// Milliseconds for `flops` and `bytes` of class `op_class` in `dtype` on `gpu`.
+double RooflineMs(const GpuSpec& gpu, OpClass op_class, const std::string& dtype, double flops, double bytes,
+                  const CostModelConstants& constants = {});
+
+/// Replaces every op's fwd_ms and bwd_ms, and the totals', by the model's;
+/// records the device and constants in `environment.time_model`.
+void ApplyCostModel(Profile* profile, const GpuSpec& gpu, const CostModelConstants& constants = {});
+
+/// Predicted forward + backward milliseconds of the profile's ops on `gpu`.
+double PredictedStepMs(const Profile& profile, const GpuSpec& gpu, const CostModelConstants& constants = {});
+
+}  // namespace ckplan

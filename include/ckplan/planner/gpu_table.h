@@ -1,0 +1,35 @@
+#pragma once
+/// Named devices for the cost model (`--gpu NAME`): peak dense throughput per
+/// dtype, memory bandwidth and memory size, from the vendors' datasheets
+/// (README, "Cost model"). Torch-free.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ckplan {
+
+struct GpuSpec {
+  std::string name;              ///< `h100-sxm-80gb`
+  std::string description;       ///< `NVIDIA H100 SXM5 80GB`
+  double fp32_tflops = 0;        ///< dense FP32 (no TF32: PyTorch's default for matmul)
+  double bf16_tflops = 0;        ///< dense BF16 tensor cores, FP32 accumulate
+  double fp16_tflops = 0;        ///< dense FP16 tensor cores, FP32 accumulate
+  double bandwidth_gb_per_s = 0; ///< memory bandwidth, 10^9 bytes per second
+  int64_t memory_bytes = 0;      ///< device memory (as nvidia-smi reports its total)
+  double op_overhead_us = 0;     ///< fixed cost per op and direction (a kernel launch; the CPU's dispatch)
+  std::string source;            ///< where the figures come from
+};
+
+/// The table, in a fixed order.
+const std::vector<GpuSpec>& KnownGpus();
+
+/// The device named `name` (case-insensitive; `h100` and `h100-80gb` name
+/// `h100-sxm-80gb`). Throws BadInput listing the known names otherwise.
+/// `cpu` is not in the table: the profiler measures it (`MeasureCpuPeak`).
+GpuSpec FindGpu(const std::string& name);
+
+/// `h100-sxm-80gb, h200-141gb, ...` (for messages and --help).
+std::string KnownGpuNames();
+
+}  // namespace ckplan

@@ -1,0 +1,16 @@
+#pragma once
+/// `--gpu cpu`: this machine's own peak for the cost model, measured with a
+/// short matmul and copy benchmark (LibTorch, on `threads` threads). Torch-free header.
+
+#include "ckplan/planner/gpu_table.h"
+
+namespace ckplan {
+
+/// FP32, BF16 and FP16 matmul throughput (512^3, best of several), the rate
+/// of an elementwise GELU over 64 MiB (as the "bandwidth": CPU elementwise
+/// kernels are bound by their arithmetic as much as by memory) and the fixed
+/// cost of one tiny op with autograd (median per direction), as a GpuSpec
+/// named `cpu`; memory: this machine's physical memory.
+GpuSpec MeasureCpuPeak(int threads);
+
+}  // namespace ckplan

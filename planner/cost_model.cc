@@ -1,0 +1,185 @@
+#include "ckplan/planner/cost_model.h"
+
+#include <algorithm>
+#include <cctype>
+#include <set>
+
+namespace ckplan {
+namespace {
+
+double Numel(const std::vector<int64_t>& shape) {
+  double n = 1;
+  for (int64_t d : shape) n *= static_cast<double>(d);
+  return n;
+}
+
+// Bytes per element of a dtype as LibTorch (`BFloat16`) or the profile's
+// tensors (`bfloat16`) name it.
+double ElementBytes(const std::string& dtype) {
+  std::string d = dtype;
+  std::transform(d.begin(), d.end(), d.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (d == "double" || d == "float64" || d == "long" || d == "int64" || d == "complexfloat") return 8;
+  if (d == "float" || d == "float32" || d == "int" || d == "int32") return 4;
+  if (d == "bfloat16" || d == "half" || d == "float16" || d == "short" || d == "int16") return 2;
+  return 1;
+}
+
+bool IsFloat(const std::string& dtype) {
+  std::string d = dtype;
+  std::transform(d.begin(), d.end(), d.begin(), [](unsigned char c) { return std::tolower(c); });
+  return d == "float" || d == "double" || d == "bfloat16" || d == "half" || d.rfind("float", 0) == 0;
+}
+
+double ArgBytes(const ArgRecord& a) { return Numel(a.shape) * ElementBytes(a.dtype); }
+
+bool KindIs(const std::string& kind, std::initializer_list<const char*> names) {
+  const std::string bare = kind.substr(kind.find("::") == std::string::npos ? 0 : kind.find("::") + 2);
+  for (const char* n : names) {
+    if (bare == n) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+OpWork CountOpWork(const Profile& profile, const OpRecord& op, const CostModelConstants& c) {
+  OpWork w;
+  double out_bytes = 0;
+  bool any_grad = false;
+  std::set<int> input_storages;
+  for (int t : op.inputs) input_storages.insert(profile.tensors[static_cast<size_t>(t)].storage);
+  bool all_alias = !op.outputs.empty();
+  for (int t : op.outputs) {
+    const TensorRecord& r = profile.tensors[static_cast<size_t>(t)];
+    out_bytes += Numel(r.shape) * ElementBytes(r.dtype);
+    any_grad = any_grad || r.requires_grad;
+    if (!input_storages.count(r.storage)) all_alias = false;
+    if (w.dtype.empty() && IsFloat(r.dtype)) w.dtype = r.dtype;
+  }
+  // The dtype its FLOPs run in: its first floating-point argument's, else its output's.
+  double in_bytes = 0;
+  std::string arg_dtype;
+  for (const ArgRecord& a : op.args) {
+    in_bytes += ArgBytes(a);
+    if (arg_dtype.empty() && IsFloat(a.dtype)) arg_dtype = a.dtype;
+  }
+  if (!arg_dtype.empty()) w.dtype = arg_dtype;
+  w.has_backward = any_grad;
+  const std::string& kind = op.kind;
+  const auto& args = op.args;
+  auto last = [](const ArgRecord& a) { return a.shape.empty() ? 1.0 : static_cast<double>(a.shape.back()); };
+  if (all_alias && !op.inplace) {
+    w.op_class = OpClass::kView;
+    return w;
+  }
+  w.fwd_bytes = in_bytes + out_bytes;
+  w.bwd_bytes = c.backward_memory_factor * w.fwd_bytes;
+  if (KindIs(kind, {"linear"}) && args.size() >= 2) {
+    // input [..., K], weight [N, K]: 2 M N K
+    w.op_class = OpClass::kMatmul;
+    w.fwd_flops = 2.0 * Numel(args[0].shape) * (args[1].shape.empty() ? 1.0 : static_cast<double>(args[1].shape[0]));
+  } else if (KindIs(kind, {"matmul", "mm", "bmm"}) && args.size() >= 2) {
+    w.op_class = OpClass::kMatmul;
+    w.fwd_flops = 2.0 * (out_bytes / std::max(1.0, ElementBytes(w.dtype.empty() ? "float" : w.dtype))) * last(args[0]);
+  } else if (KindIs(kind, {"addmm", "baddbmm", "addbmm"}) && args.size() >= 3) {
+    w.op_class = OpClass::kMatmul;
+    w.fwd_flops = 2.0 * (out_bytes / std::max(1.0, ElementBytes(w.dtype.empty() ? "float" : w.dtype))) * last(args[1]);
+  } else if (KindIs(kind, {"conv1d", "conv2d", "conv3d", "convolution", "_convolution", "conv_transpose2d",
+                           "conv_transpose1d", "conv_transpose3d", "mkldnn_convolution"}) &&
+             args.size() >= 2 && !args[1].shape.empty() && args[1].shape[0] > 0) {
+    // 2 x output elements x (C_in / groups x kernel): the weight's elements per output channel.
+    // Transposed: the weight is [C_in, C_out / groups, k...]: per input element instead.
+    w.op_class = OpClass::kConvolution;
+    const bool transposed = kind.find("transpose") != std::string::npos;
+    const double per = Numel(args[1].shape) / static_cast<double>(args[1].shape[0]);
+    w.fwd_flops = 2.0 * (transposed ? Numel(args[0].shape) : out_bytes / std::max(1.0, ElementBytes(w.dtype))) * per;
+  } else if (KindIs(kind, {"scaled_dot_product_attention", "_scaled_dot_product_flash_attention",
+                           "_scaled_dot_product_efficient_attention", "_scaled_dot_product_flash_attention_for_cpu",
+                           "_scaled_dot_product_cudnn_attention"}) &&
+             args.size() >= 3 && args[0].shape.size() >= 2 && args[1].shape.size() >= 2) {
+    // q [..., L, D], k [..., S, D]: Q K^T and P V, 2 L S D each, per batch and head.
+    w.op_class = OpClass::kAttention;
+    const auto& q = args[0].shape;
+    const double l = static_cast<double>(q[q.size() - 2]), d = static_cast<double>(q.back());
+    const double s = static_cast<double>(args[1].shape[args[1].shape.size() - 2]);
+    w.fwd_flops = 4.0 * (Numel(q) / (l * d)) * l * s * d;
+    w.bwd_flops = c.backward_attention_factor * w.fwd_flops;
+    return w;
+  }
+  if (w.op_class == OpClass::kMatmul || w.op_class == OpClass::kConvolution) {
+    w.bwd_flops = c.backward_matmul_factor * w.fwd_flops;
+  }
+  if (KindIs(kind, {"embedding"}) && !args.empty()) {
+    // Forward: gather the rows; backward: zero the weight's gradient, scatter-add the rows.
+    w.fwd_bytes = 2 * out_bytes;
+    w.bwd_bytes = ArgBytes(args[0]) + 2 * out_bytes;
+  }
+  return w;
+}
+
+double RooflineMs(const GpuSpec& gpu, OpClass op_class, const std::string& dtype, double flops, double bytes,
+                  const CostModelConstants& c) {
+  if (op_class == OpClass::kView) return 0;
+  std::string d = dtype;
+  std::transform(d.begin(), d.end(), d.begin(), [](unsigned char ch) { return std::tolower(ch); });
+  const double peak_tflops = d == "bfloat16" ? gpu.bf16_tflops : (d == "half" || d == "float16") ? gpu.fp16_tflops
+                                                                                                   : gpu.fp32_tflops;
+  double efficiency = 1.0;
+  switch (op_class) {
+    case OpClass::kMatmul: efficiency = c.matmul_efficiency; break;
+    case OpClass::kConvolution: efficiency = c.convolution_efficiency; break;
+    case OpClass::kAttention: efficiency = c.attention_efficiency; break;
+    default: efficiency = c.matmul_efficiency; break;  // the few FLOPs of memory-bound ops
+  }
+  const double compute_s = flops > 0 && peak_tflops > 0 ? flops / (peak_tflops * 1e12 * efficiency) : 0;
+  const double memory_s =
+      bytes > 0 && gpu.bandwidth_gb_per_s > 0 ? bytes / (gpu.bandwidth_gb_per_s * 1e9 * c.memory_efficiency) : 0;
+  return gpu.op_overhead_us * 1e-3 + 1e3 * std::max(compute_s, memory_s);
+}
+
+double PredictedStepMs(const Profile& profile, const GpuSpec& gpu, const CostModelConstants& c) {
+  double total = 0;
+  for (const OpRecord& op : profile.ops) {
+    const OpWork w = CountOpWork(profile, op, c);
+    total += RooflineMs(gpu, w.op_class, w.dtype, w.fwd_flops, w.fwd_bytes, c);
+    if (w.has_backward) total += RooflineMs(gpu, w.op_class, w.dtype, w.bwd_flops, w.bwd_bytes, c);
+  }
+  return total;
+}
+
+void ApplyCostModel(Profile* profile, const GpuSpec& gpu, const CostModelConstants& c) {
+  const double measured_ms = profile->totals.fwd_ms + profile->totals.bwd_ms;
+  double measured_ops_ms = 0;  // the ops' own times (the step's also holds the autograd engine's)
+  for (const OpRecord& op : profile->ops) measured_ops_ms += op.fwd_ms + op.bwd_ms;
+  double fwd = 0, bwd = 0, flops = 0;
+  for (OpRecord& op : profile->ops) {
+    const OpWork w = CountOpWork(*profile, op, c);
+    op.fwd_ms = RooflineMs(gpu, w.op_class, w.dtype, w.fwd_flops, w.fwd_bytes, c);
+    op.bwd_ms = w.has_backward ? RooflineMs(gpu, w.op_class, w.dtype, w.bwd_flops, w.bwd_bytes, c) : 0;
+    fwd += op.fwd_ms;
+    bwd += op.bwd_ms;
+    flops += w.fwd_flops + (w.has_backward ? w.bwd_flops : 0);
+  }
+  profile->totals.fwd_ms = fwd;
+  profile->totals.bwd_ms = bwd;
+  profile->environment["time_model"] = {
+      {"gpu", gpu.name},
+      {"description", gpu.description},
+      {"fp32_tflops", gpu.fp32_tflops},
+      {"bf16_tflops", gpu.bf16_tflops},
+      {"fp16_tflops", gpu.fp16_tflops},
+      {"bandwidth_gb_per_s", gpu.bandwidth_gb_per_s},
+      {"memory_bytes", gpu.memory_bytes},
+      {"op_overhead_us", gpu.op_overhead_us},
+      {"step_flops", flops},
+      {"efficiency", {{"matmul", c.matmul_efficiency}, {"convolution", c.convolution_efficiency},
+                      {"attention", c.attention_efficiency}, {"memory", c.memory_efficiency}}},
+      {"source", gpu.source}};
+  // What the profile measured before (none on meta tensors): for comparison.
+  if (measured_ms > 0) {
+    profile->environment["time_model"]["measured_step_ms"] = measured_ms;
+    profile->environment["time_model"]["measured_ops_ms"] = measured_ops_ms;
+  }
+}
+
+}  // namespace ckplan

@@ -1,0 +1,114 @@
+#include "ckplan/planner/cost_model.h"
+
+#include <doctest/doctest.h>
+
+#include "ckplan/planner/error.h"
+#include "ckplan/planner/gpu_table.h"
+
+using namespace ckplan;
+
+namespace {
+
+// A profile of one op with the given kind, arguments and one output.
+Profile OneOp(const std::string& kind, std::vector<ArgRecord> args, std::vector<int64_t> out_shape,
+              const std::string& dtype = "float32", bool view = false) {
+  Profile p;
+  TensorRecord in;
+  in.id = 0;
+  in.shape = args.empty() ? std::vector<int64_t>{1} : args[0].shape;
+  in.dtype = dtype;
+  in.storage = 0;
+  p.tensors.push_back(in);
+  TensorRecord out;
+  out.id = 1;
+  out.shape = out_shape;
+  out.dtype = dtype;
+  out.producer = 0;
+  out.requires_grad = true;
+  out.storage = view ? 0 : 1;
+  p.tensors.push_back(out);
+  OpRecord op;
+  op.kind = kind;
+  op.inputs = {0};
+  op.outputs = {1};
+  op.args = std::move(args);
+  p.ops.push_back(op);
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("FLOPs of a linear layer: 2 M N K forward, twice that backward") {
+  Profile p = OneOp("aten::linear", {{{8, 16, 64}, "Float"}, {{128, 64}, "Float"}, {{128}, "Float"}}, {8, 16, 128});
+  OpWork w = CountOpWork(p, p.ops[0]);
+  CHECK(w.op_class == OpClass::kMatmul);
+  CHECK(w.fwd_flops == doctest::Approx(2.0 * 8 * 16 * 64 * 128));
+  CHECK(w.bwd_flops == doctest::Approx(2 * w.fwd_flops));
+  // Bytes: the input, weight and bias read, the output written.
+  CHECK(w.fwd_bytes == doctest::Approx(4.0 * (8 * 16 * 64 + 128 * 64 + 128 + 8 * 16 * 128)));
+  CHECK(w.dtype == "Float");
+}
+
+TEST_CASE("FLOPs of a convolution, a batched matmul and attention") {
+  // 3x3 convolution, 16 -> 32 channels, 8x8 output: 2 x outputs x 16 x 9.
+  Profile conv = OneOp("aten::conv2d", {{{2, 16, 8, 8}, "Float"}, {{32, 16, 3, 3}, "Float"}}, {2, 32, 8, 8});
+  CHECK(CountOpWork(conv, conv.ops[0]).fwd_flops == doctest::Approx(2.0 * 2 * 32 * 8 * 8 * 16 * 9));
+  Profile bmm = OneOp("aten::matmul", {{{4, 32, 16}, "Float"}, {{4, 16, 8}, "Float"}}, {4, 32, 8});
+  CHECK(CountOpWork(bmm, bmm.ops[0]).fwd_flops == doctest::Approx(2.0 * 4 * 32 * 8 * 16));
+  // q [B, H, L, D], k and v [B, Hkv, S, D]: 4 B H L S D.
+  Profile sdpa = OneOp("aten::scaled_dot_product_attention",
+                       {{{2, 8, 128, 64}, "BFloat16"}, {{2, 2, 128, 64}, "BFloat16"}, {{2, 2, 128, 64}, "BFloat16"}},
+                       {2, 8, 128, 64}, "bfloat16");
+  OpWork w = CountOpWork(sdpa, sdpa.ops[0]);
+  CHECK(w.op_class == OpClass::kAttention);
+  CHECK(w.fwd_flops == doctest::Approx(4.0 * 2 * 8 * 128 * 128 * 64));
+  CHECK(w.bwd_flops == doctest::Approx(2.5 * w.fwd_flops));
+}
+
+TEST_CASE("views cost nothing; memory-bound ops cost their bytes over the bandwidth") {
+  Profile view = OneOp("aten::view", {{{8, 64}, "Float"}}, {512}, "float32", /*view=*/true);
+  const GpuSpec h100 = FindGpu("h100-sxm-80gb");
+  OpWork v = CountOpWork(view, view.ops[0]);
+  CHECK(v.op_class == OpClass::kView);
+  CHECK(RooflineMs(h100, v.op_class, v.dtype, v.fwd_flops, v.fwd_bytes) == 0);
+  Profile gelu = OneOp("aten::gelu", {{{1024, 1024}, "BFloat16"}}, {1024, 1024}, "bfloat16");
+  OpWork g = CountOpWork(gelu, gelu.ops[0]);
+  CHECK(g.op_class == OpClass::kMemory);
+  const CostModelConstants c;
+  const double expected_ms = h100.op_overhead_us * 1e-3 + 1e3 * (2.0 * 2 * 1024 * 1024) /
+                                                              (h100.bandwidth_gb_per_s * 1e9 * c.memory_efficiency);
+  CHECK(RooflineMs(h100, g.op_class, g.dtype, g.fwd_flops, g.fwd_bytes) == doctest::Approx(expected_ms));
+}
+
+TEST_CASE("a matmul runs at the dtype's peak: bf16 on an H100 is 14.8x fp32") {
+  const GpuSpec h100 = FindGpu("h100");
+  const double flops = 2.0 * 8192 * 8192 * 8192;
+  const double fp32 = RooflineMs(h100, OpClass::kMatmul, "Float", flops, 0);
+  const double bf16 = RooflineMs(h100, OpClass::kMatmul, "BFloat16", flops, 0);
+  CHECK(fp32 / bf16 == doctest::Approx(989.4 / 67.0).epsilon(0.01));
+}
+
+TEST_CASE("ApplyCostModel sets every op's times and the totals, and names the device") {
+  Profile p = OneOp("aten::linear", {{{64, 64}, "Float"}, {{64, 64}, "Float"}}, {64, 64});
+  p.totals.fwd_ms = 3;
+  p.totals.bwd_ms = 4;
+  ApplyCostModel(&p, FindGpu("a100-80gb"));
+  CHECK(p.ops[0].fwd_ms > 0);
+  CHECK(p.ops[0].bwd_ms > p.ops[0].fwd_ms - 1e-12);
+  CHECK(p.totals.fwd_ms + p.totals.bwd_ms == doctest::Approx(PredictedStepMs(p, FindGpu("a100-80gb"))));
+  CHECK(p.environment["time_model"]["gpu"] == "a100-80gb");
+  CHECK(p.environment["time_model"]["measured_step_ms"] == 7.0);
+  CHECK(p.environment["time_model"]["measured_ops_ms"] == 0.0);
+}
+
+TEST_CASE("the GPU table: every device named, unknown names list the known ones") {
+  for (const char* name : {"h100-sxm-80gb", "h200-141gb", "a100-40gb", "a100-80gb", "l4-24gb", "rtx4090-24gb"}) {
+    CAPTURE(name);
+    const GpuSpec g = FindGpu(name);
+    CHECK(g.bf16_tflops >= g.fp32_tflops);
+    CHECK(g.memory_bytes > (int64_t{20} << 30));
+    CHECK(!g.source.empty());
+  }
+  CHECK(FindGpu("H100").name == "h100-sxm-80gb");
+  CHECK_THROWS_WITH(FindGpu("v100"), doctest::Contains("h100-sxm-80gb, h200-141gb, a100-40gb"));
+}
