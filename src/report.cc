@@ -478,7 +478,10 @@ std::string ReportHtml(const Report& r) {
   s << "<figure>" << TradeoffSvg(r) << "<figcaption class=\"note\">Each strategy's predicted peak memory and step time; "
        "the optimal plan's best time for every budget from the smallest feasible one ("
     << (r.optimal_curve.empty() ? std::string("-") : FormatBytes(r.optimal_curve.front().budget_bytes, r.style))
-    << ").</figcaption></figure>\n";
+    << ")."
+    << (r.runs.empty() ? "" : " Triangles: what ckplan run measured (median training steps, timed whole), each joined by a "
+                              "dotted line to the plan's predicted point.")
+    << "</figcaption></figure>\n";
   s << "<h2>Strategies</h2>\n<table><tr>";
   auto rows = StrategyRows(r);
   for (const auto& h : rows[0]) s << "<th>" << Escape(h) << "</th>";
