@@ -17,7 +17,12 @@ example profile, for data/example.pt) run by `ckplan run` (LibTorch: each
 case costs a second or more, so a few hundred cases), under
 CKPLAN_MEMORY_LIMIT=1GiB so that a plan asking for a huge batch is refused
 without exhausting the machine; the failure rules are the same.
-Standard library only. Deterministic for a given --seed; stops starting new
+With --mode apply, the mutated plans go in process through the Python
+helper (python/ckplan_torch.py: apply_plan, a training step, remove_plan)
+on the example model built from data/make_example.py: it must raise
+ValueError or KeyError (its documented errors) or wrap modules that still
+train; any other exception fails the case.
+Standard library only (torch for --mode apply). Deterministic for a given --seed; stops starting new
 cases after --max-seconds so that the whole test stays bounded.
 """
 
@@ -260,14 +265,78 @@ def one_case(args, seed_docs, case, work):
     return code
 
 
+def apply_cases(args, seed_docs):
+    """--mode apply: mutated plans through ckplan_torch.apply_plan in this process."""
+    import importlib.util
+    import io
+    import torch
+    sys.path.insert(0, os.path.join(args.source_dir, "python"))
+    import ckplan_torch
+    spec = importlib.util.spec_from_file_location("make_example", os.path.join(args.source_dir, "data",
+                                                                                 "make_example.py"))
+    make_example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make_example)
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    model = make_example.ExampleNet()
+    names = [name for name, _ in model.named_modules()]
+    x = torch.randn(2, 3, 32, 32)
+    failures, codes = [], {}
+    deadline = time.monotonic() + args.max_seconds
+    ran = 0
+    for case in range(args.cases):
+        if time.monotonic() > deadline:
+            break
+        ran += 1
+        rng = random.Random(args.seed * 1000003 + case)
+        doc = copy.deepcopy(seed_docs[rng.choice(["plan", "plan_every"])])
+        mutator = Mutator(rng)
+        if rng.random() < 0.5:
+            # What apply_plan reads: module paths, odd ones, and values of other types.
+            doc["checkpoint_modules"] = rng.choice([
+                rng.sample(names, rng.randrange(1, 4)), [rng.choice(names)] * 3, [""], ["layer1.0", None],
+                ["no.such.module"], [[]], [{}], [1.5], "layer1.0", None, 7, {"layer1.0": 1}, [],
+                [".".join(["m"] * 1000)], ["layer1.0\u00e9"]])
+            if rng.random() < 0.2:
+                doc = rng.choice([[], None, "plan", 3, [doc]])
+        else:
+            for _ in range(rng.choice([1, 1, 2, 3])):
+                doc = mutator.mutate(doc)
+        text = mutator.text(doc)
+        outcome = "applied"
+        try:
+            paths = ckplan_torch.apply_plan(model, io.StringIO(text))
+            model.zero_grad()
+            model(x).sum().backward()
+            if sorted(ckplan_torch.remove_plan(model)) != sorted(set(paths)):
+                failures.append("FAIL case %d: remove_plan did not undo apply_plan's %s" % (case, paths))
+        except (ValueError, KeyError) as e:
+            outcome = type(e).__name__
+            if ckplan_torch.checkpointed_modules(model):
+                failures.append("FAIL case %d: %s left modules wrapped" % (case, outcome))
+        except RecursionError:
+            outcome = "RecursionError"  # Python's json on a nesting deeper than its stack: its own limit
+        except Exception as e:  # anything else is a bug in the helper
+            failures.append("FAIL case %d: %s: %s\n  plan: %s" % (case, type(e).__name__, str(e)[:300], text[:300]))
+            ckplan_torch.remove_plan(model)
+            continue
+        codes[outcome] = codes.get(outcome, 0) + 1
+    for failure in failures[:20]:
+        print(failure)
+    print("fuzz: %d of %d cases ran, %d failed (seed %d); outcomes of the others: %s" % (
+        ran, args.cases, len(failures), args.seed, ", ".join("%s: %d" % kv for kv in sorted(codes.items()))))
+    return 1 if failures else 0
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ckplan", required=True)
     parser.add_argument("--source-dir", required=True)
     parser.add_argument("--cases", type=int, default=3000)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--mode", choices=["solve", "plan"], default="solve",
-                        help="solve: chain/profile/run files through solve and report; plan: plans through run")
+    parser.add_argument("--mode", choices=["solve", "plan", "apply"], default="solve",
+                        help="solve: chain/profile/run files through solve and report; plan: plans through run; "
+                             "apply: plans through ckplan_torch.apply_plan")
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds one run may take")
     parser.add_argument("--max-seconds", type=float, default=100.0, help="start no case after this")
     parser.add_argument("--jobs", type=int, default=2)
@@ -278,6 +347,8 @@ def main():
     work = tempfile.mkdtemp(prefix="ckplan_fuzz_")
     try:
         seed_docs = seeds(args.ckplan, args.source_dir, work)
+        if args.mode == "apply":
+            return apply_cases(args, seed_docs)
         deadline = time.monotonic() + args.max_seconds
         failures, ran, codes = [], 0, {}
         with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
