@@ -75,7 +75,8 @@ std::string ElideMiddle(const std::string& text, double font_px, double max_px) 
 
 double LabelLayout::Covered(const Box& box) const {
   double covered = 0;
-  for (const Box& t : taken_) covered += Overlap(box, {t.left - kGapPx, t.top - kGapPx, t.right + kGapPx, t.bottom + kGapPx});
+  for (const Box& t : taken_)
+    covered += Overlap(box, {t.left - kGapPx, t.top - kGapPx, t.right + kGapPx, t.bottom + kGapPx});
   // Outside the figure costs more than covering another label.
   const double area = (box.right - box.left) * (box.bottom - box.top);
   covered += 10 * (area - Overlap(box, frame_));

@@ -2,6 +2,7 @@
 // bundled example model: units, progress bars, memory refusals.
 
 #include <doctest/doctest.h>
+
 #include <nlohmann/json.hpp>
 
 #include "cli_helpers.h"
@@ -69,7 +70,8 @@ TEST_CASE("profile and run draw a progress bar on a terminal only") {
   const std::string env = "CKPLAN_PROGRESS_AFTER_S=0 ";
   const std::string profile = env + CKPLAN_BINARY + " profile " + kModel + " --input 8x3x32x32 -o " + dir + "/p.json";
   const std::string run = env + CKPLAN_BINARY + " run " + kModel + " --plan " + plan + " --steps 1";
-  for (const auto& [command, label] : {std::pair{profile, std::string("\rprofiling ")}, std::pair{run, std::string("\rrunning ")}}) {
+  for (const auto& [command, label] :
+       {std::pair{profile, std::string("\rprofiling ")}, std::pair{run, std::string("\rrunning ")}}) {
     CAPTURE(command);
     // stderr to a file: nothing of a bar, not even an erased one.
     REQUIRE(std::system((command + " >" + dir + "/out.txt 2>" + dir + "/err.txt </dev/null").c_str()) == 0);
@@ -96,7 +98,8 @@ TEST_CASE("activations that outgrow the memory a step may use are refused in one
   REQUIRE(r.exit_code == 0);
   const std::string limited = "CKPLAN_MEMORY_LIMIT=3MiB ";
   CommandResult refused;
-  const std::string command = limited + CKPLAN_BINARY + " profile " + kModel + " --input 8x3x32x32 -o " + dir + "/p3.json";
+  const std::string command =
+      limited + CKPLAN_BINARY + " profile " + kModel + " --input 8x3x32x32 -o " + dir + "/p3.json";
   {
     int status = std::system((command + " >" + dir + "/o.txt 2>" + dir + "/e.txt </dev/null").c_str());
     refused.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -119,9 +122,41 @@ TEST_CASE("activations that outgrow the memory a step may use are refused in one
   CHECK(err.find('\n') == err.size() - 1);
   CHECK_FALSE(FileExists(dir + "/run.json"));
   status = std::system(("CKPLAN_MEMORY_LIMIT=lots " + std::string(CKPLAN_BINARY) + " profile " + kModel +
-                        " --input 8x3x32x32 >/dev/null 2>" + dir + "/e.txt </dev/null").c_str());
+                        " --input 8x3x32x32 >/dev/null 2>" + dir + "/e.txt </dev/null")
+                           .c_str());
   CHECK((WIFEXITED(status) ? WEXITSTATUS(status) : -1) == 2);
   CHECK(ReadAll(dir + "/e.txt").find("CKPLAN_MEMORY_LIMIT") != std::string::npos);
+}
+
+TEST_CASE("a forward taking a list, a dict or a number is refused in one line naming the input, exit 2") {
+  const std::string dir = TempDir();
+  // Scripted by the environment's PyTorch (as a user would save them).
+  WriteText(dir + "/make.py",
+            "import sys, torch\n"
+            "from typing import Dict, List\n"
+            "class L(torch.nn.Module):\n"
+            "    def __init__(self):\n        super().__init__(); self.lin = torch.nn.Linear(4, 4)\n"
+            "    def forward(self, xs: List[torch.Tensor]):\n        return self.lin(xs[0])\n"
+            "class D(L):\n"
+            "    def forward(self, xs: Dict[str, torch.Tensor]):\n        return self.lin(xs['a'])\n"
+            "class N(L):\n"
+            "    def forward(self, x, n: int):\n        return self.lin(x) * n\n"
+            "for name, cls in (('list', L), ('dict', D), ('int', N)):\n"
+            "    torch.jit.script(cls().train()).save(sys.argv[1] + '/' + name + '_input.pt')\n");
+  REQUIRE(std::system((std::string(CKPLAN_PYTHON) + " " + dir + "/make.py " + dir + " >/dev/null 2>&1").c_str()) == 0);
+  const std::pair<std::string, std::string> cases[] = {{"list", "input 1 ('xs') as List[Tensor]"},
+                                                       {"dict", "input 1 ('xs') as Dict[str, Tensor]"},
+                                                       {"int", "input 2 ('n') as int"}};
+  for (const auto& [name, what] : cases) {
+    const std::string inputs = name == "int" ? " --input 2x4 --input 3" : " --input 2x4";
+    CommandResult r = RunCkplan("profile " + dir + "/" + name + "_input.pt" + inputs, dir);
+    CAPTURE(r.err);
+    CHECK(r.exit_code == 2);
+    CHECK(OneLineError(r));
+    CHECK(r.err.find("the model's forward takes " + what) != std::string::npos);
+    CHECK(r.err.find("ckplan gives each input one tensor (--input)") != std::string::npos);
+    CHECK(r.err.find("INTERNAL ASSERT") == std::string::npos);
+  }
 }
 
 #endif  // CKPLAN_WITH_TORCH_BUILD
