@@ -73,6 +73,7 @@ void PrintProfileSummary(const Profile& p, FILE* out, int top) {
 }
 
 int RunProfile(const ProfileCommandOptions& o) {
+  CheckOutputPath(o.output);  // a missing folder is said before the work, not after
   ProfileOptions options;
   options.model_path = o.model;
   for (const std::string& text : o.inputs) options.inputs.push_back(ParseInputSpec(text));
@@ -146,6 +147,7 @@ UnitStyle PlanUnitStyle(const nlohmann::json& plan, const std::string& file) {
 }
 
 int RunRun(const RunCommandOptions& o) {
+  CheckOutputPath(o.output);
   nlohmann::json plan = ReadJsonFile(o.plan);
   const UnitStyle style = PlanUnitStyle(plan, o.plan);
   auto bytes = [style](int64_t value) { return FormatBytes(value, style); };

@@ -159,4 +159,19 @@ TEST_CASE("a forward taking a list, a dict or a number is refused in one line na
   }
 }
 
+TEST_CASE("profile and run refuse an output into a missing folder before any work") {
+  const std::string dir = TempDir();
+  CommandResult r = RunCkplan("profile " + kModel + " --input 8x3x32x32 -o " + dir + "/missing/p.json", dir);
+  CHECK(r.exit_code == 2);
+  CHECK(OneLineError(r));
+  CHECK(r.err.find("missing/p.json: cannot write: folder ") != std::string::npos);
+  CHECK(r.out.empty());  // nothing profiled
+  const std::string plan = Plan(dir, "9.5MiB");
+  r = RunCkplan("run " + kModel + " --plan " + plan + " -o " + dir + "/missing/r.json", dir);
+  CHECK(r.exit_code == 2);
+  CHECK(OneLineError(r));
+  CHECK(r.err.find("missing/r.json: cannot write: folder ") != std::string::npos);
+  CHECK(r.out.empty());  // nothing run
+}
+
 #endif  // CKPLAN_WITH_TORCH_BUILD
