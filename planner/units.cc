@@ -104,4 +104,12 @@ std::string FormatBytesCompact(int64_t bytes, UnitStyle style) {
   return out;
 }
 
+const char* UnitStyleName(UnitStyle style) { return style == UnitStyle::kDecimal ? "decimal" : "binary"; }
+
+std::optional<UnitStyle> UnitStyleFromName(const std::string& name) {
+  if (name == "decimal") return UnitStyle::kDecimal;
+  if (name == "binary") return UnitStyle::kBinary;
+  return std::nullopt;
+}
+
 }  // namespace ckplan

@@ -175,7 +175,7 @@ class Executor {
 
     // Correctness: the same step with and without the plan, from the same
     // parameters and random state, gives the same gradients.
-    Progress("checking gradients");
+    Progress("checking gradients", 0);
     RunPlainStep(staged, inputs, /*record=*/true);
     std::vector<at::Tensor> expected;
     for (const auto& p : params_) expected.push_back(p.grad().defined() ? p.grad().clone() : at::Tensor());
@@ -189,13 +189,15 @@ class Executor {
     RunReport report;
     report.baseline = MeasureMode(staged, inputs, /*planned=*/false);
     report.measured = MeasureMode(staged, inputs, /*planned=*/true);
-    Progress("");
+    Progress("", 1);
     return Finish(report);
   }
 
  private:
-  void Progress(const std::string& what) {
-    if (options_.progress) options_.progress(what);
+  // `done` of the run's steps: the gradient check (one), then each mode's
+  // warm-up and measured steps.
+  void Progress(const std::string& what, int done) {
+    if (options_.progress) options_.progress(what, done / (1.0 + 2.0 * (options_.steps + 1)));
   }
 
   void ReadPlan() {
@@ -657,7 +659,8 @@ class Executor {
     const int total = options_.steps + 1;
     for (int step = 0; step < total; ++step) {
       Progress(std::string(planned ? "under the plan" : "without checkpointing") + ": step " + std::to_string(step + 1) +
-               "/" + std::to_string(total));
+                   "/" + std::to_string(total),
+               1 + (planned ? total : 0) + step);
       ZeroGrads();
       Measure m = planned ? RunPlannedStep(staged, inputs) : RunPlainStep(staged, inputs, false);
       if (step > 0) {

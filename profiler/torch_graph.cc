@@ -90,6 +90,18 @@ GraphProgram::GraphProgram(torch::jit::Module module) : module_(std::move(module
   torch::jit::setGraphExecutorOptimize(true);
   torch::jit::Inline(*graph_);
   torch::jit::setGraphExecutorOptimize(optimize);
+  // Each --input is one tensor: a forward taking a list, a dict or a number
+  // would fail inside LibTorch with an internal assertion.
+  for (size_t i = 1; i < graph_->inputs().size(); ++i) {
+    c10::TypePtr type = graph_->inputs()[i]->type();
+    if (auto optional = type->cast<c10::OptionalType>()) type = optional->getElementType();
+    if (!type->cast<c10::TensorType>()) {
+      const Value* input = graph_->inputs()[i];
+      throw BadInput("the model's forward takes input " + std::to_string(i) + " ('" + input->debugNameBase() + "') as " +
+                     input->type()->annotation_str() +
+                     ": ckplan gives each input one tensor (--input); save a model whose forward takes tensors");
+    }
+  }
   ModulePaths paths(module_);
   for (Node* node : graph_->nodes()) {
     if (!node->blocks().empty()) {

@@ -8,6 +8,10 @@
 #include <algorithm>
 #include <cstring>
 
+#include "ckplan/planner/error.h"
+#include "ckplan/planner/units.h"
+#include "memory_limit.h"
+
 namespace ckplan {
 namespace {
 thread_local int g_owner = kOwnerNone;
@@ -22,6 +26,9 @@ TrackingAllocator& TrackingAllocator::Instance() {
     mallopt(M_MMAP_THRESHOLD, 1 << 30);
     mallopt(M_TRIM_THRESHOLD, 1 << 30);
     auto* allocator = new TrackingAllocator();
+    const MemoryLimit limit = StepMemoryLimit();
+    allocator->limit_bytes_ = limit.bytes;
+    allocator->limit_source_ = limit.source;
     // Above the default CPU allocator's priority, so that it wins.
     c10::SetCPUAllocator(allocator, /*priority=*/100);
     return allocator;
@@ -33,6 +40,19 @@ void TrackingAllocator::SetOwner(int owner) { g_owner = owner; }
 int TrackingAllocator::Owner() { return g_owner; }
 
 c10::DataPtr TrackingAllocator::allocate(size_t bytes) {
+  if (limit_bytes_ > 0) {
+    const int64_t asked = static_cast<int64_t>(std::min<uint64_t>(bytes, uint64_t{1} << 62));
+    int64_t live = 0;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      live = live_bytes_;
+    }
+    if (live + asked > limit_bytes_) {
+      throw BadInput("the step needs more memory than this machine can give it: at least " + FormatBytes(live + asked) +
+                     " (" + FormatBytes(live) + " in use, " + FormatBytes(asked) + " more asked for), above " +
+                     FormatBytes(limit_bytes_) + " from " + limit_source_ + "; use a smaller batch (--input)");
+    }
+  }
   void* ptr = bytes == 0 ? nullptr : c10::alloc_cpu(bytes);
   if (ptr != nullptr) Record(ptr, bytes);
   // oneDNN frees through raw_deleter(): context == data, a plain deleter.

@@ -1,12 +1,16 @@
 #pragma once
 // A CPU allocator that wraps LibTorch's and counts live and peak bytes
 // exactly, attributing each allocation to the op that is running (a
-// thread-local owner set by the profiler or executor). Internal header.
+// thread-local owner set by the profiler or executor). It refuses to go past
+// the step's memory limit (memory_limit.h): the allocation that would throws
+// ckplan::Error (bad input) saying what the step had and asked for, instead of
+// the system killing the process. Internal header.
 
 #include <c10/core/Allocator.h>
 
 #include <cstdint>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -76,6 +80,8 @@ class TrackingAllocator final : public c10::Allocator {
   int64_t live_bytes_ = 0;
   int64_t peak_bytes_ = 0;
   int64_t window_peak_bytes_ = 0;
+  int64_t limit_bytes_ = 0;  // 0: none
+  std::string limit_source_;
 };
 
 /// Sets the allocation owner for a scope.

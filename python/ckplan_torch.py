@@ -37,17 +37,25 @@ _ORIGINAL_FORWARD = "_ckplan_original_forward"
 
 def load_plan(plan):
     """A plan as a dict, from a path, a file object or a dict."""
-    if isinstance(plan, dict):
-        doc = plan
-    elif hasattr(plan, "read"):
-        doc = json.load(plan)
-    else:
-        with open(plan) as f:
-            doc = json.load(f)
+    try:
+        if isinstance(plan, dict):
+            doc = plan
+        elif hasattr(plan, "read"):
+            doc = json.load(plan)
+        else:
+            with open(plan) as f:
+                doc = json.load(f)
+    except RecursionError:
+        raise ValueError("not a ckplan plan: JSON nested too deeply") from None
+    if not isinstance(doc, dict):
+        raise ValueError(f"not a ckplan plan (a JSON {type(doc).__name__}, expected an object)")
     if doc.get("schema") != "ckplan.plan/1":
         raise ValueError(f"not a ckplan plan (schema {doc.get('schema')!r}, expected 'ckplan.plan/1')")
     if "checkpoint_modules" not in doc:
         raise ValueError("the plan has no 'checkpoint_modules': make it with `ckplan solve` on a profile")
+    modules = doc["checkpoint_modules"]
+    if not isinstance(modules, list) or not all(isinstance(p, str) for p in modules):
+        raise ValueError("the plan's 'checkpoint_modules' is not a list of module paths (strings)")
     return doc
 
 
@@ -78,7 +86,9 @@ def apply_plan(model, plan):
     """Wraps the plan's checkpoint_modules of ``model``; returns their paths.
 
     Raises KeyError naming a module path the model lacks (nothing is wrapped
-    then), ValueError for a file that is not a plan.
+    then), ValueError for a file that is not a plan or a module that writes
+    its input in place (``inplace=True``: recomputing it from its saved input
+    would fail in backward; ``ckplan solve`` never names one).
     """
     doc = load_plan(plan)
     paths = list(doc["checkpoint_modules"])
@@ -87,6 +97,10 @@ def apply_plan(model, plan):
     if missing:
         raise KeyError(f"the plan names module '{missing[0]}', which the model lacks "
                        f"({len(missing)} of {len(paths)} paths missing)")
+    inplace = [p for p in paths if getattr(named[p], "inplace", False) is True]
+    if inplace:
+        raise ValueError(f"the plan names module '{inplace[0]}', which writes its input in place (inplace=True): "
+                         "checkpointing it would fail in backward")
     for path in paths:
         module = named[path]
         if not hasattr(module, _ORIGINAL_FORWARD):

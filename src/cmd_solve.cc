@@ -55,17 +55,18 @@ SolveOptions WithGpuBudget(SolveOptions o) {
 
 std::string Ms(double ms) { return Format("%.2f ms", ms); }
 
-void PrintStages(const PlannerInput& in) {
+void PrintStages(const PlannerInput& in, UnitStyle style) {
   const Chain& c = in.chain;
+  auto bytes = [style](int64_t value) { return FormatBytes(value, style); };
   std::vector<std::vector<std::string>> rows = {
       {"#", "stage", "ops", "fwd", "bwd", "out", "saved", "fwd tmp", "bwd tmp"}};
   for (int i = 0; i < c.length(); ++i) {
     const Stage& s = c.stages[static_cast<size_t>(i)];
     std::string ops = s.first_op >= 0 ? Format("%d-%d", s.first_op, s.last_op) : "";
-    rows.push_back({std::to_string(i), s.name, ops, Ms(s.fwd_ms), Ms(s.bwd_ms), FormatBytes(s.out_bytes),
-                    FormatBytes(s.saved_bytes), FormatBytes(s.fwd_tmp_bytes), FormatBytes(s.bwd_tmp_bytes)});
+    rows.push_back({std::to_string(i), s.name, ops, Ms(s.fwd_ms), Ms(s.bwd_ms), bytes(s.out_bytes),
+                    bytes(s.saved_bytes), bytes(s.fwd_tmp_bytes), bytes(s.bwd_tmp_bytes)});
   }
-  std::printf("%d stages, input %s\n%s", c.length(), FormatBytes(c.input_bytes).c_str(),
+  std::printf("%d stages, input %s\n%s", c.length(), bytes(c.input_bytes).c_str(),
               FormatTable(rows, {true, false, true, true, true, true, true, true, true}).c_str());
 }
 
@@ -106,7 +107,8 @@ int RunSolve(const SolveOptions& options) {
     std::fprintf(stderr, "wrote the chain to %s\n", o.chain_out.c_str());
   }
   if (o.show_stages || !o.chain_out.empty()) {
-    if (o.show_stages) PrintStages(in);
+    // In the budget's unit style when one is given: one style per output.
+    if (o.show_stages) PrintStages(in, o.budget.empty() ? UnitStyle::kBinary : ParseBytes(o.budget).style);
     if (o.budget.empty()) return 0;
   }
   if (o.budget.empty()) throw BadInput("--budget is required (for example --budget 24GB)");
@@ -266,7 +268,10 @@ int RunSolve(const SolveOptions& options) {
                  FormatTable(curve_rows, {true, true, true}).c_str());
   }
 
-  EmitOutput(o.output, PlanToJson(plan, in.chain, in.source).dump(2) + "\n", human);
+  nlohmann::json plan_json = PlanToJson(plan, in.chain, in.source);
+  // How the user wrote the budget: `ckplan run` prints bytes the same way.
+  plan_json["unit_style"] = UnitStyleName(budget.style);
+  EmitOutput(o.output, plan_json.dump(2) + "\n", human);
   return 0;
 }
 

@@ -85,6 +85,7 @@ void PrintProfileSummary(const Profile& p, FILE* out, int top) {
 }
 
 int RunProfile(const ProfileCommandOptions& o) {
+  CheckOutputPath(o.output);  // a missing folder is said before the work, not after
   ProfileOptions options;
   options.model_path = o.model;
   for (const std::string& text : o.inputs) options.inputs.push_back(ParseInputSpec(text));
@@ -95,17 +96,6 @@ int RunProfile(const ProfileCommandOptions& o) {
   if (o.threads < 1) throw BadInput("invalid --threads " + std::to_string(o.threads) + ": must be at least 1");
   const bool json_to_stdout = o.output == "-";
   FILE* human = json_to_stdout ? stderr : stdout;
-  if (StderrIsTerminal()) {
-    options.progress = [&](int done, int total) {
-      if (done < total) {
-        std::fprintf(stderr, "\rprofiling %s: step %d/%d (%s)...", o.model.c_str(), done + 1, total,
-                     done == 0 ? "warm-up" : "measured");
-      } else {
-        std::fprintf(stderr, "\r\033[K");
-      }
-      std::fflush(stderr);
-    };
-  }
   std::optional<GpuSpec> gpu;
   if (!o.gpu.empty() && o.gpu != "cpu") gpu = FindGpu(o.gpu);  // an unknown name fails before any work
   if (o.device == "meta" && o.gpu.empty()) {
@@ -114,7 +104,13 @@ int RunProfile(const ProfileCommandOptions& o) {
   }
   if (o.device == "meta") options.reps = 1;  // nothing to time: one warm-up, one recorded step
   std::vector<std::string> warnings;
-  Profile profile = ProfileModel(options, &warnings);
+  Profile profile;
+  {
+    // On a terminal only; erased before the summary prints.
+    ProgressBar bar("profiling " + o.model, StderrIsTerminal(), ProgressDelaySeconds());
+    options.progress = [&bar](int done, int total) { bar.Update(static_cast<double>(done) / total); };
+    profile = ProfileModel(options, &warnings);
+  }
   if (o.gpu == "cpu") gpu = MeasureCpuPeak(o.threads);
   if (gpu) ApplyCostModel(&profile, *gpu);
   for (const std::string& w : warnings) std::fprintf(stderr, "ckplan: warning: %s\n", w.c_str());
@@ -167,8 +163,22 @@ struct RunCommandOptions {
   std::string device = "cpu";
 };
 
+// The unit style the plan's budget was written in (`unit_style`, optional:
+// binary for plans without it).
+UnitStyle PlanUnitStyle(const nlohmann::json& plan, const std::string& file) {
+  JsonReader root(plan, file);
+  if (!plan.is_object() || !root.Has("unit_style")) return UnitStyle::kBinary;
+  JsonReader field = root.Field("unit_style");
+  std::optional<UnitStyle> style = UnitStyleFromName(field.String());
+  if (!style) field.Fail("expected \"decimal\" or \"binary\"");
+  return *style;
+}
+
 int RunRun(const RunCommandOptions& o) {
+  CheckOutputPath(o.output);
   nlohmann::json plan = ReadJsonFile(o.plan);
+  const UnitStyle style = PlanUnitStyle(plan, o.plan);
+  auto bytes = [style](int64_t value) { return FormatBytes(value, style); };
   RunOptions options;
   options.model_path = o.model;
   options.plan_path = o.plan;
@@ -177,29 +187,25 @@ int RunRun(const RunCommandOptions& o) {
   options.force = o.force;
   options.threads = o.threads;
   options.device = o.device;
-  if (StderrIsTerminal()) {
-    options.progress = [](const std::string& what) {
-      if (what.empty()) {
-        std::fprintf(stderr, "\r\033[K");
-      } else {
-        std::fprintf(stderr, "\r\033[Krunning: %s...", what.c_str());
-      }
-      std::fflush(stderr);
-    };
+  RunReport r;
+  {
+    // On a terminal only; erased before the results print.
+    ProgressBar bar("running " + o.model + " under " + o.plan, StderrIsTerminal(), ProgressDelaySeconds());
+    options.progress = [&bar](const std::string&, double fraction) { bar.Update(fraction); };
+    r = RunPlan(options, plan);
   }
-  RunReport r = RunPlan(options, plan);
   const bool json_to_stdout = o.output == "-";
   FILE* out = json_to_stdout ? stderr : stdout;
   std::fprintf(out, "%s under %s (%s, budget %s, %s optimizer): median of %d steps after a warm-up\n",
-               o.model.c_str(), o.plan.c_str(), r.algorithm.c_str(), FormatBytes(r.budget_bytes).c_str(),
+               o.model.c_str(), o.plan.c_str(), r.algorithm.c_str(), bytes(r.budget_bytes).c_str(),
                r.optimizer.c_str(), r.steps);
   std::vector<std::vector<std::string>> rows = {{"", "peak", "live after forward", "step", "overhead"}};
-  rows.push_back({"predicted", FormatBytes(r.predicted_peak_bytes), "", Format("%.2f ms", r.predicted_time_ms),
+  rows.push_back({"predicted", bytes(r.predicted_peak_bytes), "", Format("%.2f ms", r.predicted_time_ms),
                   Format("%+.1f%%", r.predicted_overhead_pct)});
-  rows.push_back({"under the plan", FormatBytes(r.measured.peak_bytes), FormatBytes(r.measured.live_after_forward_bytes),
+  rows.push_back({"under the plan", bytes(r.measured.peak_bytes), bytes(r.measured.live_after_forward_bytes),
                   Format("%.2f ms", r.measured.step_ms), Format("%+.1f%%", r.measured_overhead_pct)});
-  rows.push_back({"no checkpointing", FormatBytes(r.baseline.peak_bytes),
-                  FormatBytes(r.baseline.live_after_forward_bytes), Format("%.2f ms", r.baseline.step_ms), ""});
+  rows.push_back({"no checkpointing", bytes(r.baseline.peak_bytes),
+                  bytes(r.baseline.live_after_forward_bytes), Format("%.2f ms", r.baseline.step_ms), ""});
   std::fprintf(out, "%s", FormatTable(rows, {false, true, true, true, true}).c_str());
   std::fprintf(out, "predicted peak %+.1f%% against measured; gradients: max abs diff %.3g, max rel diff %.3g\n",
                r.peak_error_pct, r.max_abs_grad_diff, r.max_rel_grad_diff);

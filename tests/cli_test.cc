@@ -183,6 +183,16 @@ TEST_CASE("--show-stages lists the chain") {
   CHECK(r.out.find("s19") != std::string::npos);
 }
 
+TEST_CASE("--show-stages with a budget prints every size in the budget's unit style") {
+  std::string dir = TempDir();
+  std::string profile = std::string(CKPLAN_SOURCE_DIR) + "/data/example.profile.json";
+  CommandResult r = RunCkplan("solve " + profile + " --budget 9.5MB --show-stages", dir);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find(" KB") != std::string::npos);
+  CHECK(r.out.find("budget 9.50 MB") != std::string::npos);
+  CHECK(r.out.find("iB") == std::string::npos);
+}
+
 TEST_CASE("--help explains") {
   std::string dir = TempDir();
   CommandResult r = RunCkplan("solve --help", dir);

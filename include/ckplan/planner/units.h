@@ -2,6 +2,7 @@
 /// Byte quantities as people write them: `24GB`, `24GiB`, `512MiB`, `1.5e9`.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace ckplan {
@@ -19,6 +20,11 @@ struct ByteQuantity {
 /// Throws BadInput quoting `text` for anything else, and for zero or negative
 /// values. Fractional byte counts are rounded down.
 ByteQuantity ParseBytes(const std::string& text, const std::string& what = "budget");
+
+/// The name a plan records for a style (`unit_style`: "decimal", "binary"),
+/// and back (nullopt for any other text).
+const char* UnitStyleName(UnitStyle style);
+std::optional<UnitStyle> UnitStyleFromName(const std::string& name);
 
 /// Formats bytes for people: `2.61 GiB` (binary) or `2.80 GB` (decimal);
 /// below 1 KB/KiB, `123 B`. `round_up` rounds the last digit up, so that a

@@ -20,7 +20,8 @@ struct RunOptions {
   int threads = 1;
   std::string device = "cpu";
   double lr = 1e-3;            ///< optimizer learning rate
-  std::function<void(const std::string&)> progress;  ///< may be empty
+  /// Hears what runs and the fraction of the steps done, 0 to 1 (may be empty).
+  std::function<void(const std::string& what, double fraction)> progress;
 };
 
 struct StepMeasure {
