@@ -48,6 +48,13 @@ Profile ProfileFromJson(const nlohmann::json& doc, const std::string& file) {
   p.totals.fwd_ms = totals.Field("fwd_ms").NonNegativeNumber();
   p.totals.bwd_ms = totals.Field("bwd_ms").NonNegativeNumber();
   p.totals.peak_bytes = totals.Field("peak_bytes").NonNegativeBytes();
+  if (totals.Has("optimizer_step_ms")) {
+    JsonReader steps = totals.Field("optimizer_step_ms");
+    steps.ExpectObject();
+    for (const char* name : {"sgd", "momentum", "adam"}) {
+      if (steps.Has(name)) p.totals.optimizer_step_ms[name] = steps.Field(name).NonNegativeNumber();
+    }
+  }
 
   JsonReader tensors = root.Field("tensors");
   if (tensors.ArraySize() > static_cast<size_t>(kMaxStorageId)) tensors.Fail("too many tensors");
@@ -88,6 +95,7 @@ Profile ProfileFromJson(const nlohmann::json& doc, const std::string& file) {
     op.bwd_tmp_bytes = r.Field("bwd_tmp_bytes").NonNegativeBytes();
     op.fwd_ms = r.Field("fwd_ms").NonNegativeNumber();
     op.bwd_ms = r.Field("bwd_ms").NonNegativeNumber();
+    if (r.Has("fwd_nograd_ms")) op.fwd_nograd_ms = r.Field("fwd_nograd_ms").NonNegativeNumber();
     for (int t : op.inputs) {
       int producer = p.tensors[static_cast<size_t>(t)].producer;
       if (producer >= o && !(op.inplace && producer == o)) {
@@ -161,18 +169,21 @@ nlohmann::json ProfileToJson(const Profile& p) {
                    {"outputs", op.outputs}, {"inplace", op.inplace}, {"saved_bytes", op.saved_bytes},
                    {"fwd_tmp_bytes", op.fwd_tmp_bytes}, {"bwd_tmp_bytes", op.bwd_tmp_bytes},
                    {"fwd_ms", op.fwd_ms}, {"bwd_ms", op.bwd_ms}});
+    if (op.fwd_nograd_ms >= 0) ops.back()["fwd_nograd_ms"] = op.fwd_nograd_ms;
     for (int t : op.inputs) {
       int producer = p.tensors[static_cast<size_t>(t)].producer;
       edges.push_back({{"from", producer}, {"to", op.id}, {"tensor", t}});
     }
   }
+  nlohmann::json totals = {{"param_bytes", p.totals.param_bytes}, {"buffer_bytes", p.totals.buffer_bytes},
+                           {"input_bytes", p.totals.input_bytes}, {"saved_bytes", p.totals.saved_bytes},
+                           {"output_bytes", p.totals.output_bytes}, {"fwd_ms", p.totals.fwd_ms},
+                           {"bwd_ms", p.totals.bwd_ms}, {"peak_bytes", p.totals.peak_bytes}};
+  if (!p.totals.optimizer_step_ms.empty()) totals["optimizer_step_ms"] = p.totals.optimizer_step_ms;
   return {{"schema", "ckplan.profile/1"},
           {"model", p.model},
           {"environment", p.environment},
-          {"totals", {{"param_bytes", p.totals.param_bytes}, {"buffer_bytes", p.totals.buffer_bytes},
-                      {"input_bytes", p.totals.input_bytes}, {"saved_bytes", p.totals.saved_bytes},
-                      {"output_bytes", p.totals.output_bytes}, {"fwd_ms", p.totals.fwd_ms},
-                      {"bwd_ms", p.totals.bwd_ms}, {"peak_bytes", p.totals.peak_bytes}}},
+          {"totals", std::move(totals)},
           {"inputs", p.inputs},
           {"outputs", p.outputs},
           {"tensors", std::move(tensors)},

@@ -170,7 +170,7 @@ struct Segment {
   double cost = 0;        // sum of fwd + bwd over the segment's stages
   int64_t floor = 0;      // the recurrence's floor of the segment
   int64_t base_max = 0;   // the largest base memory of its stages
-  double forward_min = kInfinity;  // cheapest forward among stages i..l-1
+  double forward_min = kInfinity;  // cheapest forward without autograd among stages i..l-1
   int64_t running = 0;    // the floor's maximum over stages, without x_{l+1}
   // What running every stage with autograd needs (the recurrence's choice
   // (b) all the way down): the largest, over stages k, of what stages i..k-1
@@ -369,7 +369,7 @@ class FastSolver {
   void Extend(Segment* s, int i, int l) const {
     s->cost += c_.fwd[static_cast<size_t>(l)] + c_.bwd[static_cast<size_t>(l)];
     s->base_max = std::max(s->base_max, BaseNeed(l));
-    s->forward_min = std::min(s->forward_min, c_.fwd[static_cast<size_t>(l) - 1]);
+    s->forward_min = std::min(s->forward_min, c_.fwd_nograd[static_cast<size_t>(l) - 1]);
     if (l - 1 > i) {
       const size_t k = static_cast<size_t>(l) - 1;
       s->running = std::max(s->running, c_.x[k] + c_.x[k + 1] + c_.fwd_tmp[k]);
@@ -455,7 +455,7 @@ class FastSolver {
       for (int l = i; l < n_; ++l) {
         if (l > i) {
           total += c_.fwd[static_cast<size_t>(l) - 1] + c_.bwd[static_cast<size_t>(l) - 1];
-          smallest = std::min(smallest, c_.fwd[static_cast<size_t>(l) - 1]);
+          smallest = std::min(smallest, c_.fwd_nograd[static_cast<size_t>(l) - 1]);
         }
         if (!Stored(i, l)) continue;
         Cell& cell = at(i, l);
@@ -491,7 +491,7 @@ class FastSolver {
     double forward_sum = 0;
     Segment segment = Start(i);
     for (int j = i + 1; j <= l; ++j) {
-      forward_sum += c_.fwd[static_cast<size_t>(j) - 1];
+      forward_sum += c_.fwd_nograd[static_cast<size_t>(j) - 1];
       if (j - 1 > i) Extend(&segment, i, j - 1);
       const int64_t xj = c_.x[static_cast<size_t>(j)];
       if (m < xj) continue;
@@ -572,7 +572,7 @@ class FastSolver {
     double forward_sum = 0;
     Segment segment = Start(i);
     for (int j = i + 1; j <= l; ++j) {
-      forward_sum += c_.fwd[static_cast<size_t>(j) - 1];
+      forward_sum += c_.fwd_nograd[static_cast<size_t>(j) - 1];
       const Operand a = View(j, l, c_.x[static_cast<size_t>(j)]);
       if (program_ != Program::kExact && j - 1 > i) Extend(&segment, i, j - 1);
       if (Stored(i, j - 1)) {

@@ -3,6 +3,7 @@
 /// on a model, op by op. Written by the profiler, read by the planner.
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,9 @@ struct OpRecord {
   int64_t bwd_tmp_bytes = 0;  ///< transient peak during its backward
   double fwd_ms = 0;
   double bwd_ms = 0;
+  /// Optional: the forward without autograd (torch::NoGradGuard), what a
+  /// recomputation costs; -1 when the profile has none (fwd_ms stands for it).
+  double fwd_nograd_ms = -1;
 };
 
 struct ProfileTotals {
@@ -48,6 +52,9 @@ struct ProfileTotals {
   double fwd_ms = 0;
   double bwd_ms = 0;
   int64_t peak_bytes = 0;   ///< measured peak of the whole forward+backward
+  /// Optional: one optimizer update of every trainable parameter, per
+  /// optimizer name (sgd, momentum, adam); empty when not measured.
+  std::map<std::string, double> optimizer_step_ms;
 };
 
 struct Profile {
