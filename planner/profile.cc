@@ -48,6 +48,7 @@ Profile ProfileFromJson(const nlohmann::json& doc, const std::string& file) {
   p.totals.fwd_ms = totals.Field("fwd_ms").NonNegativeNumber();
   p.totals.bwd_ms = totals.Field("bwd_ms").NonNegativeNumber();
   p.totals.peak_bytes = totals.Field("peak_bytes").NonNegativeBytes();
+  if (totals.Has("step_ms")) p.totals.step_ms = totals.Field("step_ms").NonNegativeNumber();
   if (totals.Has("optimizer_step_ms")) {
     JsonReader steps = totals.Field("optimizer_step_ms");
     steps.ExpectObject();
@@ -180,6 +181,7 @@ nlohmann::json ProfileToJson(const Profile& p) {
                            {"output_bytes", p.totals.output_bytes}, {"fwd_ms", p.totals.fwd_ms},
                            {"bwd_ms", p.totals.bwd_ms}, {"peak_bytes", p.totals.peak_bytes}};
   if (!p.totals.optimizer_step_ms.empty()) totals["optimizer_step_ms"] = p.totals.optimizer_step_ms;
+  if (p.totals.step_ms >= 0) totals["step_ms"] = p.totals.step_ms;
   return {{"schema", "ckplan.profile/1"},
           {"model", p.model},
           {"environment", p.environment},

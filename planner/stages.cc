@@ -462,14 +462,18 @@ Chain ChainFromProfile(const Profile& profile) {
     chain.stages.push_back(std::move(stage));
   }
   // The loss stands for what every step does once and no op owns: the
-  // measured forward and backward beyond their ops' times (the graph's other
-  // nodes, the autograd engine, gradients accumulated into the parameters).
+  // step's measured time beyond its ops' (the graph's other nodes, the loss,
+  // the autograd engine, gradients accumulated into the parameters); from
+  // the step timed whole where the profile has it, else from the timed
+  // forward and backward.
   double ops_fwd = 0, ops_bwd = 0;
   for (const OpRecord& rec : profile.ops) {
     ops_fwd += rec.fwd_ms;
     ops_bwd += rec.bwd_ms;
   }
-  chain.loss_bwd_ms = std::max(0.0, profile.totals.fwd_ms - ops_fwd) + std::max(0.0, profile.totals.bwd_ms - ops_bwd);
+  chain.loss_bwd_ms = profile.totals.step_ms >= 0
+                          ? std::max(0.0, profile.totals.step_ms - ops_fwd - ops_bwd)
+                          : std::max(0.0, profile.totals.fwd_ms - ops_fwd) + std::max(0.0, profile.totals.bwd_ms - ops_bwd);
   chain.loss_bwd_tmp_bytes = 0;
   return chain;
 }

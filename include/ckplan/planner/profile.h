@@ -55,6 +55,9 @@ struct ProfileTotals {
   /// Optional: one optimizer update of every trainable parameter, per
   /// optimizer name (sgd, momentum, adam); empty when not measured.
   std::map<std::string, double> optimizer_step_ms;
+  /// Optional: a whole forward, loss and backward timed without per-op
+  /// timers (median); -1 when not measured.
+  double step_ms = -1;
 };
 
 struct Profile {
