@@ -164,9 +164,8 @@ class Profiler {
       // The same forward without autograd, right after (what recomputation costs).
       std::vector<double> nograd_op_ms(ops, 0);
       RunNoGradForward(program, inputs, &nograd_op_ms);
-      const double plain_ms = TimePlainStep(program, inputs);
       if (!measured) continue;
-      step_ms.push_back(plain_ms);
+      step_ms.push_back(TimePlainStep(program, inputs));
       for (size_t k = 0; k < ops; ++k) fwd_nograd_ms[k].push_back(nograd_op_ms[k]);
       for (size_t k = 0; k < ops; ++k) {
         fwd_ms[k].push_back(op_ms[k]);
@@ -471,7 +470,7 @@ class Profiler {
   // The update `ckplan run` applies (OptimizerStep) for each optimizer the
   // planner knows, on copies of the trainable parameters with the last
   // backward's gradients: a warm-up (the state is made), then the median of
-  // `reps` + 2 updates.
+  // three updates.
   std::map<std::string, double> TimeOptimizers(const torch::jit::Module& module) {
     std::set<const void*> seen;
     std::vector<at::Tensor> params;
@@ -489,7 +488,7 @@ class Profiler {
       OptimizerStep optimizer(name, 1e-3);
       optimizer.Apply(params);
       std::vector<double> ms;
-      for (int rep = 0; rep < options_.reps + 2; ++rep) {
+      for (int rep = 0; rep < 3; ++rep) {
         SynchronizeDevice(device_);
         const StepTimer timer(device_.cuda());
         optimizer.Apply(params);
