@@ -135,6 +135,7 @@ Chain ChainFromJson(const nlohmann::json& doc, const std::string& file) {
     stage.name = s.Field("name").String();
     stage.fwd_ms = s.Field("fwd_ms").NonNegativeNumber();
     stage.bwd_ms = s.Field("bwd_ms").NonNegativeNumber();
+    if (s.Has("fwd_nograd_ms")) stage.fwd_nograd_ms = s.Field("fwd_nograd_ms").NonNegativeNumber();
     stage.out_bytes = s.Field("out_bytes").NonNegativeBytes();
     stage.saved_bytes = s.Field("saved_bytes").NonNegativeBytes();
     stage.fwd_tmp_bytes = s.Field("fwd_tmp_bytes").NonNegativeBytes();
@@ -179,6 +180,7 @@ nlohmann::json ChainToJson(const Chain& chain) {
                         {"saved_bytes", s.saved_bytes},
                         {"fwd_tmp_bytes", s.fwd_tmp_bytes},
                         {"bwd_tmp_bytes", s.bwd_tmp_bytes}};
+    if (s.fwd_nograd_ms >= 0) j["fwd_nograd_ms"] = s.fwd_nograd_ms;
     if (!s.modules.empty()) j["modules"] = s.modules;
     if (s.first_op >= 0) {
       j["first_op"] = s.first_op;

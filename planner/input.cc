@@ -35,6 +35,8 @@ PlannerInput LoadPlannerInput(const std::string& path, const std::string& optimi
     input.chain = ChainFromProfile(input.profile);
     ValidateChain(input.chain, path, "the chain cut from it");
     input.fixed = FixedMemoryFor(input.profile.totals.param_bytes, input.profile.totals.buffer_bytes, optimizer);
+    auto step = input.profile.totals.optimizer_step_ms.find(optimizer);
+    if (step != input.profile.totals.optimizer_step_ms.end()) input.fixed.optimizer_step_ms = step->second;
     input.source = ProfileSource(input.profile, path);
     return input;
   }

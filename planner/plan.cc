@@ -58,11 +58,13 @@ double Plan::gap_bound_pct() const {
   return (time_ms - lower_bound_ms) / lower_bound_ms * 100.0;
 }
 
-double Plan::overhead_pct() const {
-  if (no_recompute_ms <= 0) return 0;
-  const double pct = (time_ms - no_recompute_ms) / no_recompute_ms * 100.0;
+double OverheadPct(double time_ms, double baseline_ms) {
+  if (!(baseline_ms > 0)) return 0;
+  const double pct = (time_ms - baseline_ms) / baseline_ms * 100.0;
   return std::fabs(pct) < 1e-9 ? 0.0 : pct;  // the same sum in another order is no overhead
 }
+
+double Plan::overhead_pct() const { return OverheadPct(time_ms, no_recompute_ms); }
 
 namespace {
 
@@ -371,7 +373,10 @@ Plan MakePlan(const Chain& chain, const FixedMemory& fixed, const PlanRequest& r
   plan.algorithm = request.algorithm;
   plan.budget_bytes = request.budget_bytes;
   plan.fixed = fixed;
-  plan.no_recompute_ms = chain.NoRecomputeTimeMs();
+  // Every predicted step time includes the optimizer's update (chain times
+  // plus `step`); the solver and the simulator work on the chain alone.
+  const double step = fixed.optimizer_step_ms;
+  plan.no_recompute_ms = chain.NoRecomputeTimeMs() + step;
   const int length = chain.length();
   const int64_t chain_budget = request.budget_bytes - fixed.total();
 
@@ -394,7 +399,7 @@ Plan MakePlan(const Chain& chain, const FixedMemory& fixed, const PlanRequest& r
       default: break;
     }
     plan.simulation = Simulate(chain, plan.schedule);
-    plan.time_ms = plan.simulation.time_ms;
+    plan.time_ms = plan.simulation.time_ms + step;
     plan.peak_bytes = fixed.total() + plan.simulation.peak_bytes;
     plan.min_budget_bytes = plan.peak_bytes;
     plan.min_budget_lower_bytes = plan.min_budget_bytes;
@@ -430,11 +435,11 @@ Plan MakePlan(const Chain& chain, const FixedMemory& fixed, const PlanRequest& r
   plan.solver = solution.band > 0 ? "banded" : "exact";
   plan.band = solution.band;
   plan.proven_optimal = solution.proven_optimal;
-  plan.lower_bound_ms = solution.lower_bound_ms;
+  plan.lower_bound_ms = solution.lower_bound_ms + step;
   if (request.sweep) {
     for (size_t m = 0; m < solution.curve_ms.size(); ++m) {
       if (solution.curve_ms[m] < kInfinity) {
-        plan.curve.push_back({fixed.total() + static_cast<int64_t>(m) * grid.slot_bytes, solution.curve_ms[m]});
+        plan.curve.push_back({fixed.total() + static_cast<int64_t>(m) * grid.slot_bytes, solution.curve_ms[m] + step});
       }
     }
   }
@@ -445,14 +450,16 @@ Plan MakePlan(const Chain& chain, const FixedMemory& fixed, const PlanRequest& r
       baseline && (!solution.feasible || baseline->simulation.time_ms < solution.time_ms * (1 - 1e-12));
   if (!solution.feasible && !take_baseline) return plan;
   plan.feasible = true;
+  double chain_ms = 0;  // the schedule's time over the chain, without the optimizer's update
   if (take_baseline) {
     plan.schedule = std::move(baseline->schedule);
-    plan.time_ms = baseline->simulation.time_ms;
-    if (plan.band > 0) plan.proven_optimal = plan.lower_bound_ms >= plan.time_ms * (1 - 1e-12);
+    chain_ms = baseline->simulation.time_ms;
+    if (plan.band > 0) plan.proven_optimal = solution.lower_bound_ms >= chain_ms * (1 - 1e-12);
   } else {
     plan.schedule = std::move(solution.schedule);
-    plan.time_ms = solution.time_ms;
+    chain_ms = solution.time_ms;
   }
+  plan.time_ms = chain_ms + step;
   plan.simulation = Simulate(chain, plan.schedule);
   plan.peak_bytes = fixed.total() + plan.simulation.peak_bytes;
   plan.checkpointed_stages = CheckpointedStages(plan.schedule, length);
@@ -463,8 +470,8 @@ Plan MakePlan(const Chain& chain, const FixedMemory& fixed, const PlanRequest& r
                     std::to_string(plan.simulation.peak_bytes) + " B, above the activation budget " +
                     std::to_string(chain_budget) + " B");
   }
-  const double tolerance = 1e-9 * std::max(1.0, std::fabs(plan.time_ms));
-  if (std::fabs(plan.simulation.time_ms - plan.time_ms) > tolerance) {
+  const double tolerance = 1e-9 * std::max(1.0, std::fabs(chain_ms));
+  if (std::fabs(plan.simulation.time_ms - chain_ms) > tolerance) {
     throw Error(ExitCode::kVerifyFailed, "internal check failed: simulated time differs from the solver's");
   }
   return plan;
@@ -515,10 +522,11 @@ nlohmann::json PlanToJson(const Plan& plan, const Chain& chain, const nlohmann::
     stored.push_back(plan.fixed.total() + plan.simulation.stored_after_bytes[k]);
   }
   doc["timeline"] = {{"peak_during_bytes", peaks}, {"stored_after_bytes", stored}};
+  if (plan.fixed.optimizer_step_ms > 0) doc["predicted"]["optimizer_step_ms"] = plan.fixed.optimizer_step_ms;
   // For PyTorch training jobs: the modules to wrap, and what that predicts.
   const ModuleExport& e = plan.pytorch;
-  const double export_overhead =
-      plan.no_recompute_ms > 0 ? (e.simulation.time_ms - plan.no_recompute_ms) / plan.no_recompute_ms * 100 : 0;
+  const double export_ms = e.simulation.time_ms + plan.fixed.optimizer_step_ms;
+  const double export_overhead = OverheadPct(export_ms, plan.no_recompute_ms);
   doc["checkpoint_modules"] = e.checkpoint_modules;
   doc["pytorch"] = {
       {"checkpoint_modules", e.checkpoint_modules},
@@ -529,7 +537,7 @@ nlohmann::json PlanToJson(const Plan& plan, const Chain& chain, const nlohmann::
         // Kept for backward when the loss starts, model inputs excluded:
         // what saved_tensors_hooks see, plus the checkpointed modules' inputs.
         {"saved_bytes", e.saved_bytes},
-        {"time_ms", e.simulation.time_ms},
+        {"time_ms", export_ms},
         {"overhead_pct", export_overhead},
         {"fits_budget", plan.fixed.total() + e.simulation.peak_bytes <= plan.budget_bytes}}}};
   if (plan.algorithm == Algorithm::kOptimal) {

@@ -48,6 +48,14 @@ Profile ProfileFromJson(const nlohmann::json& doc, const std::string& file) {
   p.totals.fwd_ms = totals.Field("fwd_ms").NonNegativeNumber();
   p.totals.bwd_ms = totals.Field("bwd_ms").NonNegativeNumber();
   p.totals.peak_bytes = totals.Field("peak_bytes").NonNegativeBytes();
+  if (totals.Has("step_ms")) p.totals.step_ms = totals.Field("step_ms").NonNegativeNumber();
+  if (totals.Has("optimizer_step_ms")) {
+    JsonReader steps = totals.Field("optimizer_step_ms");
+    steps.ExpectObject();
+    for (const char* name : {"sgd", "momentum", "adam"}) {
+      if (steps.Has(name)) p.totals.optimizer_step_ms[name] = steps.Field(name).NonNegativeNumber();
+    }
+  }
 
   JsonReader tensors = root.Field("tensors");
   if (tensors.ArraySize() > static_cast<size_t>(kMaxStorageId)) tensors.Fail("too many tensors");
@@ -99,6 +107,7 @@ Profile ProfileFromJson(const nlohmann::json& doc, const std::string& file) {
         op.args.push_back(std::move(rec));
       }
     }
+    if (r.Has("fwd_nograd_ms")) op.fwd_nograd_ms = r.Field("fwd_nograd_ms").NonNegativeNumber();
     for (int t : op.inputs) {
       int producer = p.tensors[static_cast<size_t>(t)].producer;
       if (producer >= o && !(op.inplace && producer == o)) {
@@ -189,23 +198,27 @@ nlohmann::json ProfileToJson(const Profile& p) {
       for (const ArgRecord& a : op.args) args.push_back({{"shape", a.shape}, {"dtype", a.dtype}});
       ops.back()["args"] = std::move(args);
     }
+    if (op.fwd_nograd_ms >= 0) ops.back()["fwd_nograd_ms"] = op.fwd_nograd_ms;
     for (int t : op.inputs) {
       int producer = p.tensors[static_cast<size_t>(t)].producer;
       edges.push_back({{"from", producer}, {"to", op.id}, {"tensor", t}});
     }
   }
+  nlohmann::json totals = {{"param_bytes", p.totals.param_bytes}, {"buffer_bytes", p.totals.buffer_bytes},
+                           {"input_bytes", p.totals.input_bytes}, {"saved_bytes", p.totals.saved_bytes},
+                           {"output_bytes", p.totals.output_bytes}, {"fwd_ms", p.totals.fwd_ms},
+                           {"bwd_ms", p.totals.bwd_ms}, {"peak_bytes", p.totals.peak_bytes}};
+  if (!p.totals.optimizer_step_ms.empty()) totals["optimizer_step_ms"] = p.totals.optimizer_step_ms;
+  if (p.totals.step_ms >= 0) totals["step_ms"] = p.totals.step_ms;
   nlohmann::json doc = {{"schema", "ckplan.profile/1"},
-          {"model", p.model},
-          {"environment", p.environment},
-          {"totals", {{"param_bytes", p.totals.param_bytes}, {"buffer_bytes", p.totals.buffer_bytes},
-                      {"input_bytes", p.totals.input_bytes}, {"saved_bytes", p.totals.saved_bytes},
-                      {"output_bytes", p.totals.output_bytes}, {"fwd_ms", p.totals.fwd_ms},
-                      {"bwd_ms", p.totals.bwd_ms}, {"peak_bytes", p.totals.peak_bytes}}},
-          {"inputs", p.inputs},
-          {"outputs", p.outputs},
-          {"tensors", std::move(tensors)},
-          {"ops", std::move(ops)},
-          {"edges", std::move(edges)}};
+                        {"model", p.model},
+                        {"environment", p.environment},
+                        {"totals", std::move(totals)},
+                        {"inputs", p.inputs},
+                        {"outputs", p.outputs},
+                        {"tensors", std::move(tensors)},
+                        {"ops", std::move(ops)},
+                        {"edges", std::move(edges)}};
   if (!p.parameters.empty()) {
     nlohmann::json params = nlohmann::json::array();
     for (const ParameterRecord& rec : p.parameters) {

@@ -163,6 +163,8 @@ SimulationResult Simulate(const Chain& chain, const Schedule& schedule) {
     switch (op.kind) {
       case OpKind::kForwardKeepInput:
       case OpKind::kForwardNoGrad:
+        result.time_ms += chain.stages[u].NoGradFwdMs();
+        break;
       case OpKind::kForwardGrad:
         result.time_ms += chain.stages[u].fwd_ms;
         break;

@@ -69,3 +69,16 @@ TEST_CASE("every-n covers every stage once in the backward for any n") {
   }
   CHECK(Simulate(c, NoCheckpointSchedule(11)).time_ms == doctest::Approx(c.NoRecomputeTimeMs()));
 }
+
+TEST_CASE("a forward without autograd costs the stage's no-grad time, one with autograd its fwd_ms") {
+  Chain c = testing::ThreeStageChain();
+  c.stages[0].fwd_nograd_ms = 0.5;
+  c.stages[1].fwd_nograd_ms = 1;
+  c.stages[2].fwd_nograd_ms = 2;
+  // every: each stage once without autograd (3.5), again with it (9), the
+  // backwards (12) and the loss (0.5).
+  CHECK(Simulate(c, EveryNSchedule(3, 1)).time_ms == doctest::Approx(25.0));
+  // none runs every forward with autograd: the no-grad times do not count.
+  CHECK(Simulate(c, NoCheckpointSchedule(3)).time_ms == doctest::Approx(21.5));
+  CHECK(c.NoRecomputeTimeMs() == doctest::Approx(21.5));
+}

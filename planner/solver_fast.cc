@@ -171,7 +171,7 @@ struct Segment {
   int64_t floor = 0;      // the recurrence's floor of the segment
   int64_t base_max = 0;   // the largest memory of its stages: kept ones i..l-1, then l's base
   int64_t kept_max = 0;   // the largest KeptStageMemory of stages i..l-1 (grows with l)
-  double forward_min = kInfinity;  // cheapest forward among stages i..l-1
+  double forward_min = kInfinity;  // cheapest forward without autograd among stages i..l-1
   int64_t running = 0;    // the floor's maximum over stages, without x_{l+1}
   // What running every stage with autograd needs (the recurrence's choice
   // (b) all the way down): the largest, over stages k, of what stages i..k-1
@@ -377,7 +377,7 @@ class FastSolver {
     s->cost += c_.fwd[static_cast<size_t>(l)] + c_.bwd[static_cast<size_t>(l)];
     s->kept_max = std::max(s->kept_max, ChainNeed(l - 1));
     s->base_max = std::max(s->kept_max, BaseNeed(l));
-    s->forward_min = std::min(s->forward_min, c_.fwd[static_cast<size_t>(l) - 1]);
+    s->forward_min = std::min(s->forward_min, c_.fwd_nograd[static_cast<size_t>(l) - 1]);
     if (l - 1 > i) {
       const size_t k = static_cast<size_t>(l) - 1;
       s->running = std::max(s->running, c_.x[k] + c_.x[k + 1] + c_.fwd_tmp[k]);
@@ -464,7 +464,7 @@ class FastSolver {
       for (int l = i; l < n_; ++l) {
         if (l > i) {
           total += c_.fwd[static_cast<size_t>(l) - 1] + c_.bwd[static_cast<size_t>(l) - 1];
-          smallest = std::min(smallest, c_.fwd[static_cast<size_t>(l) - 1]);
+          smallest = std::min(smallest, c_.fwd_nograd[static_cast<size_t>(l) - 1]);
         }
         if (!Stored(i, l)) continue;
         Cell& cell = at(i, l);
@@ -500,7 +500,7 @@ class FastSolver {
     double forward_sum = 0;
     Segment segment = Start(i);
     for (int j = i + 1; j <= l; ++j) {
-      forward_sum += c_.fwd[static_cast<size_t>(j) - 1];
+      forward_sum += c_.fwd_nograd[static_cast<size_t>(j) - 1];
       if (j - 1 > i) Extend(&segment, i, j - 1);
       const int64_t xj = c_.x[static_cast<size_t>(j)];
       if (m < xj) continue;
@@ -583,7 +583,7 @@ class FastSolver {
     double forward_sum = 0;
     Segment segment = Start(i);
     for (int j = i + 1; j <= l; ++j) {
-      forward_sum += c_.fwd[static_cast<size_t>(j) - 1];
+      forward_sum += c_.fwd_nograd[static_cast<size_t>(j) - 1];
       const Operand a = View(j, l, c_.x[static_cast<size_t>(j)]);
       if (program_ != Program::kExact && j - 1 > i) Extend(&segment, i, j - 1);
       if (Stored(i, j - 1)) {

@@ -19,11 +19,13 @@ DiscreteChain Discretize(const Chain& chain, int64_t slot_bytes, bool round_up) 
   for (int k = 1; k <= length; ++k) d.xbar[static_cast<size_t>(k)] = up(chain.stages[static_cast<size_t>(k - 1)].saved_bytes);
   for (const Stage& s : chain.stages) {
     d.fwd.push_back(s.fwd_ms);
+    d.fwd_nograd.push_back(s.NoGradFwdMs());
     d.bwd.push_back(s.bwd_ms);
     d.fwd_tmp.push_back(up(s.fwd_tmp_bytes));
     d.bwd_tmp.push_back(up(s.bwd_tmp_bytes));
   }
   d.fwd.push_back(0);
+  d.fwd_nograd.push_back(0);
   d.bwd.push_back(chain.loss_bwd_ms);
   d.fwd_tmp.push_back(0);
   d.bwd_tmp.push_back(up(chain.loss_bwd_tmp_bytes));
@@ -122,7 +124,7 @@ OptimalSolution SolveOptimalReference(const DiscreteChain& c, int64_t memory_slo
         int best_j = -1;
         double forward_sum = 0;
         for (int j = i + 1; j <= l; ++j) {
-          forward_sum += c.fwd[static_cast<size_t>(j) - 1];
+          forward_sum += c.fwd_nograd[static_cast<size_t>(j) - 1];
           const int64_t xj = c.x[static_cast<size_t>(j)];
           if (m < xj) continue;
           double value = forward_sum + opt[index(m - xj, j, l)] + opt[index(m, i, j - 1)];

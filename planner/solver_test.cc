@@ -73,7 +73,7 @@ void EnumerateFeasible(const DiscreteChain& c, int64_t m, int i, int l, double f
   if (m < c.x[static_cast<size_t>(l) + 1] + floor) return;
   double forward = 0;
   for (int j = i + 1; j <= l; ++j) {
-    forward += c.fwd[static_cast<size_t>(j) - 1];
+    forward += c.fwd_nograd[static_cast<size_t>(j) - 1];
     const int64_t xj = c.x[static_cast<size_t>(j)];
     if (m < xj) continue;
     EnumerateFeasible(c, m - xj, j, l, 0, [&](double right) {
@@ -101,6 +101,7 @@ TEST_CASE("the DP equals brute force over every schedule on random chains of up 
   for (int length = 1; length <= 6; ++length) {
     for (uint32_t seed = 0; seed < 6; ++seed) {
       Chain chain = testing::SmallIntegerChain(length, 1000 * length + seed);
+      if (seed % 2 == 1) chain = testing::WithNoGradForwards(chain, seed);
       DiscreteChain c = Discretize(chain, 1);
       std::vector<Schedule> all = AllSchedules(0, length, length);
       std::vector<SimulationResult> simulated;
@@ -219,6 +220,7 @@ TEST_CASE("the fast solver gives the reference's optimum to the last digit, its 
   for (uint32_t seed = 0; seed < 24; ++seed) {
     const int length = 5 + static_cast<int>(seed % 6) * 7;
     Chain chain = testing::RandomChain(length, 900 + seed);
+    if (seed % 3 == 1) chain = testing::WithNoGradForwards(chain, seed);
     if (seed % 4 == 3) {
       // Zero forward times make leaf and chain choices tie: no shortcut then.
       for (size_t k = 0; k < chain.stages.size(); k += 3) chain.stages[k].fwd_ms = 0;
@@ -248,6 +250,7 @@ TEST_CASE("the banded solver brackets the exact optimum, its plan costs what it 
   for (uint32_t seed = 0; seed < 24; ++seed) {
     const int length = 12 + static_cast<int>(seed % 5) * 9;
     Chain chain = testing::RandomChain(length, 5000 + seed);
+    if (seed % 3 == 1) chain = testing::WithNoGradForwards(chain, seed);
     if (seed % 6 == 5) {
       for (size_t k = 0; k < chain.stages.size(); k += 4) chain.stages[k].fwd_ms = 0;
     }

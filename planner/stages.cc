@@ -389,12 +389,17 @@ Chain ChainFromProfile(const Profile& profile) {
       if (producer >= cut.first_op && producer <= cut.last_op) produced_out += liveness.StorageBytes(s);
     }
     int64_t saved = 0;
+    double nograd_ms = 0;
+    bool nograd_known = true;
     for (int op = cut.first_op; op <= cut.last_op; ++op) {
       const OpRecord& rec = profile.ops[static_cast<size_t>(op)];
       stage.fwd_ms += rec.fwd_ms;
       stage.bwd_ms += rec.bwd_ms;
+      nograd_ms += rec.fwd_nograd_ms;
+      nograd_known = nograd_known && rec.fwd_nograd_ms >= 0;
       saved += rec.saved_bytes;
     }
+    if (nograd_known) stage.fwd_nograd_ms = nograd_ms;  // else unknown: fwd_ms stands for it
     for (int s : out) {
       int producer = liveness.StorageProducer(s);
       if (producer >= cut.first_op && producer <= cut.last_op && !storage_kept[s]) saved += liveness.StorageBytes(s);
@@ -483,7 +488,19 @@ Chain ChainFromProfile(const Profile& profile) {
     stage.bwd_tmp_bytes = bwd_tmp;
     chain.stages.push_back(std::move(stage));
   }
-  chain.loss_bwd_ms = 0;
+  // The loss stands for what every step does once and no op owns: the
+  // step's measured time beyond its ops' (the graph's other nodes, the loss,
+  // the autograd engine, gradients accumulated into the parameters); from
+  // the step timed whole where the profile has it, else from the timed
+  // forward and backward.
+  double ops_fwd = 0, ops_bwd = 0;
+  for (const OpRecord& rec : profile.ops) {
+    ops_fwd += rec.fwd_ms;
+    ops_bwd += rec.bwd_ms;
+  }
+  chain.loss_bwd_ms = profile.totals.step_ms >= 0
+                          ? std::max(0.0, profile.totals.step_ms - ops_fwd - ops_bwd)
+                          : std::max(0.0, profile.totals.fwd_ms - ops_fwd) + std::max(0.0, profile.totals.bwd_ms - ops_bwd);
   chain.loss_bwd_tmp_bytes = 0;
   return chain;
 }

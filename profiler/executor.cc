@@ -12,12 +12,15 @@
 #include <optional>
 #include <set>
 
+#include "ckplan/planner/baselines.h"
 #include "ckplan/planner/error.h"
 #include "ckplan/planner/json_io.h"
+#include "ckplan/planner/plan.h"
 #include "ckplan/planner/schedule.h"
 #include "ckplan/planner/sha256.h"
 #include "device.h"
 #include "meta_device.h"
+#include "optimizer_step.h"
 #include "timing.h"
 #include "torch_graph.h"
 #include "tracking_allocator.h"
@@ -187,9 +190,8 @@ class Executor {
 
     // Measurement: each mode with its own optimizer state, a warm-up, then steps.
     RunReport report;
-    report.baseline = MeasureMode(staged, inputs, /*planned=*/false);
-    report.measured = MeasureMode(staged, inputs, /*planned=*/true);
-    Progress("", 1);
+    MeasureModes(staged, inputs, &report);
+    Progress("", 1 + 2 * (options_.steps + 1));
     return Finish(report);
   }
 
@@ -288,8 +290,12 @@ class Executor {
       add(p.grad());
     }
     for (const auto& b : buffers_) add(b);
-    for (const auto& t : state_a_) add(t);
-    for (const auto& t : state_b_) add(t);
+    // The optimizer state of the mode being measured is the step's; the
+    // other mode's (measured in turn with this one) is not.
+    if (optimizer_step_ != nullptr) {
+      for (const auto& t : optimizer_step_->first()) add(t);
+      for (const auto& t : optimizer_step_->second()) add(t);
+    }
     for (const auto& t : targets_) add(t);
     for (const auto& t : inputs) add(t);
     return tracker_.live_bytes() - step;
@@ -336,6 +342,8 @@ class Executor {
   }
 
   // A step without checkpointing, node by node (eager semantics).
+  // The reference the gradients are checked against; it also records which
+  // values require gradients.
   Measure RunPlainStep(StagedProgram& staged, const std::vector<at::Tensor>& inputs, bool record) {
     GraphProgram& program = staged.program();
     Seed();
@@ -344,7 +352,7 @@ class Executor {
     tracker_.ResetPeak();
     m.ledger_kept = tracker_.live_bytes() - m.other_bytes;
     m.device_base = ResetDevicePeak(device_);
-    auto start = Clock::now();
+    const StepTimer timer(device_.cuda());  // thread CPU time on the CPU (timing.h)
     Environment env;
     program.BindInputs(env, inputs);
     for (size_t n = 0; n < program.nodes().size(); ++n) {
@@ -366,7 +374,7 @@ class Executor {
     loss = at::Tensor();
     Step();
     SynchronizeDevice(device_);  // kernels run after their launch returns
-    m.ms = MsSince(start);
+    m.ms = timer.Ms();
     m.peak_bytes = StepPeak(m);
     return m;
   }
@@ -389,9 +397,15 @@ class Executor {
     std::vector<std::pair<at::Tensor, at::Tensor>> restore;
     std::vector<int64_t> versions;
     at::Tensor rng_before;
+    // Whether the stage draws random numbers is learnt on its first run (the
+    // gradient check's step); later steps copy the generator's state only
+    // for the stages that do (a copy and a comparison per stage cost about
+    // as much as a small stage).
+    if (draws_random_.size() < staged.stages()) draws_random_.resize(staged.stages(), -1);
+    const bool keep_rng = draws_random_[s] != 0;
     if (first_time) {
       std::lock_guard<std::mutex> lock(gen.mutex());
-      rng_before = gen.get_state();
+      if (keep_rng) rng_before = gen.get_state();
       for (const auto& b : buffers_) versions.push_back(b._version());
     } else {
       if (rng_state_[s].defined()) {
@@ -443,7 +457,8 @@ class Executor {
       }
       // Keep the random state only for stages that drew random numbers.
       std::lock_guard<std::mutex> lock(gen.mutex());
-      if (!at::equal(rng_before, gen.get_state())) rng_state_[s] = rng_before;
+      if (keep_rng && draws_random_[s] < 0) draws_random_[s] = at::equal(rng_before, gen.get_state()) ? 0 : 1;
+      if (keep_rng && draws_random_[s] == 1) rng_state_[s] = rng_before;
     } else {
       torch::NoGradGuard guard;
       for (auto& [buffer, saved] : restore) buffer.copy_(saved);
@@ -453,6 +468,11 @@ class Executor {
 
   // A step under the plan: its schedule, operation by operation.
   Measure RunPlannedStep(StagedProgram& staged, const std::vector<at::Tensor>& inputs) {
+    return RunSchedule(staged, inputs, schedule_);
+  }
+
+  // A step running `schedule` (the plan's, or the one without recomputation).
+  Measure RunSchedule(StagedProgram& staged, const std::vector<at::Tensor>& inputs, const Schedule& schedule) {
     const size_t stages = staged.stages();
     Seed();
     Measure m;
@@ -460,7 +480,7 @@ class Executor {
     tracker_.ResetPeak();
     m.ledger_kept = tracker_.live_bytes() - m.other_bytes;
     m.device_base = ResetDevicePeak(device_);
-    auto start = Clock::now();
+    const StepTimer timer(device_.cuda());  // thread CPU time on the CPU (timing.h)
     rng_state_.assign(stages, at::Tensor());
     mutated_buffers_.assign(stages, {});
     std::vector<bool> ran(stages, false);
@@ -480,13 +500,15 @@ class Executor {
         params += p.numel() * p.element_size();
         if (p.grad().defined()) grads += p.grad().numel() * p.grad().element_size();
       }
-      for (const auto& t : state_a_) state += t.numel() * t.element_size();
-      for (const auto& t : state_b_) state += t.numel() * t.element_size();
+      if (optimizer_step_ != nullptr) {
+        for (const auto& t : optimizer_step_->first()) state += t.numel() * t.element_size();
+        for (const auto& t : optimizer_step_->second()) state += t.numel() * t.element_size();
+      }
       std::fprintf(stderr, "trace start live %lld params %lld grads %lld optimizer %lld\n",
                    static_cast<long long>(tracker_.live_bytes()), static_cast<long long>(params),
                    static_cast<long long>(grads), static_cast<long long>(state));
     }
-    for (const Operation& op : schedule_) {
+    for (const Operation& op : schedule) {
       const size_t i = static_cast<size_t>(op.stage);
       if (trace) tracker_.ResetWindowPeak();
       switch (op.kind) {
@@ -582,54 +604,15 @@ class Executor {
     grad.clear();
     Step();
     SynchronizeDevice(device_);  // kernels run after their launch returns
-    m.ms = MsSince(start);
+    m.ms = timer.Ms();
     m.peak_bytes = StepPeak(m);
     return m;
   }
 
-  // The optimizer step the plan was solved for, with its state kept across steps.
+  // The optimizer step the plan was solved for, with its state kept across
+  // steps (each mode has its own); none during the gradient check.
   void Step() {
-    if (!stepping_) return;
-    torch::NoGradGuard no_grad;
-    const double lr = options_.lr;
-    ++step_count_;
-    if (optimizer_ == "adam" && state_a_.empty()) {
-      for (const auto& p : params_) {
-        state_a_.push_back(at::zeros_like(p));
-        state_b_.push_back(at::zeros_like(p));
-      }
-    }
-    for (size_t k = 0; k < params_.size(); ++k) {
-      at::Tensor p = params_[k];
-      const at::Tensor& g = p.grad();
-      if (!g.defined()) continue;
-      if (optimizer_ == "sgd") {
-        p.add_(g, -lr);
-      } else if (optimizer_ == "momentum") {
-        if (state_a_.size() <= k) state_a_.push_back(g.clone());
-        else state_a_[k].mul_(0.9).add_(g);
-        p.add_(state_a_[k], -lr);
-      } else if (optimizer_ == "adam") {
-        const double b1 = 0.9, b2 = 0.999, eps = 1e-8;
-        state_a_[k].mul_(b1).add_(g, 1 - b1);
-        state_b_[k].mul_(b2).addcmul_(g, g, 1 - b2);
-        const double bc1 = 1 - std::pow(b1, step_count_), bc2 = 1 - std::pow(b2, step_count_);
-        // In slices: the update's temporary stays small (at most 256 KiB in
-        // float32) instead of the size of the largest parameter, which on a
-        // model with a large classifier outgrew the activations' peak.
-        const bool flat = p.is_contiguous() && state_a_[k].is_contiguous() && state_b_[k].is_contiguous();
-        const int64_t kSlice = flat ? int64_t{1} << 16 : p.numel();
-        at::Tensor pf = flat ? p.view({-1}) : p, af = flat ? state_a_[k].view({-1}) : state_a_[k],
-                   bf = flat ? state_b_[k].view({-1}) : state_b_[k];
-        for (int64_t i = 0; i < pf.numel(); i += kSlice) {
-          const int64_t len = std::min(kSlice, pf.numel() - i);
-          auto slice = [&](const at::Tensor& t) { return flat ? t.narrow(0, i, len) : t; };
-          at::Tensor denom = slice(bf).sqrt();
-          denom.div_(std::sqrt(bc2)).add_(eps);
-          slice(pf).addcdiv_(slice(af), denom, -lr / bc1);
-        }
-      }
-    }
+    if (optimizer_step_ != nullptr) optimizer_step_->Apply(params_);
   }
 
   void CompareGrads(const std::vector<at::Tensor>& expected) {
@@ -649,35 +632,45 @@ class Executor {
     }
   }
 
-  StepMeasure MeasureMode(StagedProgram& staged, const std::vector<at::Tensor>& inputs, bool planned) {
-    state_a_.clear();
-    state_b_.clear();
-    step_count_ = 0;
-    stepping_ = optimizer_ != "none";
-    std::vector<double> ms;
-    std::vector<Measure> all;
+  // Both modes, a warm-up step each, then measured steps taken in turn (the
+  // order alternating), each mode with its own optimizer state: a machine
+  // that slows down or speeds up during the run shifts both alike. The
+  // baseline is measured the same way as the plan: the schedule without
+  // recomputation, run stage by stage (the plain step, which the gradients
+  // are checked against, does not pay for the cuts: its difference is no
+  // cost of recomputation).
+  void MeasureModes(StagedProgram& staged, const std::vector<at::Tensor>& inputs, RunReport* report) {
+    OptimizerStep plain(optimizer_, options_.lr), planned(optimizer_, options_.lr);
+    const Schedule no_recompute = NoCheckpointSchedule(static_cast<int>(staged.stages()));
+    std::vector<double> ms[2];
+    std::vector<Measure> all[2];
     const int total = options_.steps + 1;
     for (int step = 0; step < total; ++step) {
-      Progress(std::string(planned ? "under the plan" : "without checkpointing") + ": step " + std::to_string(step + 1) +
-                   "/" + std::to_string(total),
-               1 + (planned ? total : 0) + step);
-      ZeroGrads();
-      Measure m = planned ? RunPlannedStep(staged, inputs) : RunPlainStep(staged, inputs, false);
-      if (step > 0) {
-        all.push_back(m);
-        ms.push_back(m.ms);
+      for (int turn = 0; turn < 2; ++turn) {
+        const bool is_planned = (turn == 1) != (step % 2 == 1);
+        Progress(std::string("step ") + std::to_string(step + 1) + "/" + std::to_string(total) +
+                     (is_planned ? " under the plan" : " without checkpointing"),
+                 1 + 2 * step + turn);
+        optimizer_step_ = is_planned ? &planned : &plain;
+        ZeroGrads();
+        Measure m = RunSchedule(staged, inputs, is_planned ? schedule_ : no_recompute);
+        if (step > 0) {
+          all[is_planned].push_back(m);
+          ms[is_planned].push_back(m.ms);
+        }
       }
     }
-    StepMeasure result;
-    for (const Measure& m : all) {
-      result.peak_bytes = std::max(result.peak_bytes, m.peak_bytes);
-      result.live_after_forward_bytes = std::max(result.live_after_forward_bytes, m.live_after_forward_bytes);
+    optimizer_step_ = nullptr;
+    StepMeasure* results[2] = {&report->baseline, &report->measured};
+    for (int mode = 0; mode < 2; ++mode) {
+      StepMeasure& result = *results[mode];
+      for (const Measure& m : all[mode]) {
+        result.peak_bytes = std::max(result.peak_bytes, m.peak_bytes);
+        result.live_after_forward_bytes = std::max(result.live_after_forward_bytes, m.live_after_forward_bytes);
+      }
+      result.step_ms = Median(ms[mode]);
     }
-    result.step_ms = Median(ms);
     for (auto& p : params_) p.mutable_grad() = at::Tensor();
-    state_a_.clear();
-    state_b_.clear();
-    return result;
   }
 
   RunReport Finish(RunReport r) {
@@ -690,8 +683,7 @@ class Executor {
     r.predicted_peak_bytes = predicted_peak_;
     r.predicted_time_ms = predicted_ms_;
     r.predicted_overhead_pct = predicted_overhead_;
-    r.measured_overhead_pct =
-        r.baseline.step_ms > 0 ? (r.measured.step_ms - r.baseline.step_ms) / r.baseline.step_ms * 100 : 0;
+    r.measured_overhead_pct = OverheadPct(r.measured.step_ms, r.baseline.step_ms);
     r.max_abs_grad_diff = max_abs_;
     r.max_rel_grad_diff = max_rel_;
     r.peak_error_pct = r.measured.peak_bytes > 0
@@ -725,10 +717,10 @@ class Executor {
   std::vector<at::Tensor> params_, buffers_;
   std::unordered_map<const Value*, bool> requires_grad_;
   std::vector<at::Tensor> rng_state_;
+  std::vector<int> draws_random_;  // per stage: -1 not known yet, 0 no, 1 yes
   std::vector<std::vector<size_t>> mutated_buffers_;
-  std::vector<at::Tensor> state_a_, state_b_, targets_;
-  int step_count_ = 0;
-  bool stepping_ = false;
+  std::vector<at::Tensor> targets_;
+  OptimizerStep* optimizer_step_ = nullptr;  // the measured mode's; none in the gradient check
   double max_abs_ = 0, max_rel_ = 0;
 };
 

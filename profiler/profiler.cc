@@ -16,6 +16,7 @@
 #include "ckplan/planner/sha256.h"
 #include "device.h"
 #include "meta_device.h"
+#include "optimizer_step.h"
 #include "timing.h"
 #include "torch_graph.h"
 #include "tracking_allocator.h"
@@ -72,7 +73,7 @@ std::unique_ptr<at::ObserverContext> OnBackwardStart(const at::RecordFunction& f
 void OnBackwardEnd(const at::RecordFunction&, at::ObserverContext* raw) {
   auto* ctx = static_cast<BackwardContext*>(raw);
   if (ctx == nullptr || g_recorder == nullptr) return;
-  double ms = MsSince(ctx->start);
+  double ms = OpMsSince(ctx->start);
   TrackingAllocator::SetOwner(ctx->previous_owner);
   if (ctx->op < 0) return;
   if (g_recorder->gpu_timer) g_recorder->gpu_timer->End(ctx->op, /*backward=*/true);
@@ -161,8 +162,8 @@ class Profiler {
     InstallBackwardCallback();
 
     const size_t ops = static_cast<size_t>(program.num_ops());
-    std::vector<std::vector<double>> fwd_ms(ops), bwd_ms(ops);
-    std::vector<double> step_fwd_ms, step_bwd_ms;
+    std::vector<std::vector<double>> fwd_ms(ops), bwd_ms(ops), fwd_nograd_ms(ops);
+    std::vector<double> step_fwd_ms, step_bwd_ms, step_ms;
     std::vector<int64_t> bwd_tmp(ops, 0);
     StepRecord record;
     const int total = options_.reps + 1;
@@ -176,7 +177,12 @@ class Profiler {
       std::vector<double> op_ms(ops, 0);
       double forward_ms = 0, backward_ms = 0;
       RunStep(program, inputs, &recorder, &op_ms, &forward_ms, &backward_ms, detailed ? &record : nullptr);
+      // The same forward without autograd, right after (what recomputation costs).
+      std::vector<double> nograd_op_ms(ops, 0);
+      RunNoGradForward(program, inputs, &nograd_op_ms);
       if (!measured) continue;
+      step_ms.push_back(TimePlainStep(program, inputs));
+      for (size_t k = 0; k < ops; ++k) fwd_nograd_ms[k].push_back(nograd_op_ms[k]);
       for (size_t k = 0; k < ops; ++k) {
         fwd_ms[k].push_back(op_ms[k]);
         bwd_ms[k].push_back(recorder.bwd_ms[k]);
@@ -185,6 +191,7 @@ class Profiler {
       step_fwd_ms.push_back(forward_ms);
       step_bwd_ms.push_back(backward_ms);
     }
+    std::map<std::string, double> optimizer_step_ms = TimeOptimizers(program.module());
     if (options_.progress) options_.progress(total, total);
 
     Profile profile;
@@ -218,6 +225,7 @@ class Profiler {
       op.bwd_tmp_bytes = bwd_tmp[k];
       op.fwd_ms = Median(fwd_ms[k]);
       op.bwd_ms = Median(bwd_ms[k]);
+      op.fwd_nograd_ms = Median(fwd_nograd_ms[k]);
       profile.ops.push_back(std::move(op));
     }
     profile.totals.param_bytes = param_bytes_;
@@ -229,6 +237,8 @@ class Profiler {
     profile.totals.fwd_ms = Median(step_fwd_ms);
     profile.totals.bwd_ms = Median(step_bwd_ms);
     profile.totals.peak_bytes = record.peak_bytes;
+    profile.totals.optimizer_step_ms = optimizer_step_ms;
+    profile.totals.step_ms = Median(step_ms);
     return profile;
   }
 
@@ -327,7 +337,7 @@ class Profiler {
         RunOrExplain(program, index, env, inputs);
         if (gpu_timer) gpu_timer->End(node.op_id, /*backward=*/false);
       }
-      (*op_ms)[op] = MsSince(start);
+      (*op_ms)[op] = OpMsSince(start);
       const uint64_t seq_after = at::sequence_number::peek();
       if (seq_after > seq_before) {
         recorder->range_starts.push_back({seq_before, node.op_id});
@@ -430,6 +440,96 @@ class Profiler {
     if (record) {
       record->peak_bytes = StepPeakBytes(device_, device_base, ledger_kept, tracker_.peak_bytes() - other);
     }
+  }
+
+  // One forward without autograd (torch::NoGradGuard), op by op, timed as
+  // RunStep times its forward: what a checkpointed forward or a
+  // recomputation costs.
+  void RunNoGradForward(GraphProgram& program, const std::vector<at::Tensor>& inputs, std::vector<double>* op_ms) {
+    torch::NoGradGuard no_grad;
+    std::unique_ptr<GpuOpTimer> gpu_timer = MakeGpuOpTimer(device_, &timer_line_);
+    Environment env;
+    program.BindInputs(env, inputs);
+    const auto& nodes = program.nodes();
+    for (size_t index = 0; index < nodes.size(); ++index) {
+      const ProgramNode& node = nodes[index];
+      if (node.is_op) {
+        const auto start = Clock::now();
+        OwnerScope owner(node.op_id);
+        if (gpu_timer) gpu_timer->Begin(node.op_id, /*backward=*/false);
+        RunOrExplain(program, index, env, inputs);
+        if (gpu_timer) gpu_timer->End(node.op_id, /*backward=*/false);
+        (*op_ms)[static_cast<size_t>(node.op_id)] = OpMsSince(start);
+      } else {
+        RunOrExplain(program, index, env, inputs);
+      }
+      program.FreeDeadAfter(index, env);
+    }
+    env.clear();
+    if (gpu_timer) {
+      std::fill(op_ms->begin(), op_ms->end(), 0.0);
+      std::vector<double> no_backward(op_ms->size(), 0.0);
+      gpu_timer->Collect(op_ms, &no_backward);
+    }
+  }
+
+  // A forward (node by node), the loss and the backward, timed whole with no
+  // per-op timer: the step as `ckplan run` runs it, less the optimizer.
+  double TimePlainStep(GraphProgram& program, const std::vector<at::Tensor>& inputs) {
+    SynchronizeDevice(device_);
+    const StepTimer timer(device_.cuda());
+    at::Tensor loss;
+    {
+      Environment env;
+      program.BindInputs(env, inputs);
+      for (size_t index = 0; index < program.nodes().size(); ++index) {
+        RunOrExplain(program, index, env, inputs);
+        program.FreeDeadAfter(index, env);
+      }
+      std::vector<at::Tensor> outputs;
+      for (const c10::IValue& v : program.Outputs(env)) CollectTensors(v, &outputs);
+      for (const at::Tensor& t : outputs) {
+        if (!t.defined() || !t.is_floating_point() || !t.requires_grad()) continue;
+        at::Tensor s = t.sum().to(at::kFloat);
+        loss = loss.defined() ? loss + s : s;
+      }
+    }
+    if (loss.defined()) torch::autograd::backward({loss});
+    SynchronizeDevice(device_);
+    return timer.Ms();
+  }
+
+  // The update `ckplan run` applies (OptimizerStep) for each optimizer the
+  // planner knows, on copies of the trainable parameters with the last
+  // backward's gradients: a warm-up (the state is made), then the median of
+  // three updates.
+  std::map<std::string, double> TimeOptimizers(const torch::jit::Module& module) {
+    std::set<const void*> seen;
+    std::vector<at::Tensor> params;
+    {
+      torch::NoGradGuard no_grad;
+      for (const auto& p : module.parameters()) {
+        if (!p.requires_grad() || !seen.insert(p.unsafeGetTensorImpl()).second) continue;
+        at::Tensor copy = p.detach().clone();
+        if (p.grad().defined()) copy.mutable_grad() = p.grad().clone();
+        params.push_back(copy);
+      }
+    }
+    std::map<std::string, double> result;
+    for (const std::string& name : TimedOptimizers()) {
+      OptimizerStep optimizer(name, 1e-3);
+      optimizer.Apply(params);
+      std::vector<double> ms;
+      for (int rep = 0; rep < 3; ++rep) {
+        SynchronizeDevice(device_);
+        const StepTimer timer(device_.cuda());
+        optimizer.Apply(params);
+        SynchronizeDevice(device_);
+        ms.push_back(timer.Ms());
+      }
+      result[name] = Median(ms);
+    }
+    return result;
   }
 
   // Unpacking and indexing pass tensors through: keep their ids.

@@ -243,7 +243,7 @@ int RunSolve(const SolveOptions& options) {
   if (!o.sweep_path.empty()) {
     nlohmann::json points = nlohmann::json::array();
     for (const CurvePoint& point : plan.curve) {
-      double overhead = plan.no_recompute_ms > 0 ? (point.time_ms - plan.no_recompute_ms) / plan.no_recompute_ms * 100 : 0;
+      const double overhead = OverheadPct(point.time_ms, plan.no_recompute_ms);
       points.push_back({{"budget_bytes", point.budget_bytes}, {"time_ms", point.time_ms}, {"overhead_pct", overhead}});
     }
     nlohmann::json sweep = {{"schema", "ckplan.sweep/1"}, {"source", in.source}, {"slots", plan.slots},
@@ -258,7 +258,7 @@ int RunSolve(const SolveOptions& options) {
       const CurvePoint& point = plan.curve[k];
       bool changes = point.time_ms != last_time;
       if ((k % stride == 0 && changes) || k + 1 == plan.curve.size()) {
-        double overhead = plan.no_recompute_ms > 0 ? (point.time_ms - plan.no_recompute_ms) / plan.no_recompute_ms * 100 : 0;
+        const double overhead = OverheadPct(point.time_ms, plan.no_recompute_ms);
         curve_rows.push_back({FormatBytes(point.budget_bytes, budget.style), Ms(point.time_ms), Format("%+.1f%%", overhead)});
         last_time = point.time_ms;
       }

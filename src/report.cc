@@ -395,7 +395,6 @@ Report MakeReport(const PlannerInput& input, const std::string& source, int64_t 
   r.style = style;
   r.fixed = input.fixed;
   r.chain = input.chain;
-  r.no_recompute_ms = input.chain.NoRecomputeTimeMs();
   const int64_t huge = int64_t{1} << 60;
   auto baseline = [&](Algorithm a, int n) {
     PlanRequest request;
@@ -405,6 +404,7 @@ Report MakeReport(const PlannerInput& input, const std::string& source, int64_t 
     return MakePlan(input.chain, input.fixed, request);
   };
   Plan none = baseline(Algorithm::kNone, 0);
+  r.no_recompute_ms = none.no_recompute_ms;  // the optimizer's update included
   // One DP at the largest budget of interest gives the whole optimal curve,
   // and its plan says the smallest feasible budget.
   PlanRequest sweep;
@@ -541,7 +541,7 @@ std::string ReportMarkdown(const Report& r) {
   size_t stride = std::max<size_t>(1, r.optimal_curve.size() / 10);
   for (size_t k = 0; k < r.optimal_curve.size(); k += stride) {
     const auto& p = r.optimal_curve[k];
-    double overhead = r.no_recompute_ms > 0 ? (p.time_ms - r.no_recompute_ms) / r.no_recompute_ms * 100 : 0;
+    const double overhead = OverheadPct(p.time_ms, r.no_recompute_ms);
     s << "| " << FormatBytes(p.budget_bytes, r.style) << " | " << Format("%.2f ms", p.time_ms) << " | "
       << Format("%+.1f%%", overhead) << " |\n";
   }

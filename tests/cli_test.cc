@@ -289,3 +289,54 @@ TEST_CASE("--target: an unknown value, or pytorch on a chain that names no modul
   REQUIRE(schedule.exit_code == 0);
   CHECK(nlohmann::json::parse(schedule.out)["target"] == "schedule");
 }
+
+TEST_CASE("a plan's predicted step prices recomputation at the no-grad forward and adds the optimizer's update") {
+  std::string dir = TempDir();
+  // The example profile, as profile writes it now: per-op forwards without
+  // autograd (here half the forward with it) and the optimizers' updates.
+  nlohmann::json doc = nlohmann::json::parse(ReadAll(std::string(CKPLAN_SOURCE_DIR) + "/data/example.profile.json"));
+  std::string old_profile = dir + "/old.profile.json";
+  WriteText(old_profile, doc.dump());
+  for (auto& op : doc["ops"]) op["fwd_nograd_ms"] = op["fwd_ms"].get<double>() / 2;
+  doc["totals"]["optimizer_step_ms"] = {{"sgd", 1.0}, {"momentum", 2.0}, {"adam", 5.0}};
+  std::string profile = dir + "/profile.json";
+  WriteText(profile, doc.dump());
+  auto plan_for = [&](const std::string& input, const std::string& optimizer) {
+    CommandResult r = RunCkplan("solve " + input + " --budget 1TB --algo every --optimizer " + optimizer +
+                                    " --chain-out " + dir + "/chain.json -o " + dir + "/plan.json", dir);
+    CAPTURE(r.err);
+    REQUIRE(r.exit_code == 0);
+    return nlohmann::json::parse(ReadAll(dir + "/plan.json"));
+  };
+  nlohmann::json sgd = plan_for(profile, "sgd");
+  nlohmann::json adam = plan_for(profile, "adam");
+  Chain chain = ChainFromJson(nlohmann::json::parse(ReadAll(dir + "/chain.json")), "chain.json");
+  Schedule schedule = ScheduleFromJson(adam["schedule"], "plan.json", "schedule");
+  // The chain carries the no-grad forwards (each stage's ops' sum, half its forward).
+  for (const Stage& s : chain.stages) CHECK(s.fwd_nograd_ms == doctest::Approx(s.fwd_ms / 2));
+  // The step: the schedule over the chain plus the optimizer's update, against
+  // the same without recomputation; every recomputes each stage once, at its
+  // no-grad forward.
+  double recompute = 0;
+  for (const Stage& s : chain.stages) recompute += s.fwd_nograd_ms;
+  const double chain_ms = Simulate(chain, schedule).time_ms;
+  CHECK(chain_ms == doctest::Approx(chain.NoRecomputeTimeMs() + recompute));
+  CHECK(adam["predicted"]["time_ms"].get<double>() == doctest::Approx(chain_ms + 5.0));
+  CHECK(sgd["predicted"]["time_ms"].get<double>() == doctest::Approx(chain_ms + 1.0));
+  CHECK(adam["predicted"]["optimizer_step_ms"].get<double>() == 5.0);
+  CHECK(adam["predicted"]["no_recompute_ms"].get<double>() == doctest::Approx(chain.NoRecomputeTimeMs() + 5.0));
+  CHECK(adam["predicted"]["overhead_pct"].get<double>() ==
+        doctest::Approx(recompute / (chain.NoRecomputeTimeMs() + 5.0) * 100));
+  CHECK(adam["pytorch"]["predicted"]["time_ms"].get<double>() >= chain.NoRecomputeTimeMs() + 5.0);
+  // A profile without the new fields plans as before: recomputation at the
+  // forward with autograd, no optimizer time, no optimizer_step_ms field.
+  nlohmann::json old = plan_for(old_profile, "adam");
+  Chain old_chain = ChainFromJson(nlohmann::json::parse(ReadAll(dir + "/chain.json")), "chain.json");
+  double forwards = 0;
+  for (const Stage& s : old_chain.stages) {
+    CHECK(s.fwd_nograd_ms < 0);
+    forwards += s.fwd_ms;
+  }
+  CHECK(old["predicted"]["time_ms"].get<double>() == doctest::Approx(old_chain.NoRecomputeTimeMs() + forwards));
+  CHECK_FALSE(old["predicted"].contains("optimizer_step_ms"));
+}

@@ -307,6 +307,18 @@ TEST_CASE("the profile JSON round-trips and records identity, inputs and edges")
   CHECK(back.ops[0].module == "conv1");
   CHECK(back.ops[0].kind == "aten::_convolution");
   CHECK(back.totals.param_bytes == 11181642 * 4);  // torchvision resnet18 with 10 classes
+  // Every op's forward without autograd, and the update of each optimizer
+  // the planner knows, are measured and read back; the chain carries them.
+  for (size_t k = 0; k < p.ops.size(); ++k) {
+    CHECK(p.ops[k].fwd_nograd_ms >= 0);
+    CHECK(back.ops[k].fwd_nograd_ms == p.ops[k].fwd_nograd_ms);
+  }
+  for (const char* name : {"sgd", "momentum", "adam"}) {
+    REQUIRE(p.totals.optimizer_step_ms.count(name) == 1);
+    CHECK(p.totals.optimizer_step_ms.at(name) > 0);
+    CHECK(back.totals.optimizer_step_ms.at(name) == p.totals.optimizer_step_ms.at(name));
+  }
+  for (const Stage& s : ChainFromProfile(back).stages) CHECK(s.fwd_nograd_ms >= 0);
 }
 
 TEST_CASE("bad models and inputs are one-line errors naming the file, op and module") {

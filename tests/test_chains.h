@@ -56,6 +56,16 @@ inline Chain RandomChain(int length, uint32_t seed, int64_t size_scale = 1000000
   return c;
 }
 
+// The same chain with forwards without autograd that cost less than with it
+// (30% to 100% of fwd_ms, drawn with their own seed): recomputation then
+// costs other than the first forward.
+inline Chain WithNoGradForwards(Chain c, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> fraction(0.3, 1.0);
+  for (Stage& s : c.stages) s.fwd_nograd_ms = s.fwd_ms * fraction(rng);
+  return c;
+}
+
 // Small integer sizes (the chain is its own slot grid): for brute force.
 inline Chain SmallIntegerChain(int length, uint32_t seed) {
   std::mt19937 rng(seed);

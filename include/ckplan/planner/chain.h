@@ -16,12 +16,16 @@ namespace ckplan {
 
 struct Stage {
   std::string name;
-  double fwd_ms = 0;            ///< forward time, with or without autograd
+  double fwd_ms = 0;            ///< forward time with autograd (recording what backward needs)
   double bwd_ms = 0;            ///< backward time
   int64_t out_bytes = 0;        ///< the stage's output (the next stage's input)
   int64_t saved_bytes = 0;      ///< kept for backward when run with autograd, output included
   int64_t fwd_tmp_bytes = 0;    ///< transient peak above input and output during forward
   int64_t bwd_tmp_bytes = 0;    ///< transient peak above what backward holds and makes
+  /// Optional: forward time without autograd (what a checkpointed forward or
+  /// a recomputation costs); -1 when unknown, then fwd_ms stands for it.
+  double fwd_nograd_ms = -1;
+  double NoGradFwdMs() const { return fwd_nograd_ms >= 0 ? fwd_nograd_ms : fwd_ms; }
   /// For a chain cut from a profile: the module paths the stage covers and
   /// its op range [first_op, last_op]; empty / -1 for a plain chain.
   std::vector<std::string> modules;

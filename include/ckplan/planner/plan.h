@@ -32,8 +32,17 @@ struct FixedMemory {
   int64_t grad_bytes = 0;
   int64_t optimizer_bytes = 0;
   std::string optimizer = "none";
+  /// Time, not memory, but per optimizer like its state: the optimizer's
+  /// update of every parameter, added to every predicted step (0 when
+  /// unknown, as for a plain chain).
+  double optimizer_step_ms = 0;
   int64_t total() const { return param_bytes + buffer_bytes + grad_bytes + optimizer_bytes; }
 };
+
+/// The overhead of a step of `time_ms` over one of `baseline_ms`, in
+/// percent: the one formula every output uses. 0 for no baseline and for a
+/// difference that is only rounding (the same sum in another order).
+double OverheadPct(double time_ms, double baseline_ms);
 
 /// Optimizer state per parameter byte: none/sgd 0, momentum 1, adam 2.
 /// Throws BadInput for an unknown name.
@@ -91,10 +100,10 @@ struct Plan {
   Schedule schedule;                   ///< empty when infeasible
   std::vector<int> checkpointed_stages;
   SimulationResult simulation;         ///< of the chain alone, in bytes
-  double time_ms = 0;                  ///< predicted step time
-  double no_recompute_ms = 0;
+  double time_ms = 0;                  ///< predicted step time, the optimizer's update included
+  double no_recompute_ms = 0;          ///< the same without checkpointing
   int64_t peak_bytes = 0;              ///< predicted peak of the whole step
-  std::vector<CurvePoint> curve;       ///< optimal with sweep: finite points
+  std::vector<CurvePoint> curve;       ///< optimal with sweep: finite points (step times as time_ms)
   /// Optimal only: "exact" (the whole table) or "banded" (long chains); for
   /// banded, a proven lower bound on the optimum and whether the plan is it.
   std::string solver;

@@ -3,6 +3,7 @@
 /// on a model, op by op. Written by the profiler, read by the planner.
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,9 @@ struct OpRecord {
   /// Optional (`args`): every tensor argument, parameters included, in order:
   /// what the cost model (cost_model.h) counts FLOPs and bytes from.
   std::vector<ArgRecord> args;
+  /// Optional: the forward without autograd (torch::NoGradGuard), what a
+  /// recomputation costs; -1 when the profile has none (fwd_ms stands for it).
+  double fwd_nograd_ms = -1;
 };
 
 /// A parameter of the model (optional in the contract: profiles made before
@@ -66,6 +70,12 @@ struct ProfileTotals {
   double fwd_ms = 0;
   double bwd_ms = 0;
   int64_t peak_bytes = 0;   ///< measured peak of the whole forward+backward
+  /// Optional: one optimizer update of every trainable parameter, per
+  /// optimizer name (sgd, momentum, adam); empty when not measured.
+  std::map<std::string, double> optimizer_step_ms;
+  /// Optional: a whole forward, loss and backward timed without per-op
+  /// timers (median); -1 when not measured.
+  double step_ms = -1;
 };
 
 struct Profile {

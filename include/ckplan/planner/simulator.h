@@ -15,6 +15,8 @@
 /// - bwd i: needs saved[i], grad[i+1] and act[i]; peak = stored + x_i +
 ///   bwd_tmp_i; drops saved[i], grad[i+1], act[i]; adds grad[i].
 /// A step is complete when every backward and the loss ran exactly once.
+/// Time: fwd_grad costs the stage's fwd_ms, fwd_nograd(_keep) its forward
+/// without autograd (NoGradFwdMs), bwd its bwd_ms, loss the loss's bwd_ms.
 
 #include <cstdint>
 #include <vector>

@@ -18,10 +18,12 @@ namespace ckplan {
 /// it. Index k of `x` is x_k (k = 0..L+1, x_{L+1} = 0); index k of `xbar` is
 /// the saved size of stage k-1 (k = 1..L+1, xbar_{L+1} = 0); the per-stage
 /// arrays have L+1 entries, the last one the loss (no forward, no fwd_tmp).
+/// `fwd` is a forward with autograd (the base case's F_all), `fwd_nograd`
+/// one without (what the forwards of a leaf, F_ck and F_null, cost).
 struct DiscreteChain {
   int length = 0;
   std::vector<int64_t> x, xbar, fwd_tmp, bwd_tmp;
-  std::vector<double> fwd, bwd;
+  std::vector<double> fwd, bwd, fwd_nograd;
 };
 
 /// Sizes rounded UP to whole slots of `slot_bytes` (so a plan never exceeds

@@ -1,0 +1,41 @@
+#pragma once
+// The optimizer update `ckplan run` applies after each step, and that the
+// profiler times for the plan's prediction: one implementation for both.
+// Internal header (includes ATen).
+
+#include <ATen/core/Tensor.h>
+
+#include <string>
+#include <vector>
+
+namespace ckplan {
+
+/// Optimizers the planner knows (besides `none`): their update is timed in
+/// the profile.
+inline const std::vector<std::string>& TimedOptimizers() {
+  static const std::vector<std::string> names = {"sgd", "momentum", "adam"};
+  return names;
+}
+
+/// sgd, momentum (0.9) or adam (0.9, 0.999, eps 1e-8) with its state kept
+/// across steps; `none` does nothing. Parameters without a gradient are skipped.
+class OptimizerStep {
+ public:
+  OptimizerStep(std::string name, double lr) : name_(std::move(name)), lr_(lr) {}
+  /// One update of `params` from their gradients (under no-grad).
+  void Apply(const std::vector<at::Tensor>& params);
+  /// Drops the state (the next Apply starts over).
+  void Reset();
+  /// The state tensors (momentum: first moments; adam: both moments).
+  const std::vector<at::Tensor>& first() const { return first_; }
+  const std::vector<at::Tensor>& second() const { return second_; }
+  const std::string& name() const { return name_; }
+
+ private:
+  std::string name_;
+  double lr_;
+  int steps_ = 0;
+  std::vector<at::Tensor> first_, second_;
+};
+
+}  // namespace ckplan
