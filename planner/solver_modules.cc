@@ -253,7 +253,7 @@ Units UnitsByStage(const Chain& chain, const std::vector<WrappableModule>& modul
       }
       need = std::max(need, inner + NewBytes(cut(k + 1), held) + s.fwd_tmp_bytes);
       inner = NewBytes(cut(k + 1), input);
-      time += 2 * s.fwd_ms + s.bwd_ms;
+      time += s.NoGradFwdMs() + s.fwd_ms + s.bwd_ms;  // the first forward without autograd, the rerun with it
     }
     // It holds its input (what no op saves too: added as the frontier
     // walks, the bits once), and its output as kept.

@@ -26,6 +26,12 @@ KNOWN_DIFFERENCES = {
                "choice falls back to the math path (attention probabilities kept: 24 KiB more per layer) where the "
                "CPU takes flash attention",
 }
+# nn.LSTM and nn.GRU: on the CPU PyTorch runs oneDNN's RNN layer (MkldnnRnnLayerBackward0, its workspace
+# kept for backward); on meta tensors the same op takes the per-timestep composite path (StackBackward0),
+# which keeps other tensors.
+for _ext in (".pt", ".pt2"):
+    KNOWN_DIFFERENCES["recurrent" + _ext] = ("nn.LSTM/nn.GRU run oneDNN's RNN layer on the CPU and the "
+                                             "per-timestep composite on meta: other tensors kept")
 
 
 def profile(ckplan, model, inputs, out, *extra):
