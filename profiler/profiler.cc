@@ -200,7 +200,7 @@ class Profiler {
     profile.model = {{"path", path}, {"sha256", sha256}, {"inputs", input_specs}, {"training", module.is_training()}};
     profile.environment = {{"libtorch", LibTorchVersion()}, {"threads", options_.threads}, {"device", device_.name},
                            {"reps", options_.reps}, {"seed", options_.seed},
-                           {"timer", device_.cuda() ? timer_line_ : meta ? "none: meta tensors do no work" : "steady_clock"},
+                           {"timer", device_.cuda() ? timer_line_ : meta ? "none: meta tensors do no work" : "thread CPU time (CLOCK_THREAD_CPUTIME_ID)"},
                            {"memory", device_.cuda() ? "CUDA caching allocator: its trace per op, its device "
                                                        "statistics for the step's peak"
                                                      : meta ? "tracking meta allocator: every meta storage counted, none allocated"

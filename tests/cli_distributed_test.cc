@@ -51,8 +51,12 @@ TEST_CASE("distributed bad input: counts, an old profile for --shard full, a bud
   r = RunCkplan("solve " + Example() + " --budget 10MiB --pipeline 2 --microbatches -3", dir);
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("invalid --microbatches -3") != std::string::npos);
-  // data/example.profile.json predates the parameter list.
-  r = RunCkplan("solve " + Example() + " --budget 10MiB --data-parallel 2 --shard full", dir);
+  // A profile made before the parameter list (the example without it).
+  nlohmann::json old = ReadJson(Example());
+  REQUIRE(old.contains("parameters"));
+  old.erase("parameters");
+  WriteText(dir + "/old.profile.json", old.dump());
+  r = RunCkplan("solve " + dir + "/old.profile.json --budget 10MiB --data-parallel 2 --shard full", dir);
   CHECK(r.exit_code == 2);
   CHECK(r.err.find("no 'parameters' list") != std::string::npos);
 
