@@ -25,6 +25,13 @@ std::vector<int> ReadIds(const JsonReader& array, int limit) {
 // Storage ids: the profiler numbers them from 0, and untracked ones -1 - tensor.
 constexpr int64_t kMaxStorageId = int64_t{1} << 30;
 
+// A tensor's shape: sizes as non-negative integers (a tensor, an op's argument, a parameter).
+std::vector<int64_t> ReadShape(const JsonReader& shape) {
+  std::vector<int64_t> sizes;
+  for (size_t d = 0; d < shape.ArraySize(); ++d) sizes.push_back(shape.Item(d).NonNegativeBytes());
+  return sizes;
+}
+
 }  // namespace
 
 Profile ProfileFromJson(const nlohmann::json& doc, const std::string& file) {
@@ -69,8 +76,7 @@ Profile ProfileFromJson(const nlohmann::json& doc, const std::string& file) {
     TensorRecord rec;
     rec.id = r.Field("id").IntegerIn(0, tensor_count - 1);
     if (rec.id != t) r.Field("id").Fail("tensor ids must be 0.." + std::to_string(tensor_count - 1) + " in order");
-    JsonReader shape = r.Field("shape");
-    for (size_t k = 0; k < shape.ArraySize(); ++k) rec.shape.push_back(shape.Item(k).NonNegativeBytes());
+    rec.shape = ReadShape(r.Field("shape"));
     rec.dtype = r.Field("dtype").String();
     rec.bytes = r.Field("bytes").NonNegativeBytes();
     rec.nbytes = r.Has("nbytes") ? r.Field("nbytes").NonNegativeBytes() : rec.bytes;
@@ -102,8 +108,7 @@ Profile ProfileFromJson(const nlohmann::json& doc, const std::string& file) {
         JsonReader arg = args.Item(a);
         ArgRecord rec;
         rec.dtype = arg.Field("dtype").String();
-        JsonReader shape = arg.Field("shape");
-        for (size_t d = 0; d < shape.ArraySize(); ++d) rec.shape.push_back(shape.Item(d).NonNegativeBytes());
+        rec.shape = ReadShape(arg.Field("shape"));
         op.args.push_back(std::move(rec));
       }
     }
@@ -123,8 +128,7 @@ Profile ProfileFromJson(const nlohmann::json& doc, const std::string& file) {
       JsonReader r = params.Item(k);
       ParameterRecord rec;
       rec.name = r.Field("name").String();
-      JsonReader shape = r.Field("shape");
-      for (size_t d = 0; d < shape.ArraySize(); ++d) rec.shape.push_back(shape.Item(d).NonNegativeBytes());
+      rec.shape = ReadShape(r.Field("shape"));
       rec.bytes = r.Field("bytes").NonNegativeBytes();
       p.parameters.push_back(std::move(rec));
     }
