@@ -6,15 +6,16 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/setup.sh
 CKPLAN=${CKPLAN_BUILD_DIR:-build}/ckplan
+PYTHON=.venv/bin/python  # the project's environment (a fresh machine may have no python3)
 mkdir -p out
 echo "== ckplan profile"
 "$CKPLAN" profile data/example.pt --input 8x3x32x32 -o out/profile.json
 echo
 echo "== ckplan solve (halfway between the smallest feasible budget and no checkpointing)"
 minimum=$("$CKPLAN" solve out/profile.json --budget 1TB --optimizer adam -o - 2>/dev/null |
-          python3 -c 'import json,sys; print(json.load(sys.stdin)["min_budget_bytes"])')
+          "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["min_budget_bytes"])')
 none=$("$CKPLAN" solve out/profile.json --budget 1TB --algo none -o - 2>/dev/null |
-       python3 -c 'import json,sys; print(json.load(sys.stdin)["predicted"]["peak_bytes"])')
+       "$PYTHON" -c 'import json,sys; print(json.load(sys.stdin)["predicted"]["peak_bytes"])')
 budget=$(( (minimum + none) / 2 ))
 "$CKPLAN" solve out/profile.json --budget "$budget" -o out/plan.json
 echo
