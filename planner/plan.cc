@@ -348,7 +348,7 @@ Plan MakeModulePlan(const Chain& chain, const FixedMemory& fixed, const PlanRequ
   if (!solution.feasible) return plan;
   plan.feasible = true;
   plan.schedule = solution.schedule;
-  plan.time_ms = solution.time_ms;
+  plan.time_ms = solution.time_ms + fixed.optimizer_step_ms;  // as every plan: the optimizer's update included
   // Predicted as PyTorch runs it (apply_plan): the solver's own accounting.
   // The simulation (what `ckplan run`'s executor holds) gives the timeline.
   plan.simulation = Simulate(chain, plan.schedule);

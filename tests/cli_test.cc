@@ -344,4 +344,13 @@ TEST_CASE("a plan's predicted step prices recomputation at the no-grad forward a
   }
   CHECK(old["predicted"]["time_ms"].get<double>() == doctest::Approx(old_chain.NoRecomputeTimeMs() + forwards));
   CHECK_FALSE(old["predicted"].contains("optimizer_step_ms"));
+  // The PyTorch target (a profile's default) where nothing needs wrapping:
+  // the step without recomputation, the optimizer's update included.
+  CommandResult all = RunCkplan("solve " + profile + " --budget 1TB --optimizer adam -o " + dir + "/all.json", dir);
+  REQUIRE(all.exit_code == 0);
+  nlohmann::json unwrapped = nlohmann::json::parse(ReadAll(dir + "/all.json"));
+  CHECK(unwrapped["target"] == "pytorch");
+  CHECK(unwrapped["predicted"]["time_ms"].get<double>() ==
+        doctest::Approx(unwrapped["predicted"]["no_recompute_ms"].get<double>()));
+  CHECK(unwrapped["predicted"]["overhead_pct"].get<double>() == 0.0);
 }
