@@ -26,6 +26,11 @@ import ckplan_torch  # noqa: E402
 import make_models  # noqa: E402
 from checks import check, finish  # noqa: E402
 
+# Models whose measured step peak is below the prediction by more than 2%
+# (the prediction still bounds it): why, per model.
+PEAK_CONSERVATIVE = {}
+
+
 def ckplan(binary, *args):
     result = subprocess.run([binary, *args], capture_output=True, text=True)
     if result.returncode != 0:
@@ -133,7 +138,9 @@ def run_model(args, name, workdir):
     none = json.loads(ckplan(args.ckplan, "solve", profile, "--budget", "1TB", "--algo", "none", "-o", "-"))
     check(loose["target"] == "pytorch", f"{name}: a profile's plan targets pytorch by default")
     check_invariant(args, name, profile, none["predicted"]["peak_bytes"])
-    budget = (loose["min_budget_bytes"] + none["predicted"]["peak_bytes"]) // 2
+    # Halfway between the target's smallest budget and its own peak with
+    # nothing wrapped (the loose plan's: gradients as PyTorch allocates them).
+    budget = (loose["min_budget_bytes"] + loose["predicted"]["peak_bytes"]) // 2
     ckplan(args.ckplan, "solve", profile, "--budget", str(budget), "-o", plan_path)
     plan = ckplan_torch.load_plan(plan_path)
     check(plan["predicted"]["peak_bytes"] <= budget and plan["pytorch"]["predicted"]["fits_budget"],
@@ -159,14 +166,21 @@ def run_model(args, name, workdir):
         check(kept < plain_kept, f"{name}: the plan keeps less than no checkpointing")
     else:
         check(kept == plain_kept, f"{name}: no module worth wrapping, nothing changes")
-    # The whole step in PyTorch: within the budget, and the plan's prediction
-    # (without the optimizer state, which this step has none of) bounds it.
+    # The whole step in PyTorch (gradients set to None before it, as
+    # zero_grad() does, allocated by the backward): within the budget, and
+    # within 2% of the plan's prediction (without the optimizer state, which
+    # this step has none of).
     measured_peak = step_peak(model, inputs)
     predicted_peak = plan["predicted"]["peak_bytes"] - plan["fixed"]["optimizer_bytes"]
+    check(plan["pytorch"]["predicted"]["peak_bytes"] == plan["predicted"]["peak_bytes"],
+          f"{name}: pytorch.predicted.peak_bytes is the plan's predicted peak")
     print(f"{name}: step peak {measured_peak} B measured by the profiler, predicted {predicted_peak} B "
           f"({(predicted_peak - measured_peak) / measured_peak * 100:+.1f}%), budget {budget} B")
     check(measured_peak <= budget - plan["fixed"]["optimizer_bytes"], f"{name}: the step's measured peak is within the budget")
     check(measured_peak <= predicted_peak * 1.02, f"{name}: the step's measured peak is at most the prediction + 2%")
+    if name not in PEAK_CONSERVATIVE:
+        check(abs(measured_peak - predicted_peak) <= 0.02 * predicted_peak,
+              f"{name}: the step's measured peak within 2% of the prediction")
     got = grads(model, inputs, seed=7)
     diff = max((a - b).abs().max().item() for a, b in zip(got, expected))
     check(diff == 0.0, f"{name}: gradients equal those without the plan (max abs diff {diff})")
