@@ -61,7 +61,7 @@ StageGradients StageGradientBytes(const Chain& chain, const Profile& profile) {
   const int length = chain.length();
   StageGradients out;
   out.bytes.assign(static_cast<size_t>(length), 0);
-  out.in_bwd_tmp.assign(static_cast<size_t>(length), 0);
+  out.held_in_bwd.assign(static_cast<size_t>(length), 0);
   if (length == 0) return out;
   std::vector<int> stage_of(profile.ops.size(), -1);
   for (int i = 0; i < length; ++i) {
@@ -112,13 +112,45 @@ StageGradients StageGradientBytes(const Chain& chain, const Profile& profile) {
       }
     }
   }
+  std::vector<int64_t> op_grads(profile.ops.size(), 0);
   for (size_t q = 0; q < profile.parameters.size(); ++q) {
     const int op = last_op[q];
     const int at = op >= 0 ? stage_of[static_cast<size_t>(op)] : length - 1;
     out.bytes[static_cast<size_t>(at)] += profile.parameters[q].bytes;
-    if (op >= 0 && op == chain.stages[static_cast<size_t>(at)].first_op) {
-      out.in_bwd_tmp[static_cast<size_t>(at)] += profile.parameters[q].bytes;
+    if (op >= 0) {
+      op_grads[static_cast<size_t>(op)] += profile.parameters[q].bytes;
+    } else {
+      out.held_in_bwd[static_cast<size_t>(at)] += profile.parameters[q].bytes;  // for its whole backward
     }
+  }
+  // Each stage's backward replayed op by op as ChainFromProfile replays it
+  // for bwd_tmp_bytes (planner/stages.cc), with the gradients of the ops
+  // already back-propagated held: what that adds to the stage's peak.
+  for (int i = 0; i < length; ++i) {
+    const Stage& stage = chain.stages[static_cast<size_t>(i)];
+    if (stage.first_op < 0 || stage.last_op >= static_cast<int>(profile.ops.size())) continue;
+    int64_t extra = 0, peak = 0, peak_with = 0, made = 0;
+    std::set<int> grads;
+    for (int op = stage.last_op; op >= stage.first_op; --op) {
+      const OpRecord& rec = profile.ops[static_cast<size_t>(op)];
+      int64_t input_grads = 0;
+      for (int t : rec.inputs) {
+        const TensorRecord& in = profile.tensors[static_cast<size_t>(t)];
+        if (in.requires_grad && in.producer < stage.first_op && grads.insert(t).second) input_grads += in.nbytes;
+      }
+      peak = std::max(peak, extra + rec.bwd_tmp_bytes - input_grads);
+      peak_with = std::max(peak_with, extra + rec.bwd_tmp_bytes - input_grads + made);
+      made += op_grads[static_cast<size_t>(op)];  // in its own bwd_tmp_bytes, then held
+      for (int t : rec.outputs) {
+        if (grads.erase(t)) extra -= profile.tensors[static_cast<size_t>(t)].nbytes;
+      }
+      for (int t : rec.inputs) {
+        const TensorRecord& in = profile.tensors[static_cast<size_t>(t)];
+        if (in.requires_grad && in.producer >= stage.first_op && grads.insert(t).second) extra += in.nbytes;
+      }
+      extra -= rec.saved_bytes;
+    }
+    out.held_in_bwd[static_cast<size_t>(i)] += std::max<int64_t>(0, peak_with) - std::max<int64_t>(0, peak);
   }
   return out;
 }
@@ -235,16 +267,13 @@ Units UnitsByStage(const Chain& chain, const std::vector<WrappableModule>& modul
                    const StageGradients& grads) {
   const int length = chain.length();
   // Parameter gradients (PyTorch allocates them in backward): grads_from[k],
-  // those of stages k..L-1; in_bwd[k], held during stage k's backward on top
-  // of its bwd_tmp_bytes (which counts its first op's own).
+  // those of stages k..L-1; in_bwd[k], held at stage k's backward peak on top
+  // of its bwd_tmp_bytes: those of the stages after it and its own already made.
   std::vector<int64_t> grads_from(static_cast<size_t>(length) + 1, 0), in_bwd(static_cast<size_t>(length), 0);
   for (int k = std::min<int>(length, static_cast<int>(grads.bytes.size())) - 1; k >= 0; --k) {
-    grads_from[static_cast<size_t>(k)] = grads.bytes[static_cast<size_t>(k)];
-    if (static_cast<size_t>(k) < grads.in_bwd_tmp.size()) in_bwd[static_cast<size_t>(k)] = -grads.in_bwd_tmp[static_cast<size_t>(k)];
-  }
-  for (int k = length - 1; k >= 0; --k) {
-    grads_from[static_cast<size_t>(k)] += grads_from[static_cast<size_t>(k) + 1];
-    in_bwd[static_cast<size_t>(k)] += grads_from[static_cast<size_t>(k)];
+    grads_from[static_cast<size_t>(k)] = grads_from[static_cast<size_t>(k) + 1] + grads.bytes[static_cast<size_t>(k)];
+    in_bwd[static_cast<size_t>(k)] = grads_from[static_cast<size_t>(k) + 1] +
+                                     (static_cast<size_t>(k) < grads.held_in_bwd.size() ? grads.held_in_bwd[static_cast<size_t>(k)] : 0);
   }
   Cuts cuts = CutsOf(chain);
   if (accounting == ModuleAccounting::kSimulator) {

@@ -167,7 +167,7 @@ namespace {
 
 // The simulator's peak of a schedule with parameter gradients as PyTorch
 // allocates them: none before the loss, those of stages k.. from stage k's
-// backward on, less what its bwd_tmp_bytes counts (and those after a wrapped
+// backward on (its own: those held on top of its bwd_tmp_bytes), and those after a wrapped
 // module while it is recomputed).
 int64_t PeakWithGradients(const Chain& chain, const Schedule& schedule, const StageGradients& grads) {
   const SimulationResult r = Simulate(chain, schedule);
@@ -183,7 +183,7 @@ int64_t PeakWithGradients(const Chain& chain, const Schedule& schedule, const St
     int64_t alive = 0;
     if (op.kind == OpKind::kBackward) {
       done = static_cast<size_t>(op.stage);
-      alive = from[done] - grads.in_bwd_tmp[done];
+      alive = from[done + 1] + grads.held_in_bwd[done];
     } else if (backward) {
       alive = from[done];
     }
@@ -205,7 +205,7 @@ TEST_CASE("gradients allocated in backward: the module solver equals brute force
       int64_t total = 0;
       for (int k = 0; k < length; ++k) {
         grads.bytes.push_back(std::uniform_int_distribution<int64_t>(0, 6)(rng));
-        grads.in_bwd_tmp.push_back(std::uniform_int_distribution<int64_t>(0, grads.bytes.back())(rng));
+        grads.held_in_bwd.push_back(std::uniform_int_distribution<int64_t>(0, grads.bytes.back())(rng));
         total += grads.bytes.back();
       }
       // Every disjoint set: its peak with gradients, and its time.
@@ -286,6 +286,7 @@ TEST_CASE("each parameter's gradient goes to the last stage that uses it, a tied
   // wte's weight is used last by lm_head (stage 3); `scale` by the root's op
   // in stage 2; a parameter no op is found to use counts from the start of backward.
   CHECK(grads.bytes == std::vector<int64_t>{0, 288, 288 + 32, 3200 + 12});
-  // What each stage's first op makes (in its measured backward transient).
-  CHECK(grads.in_bwd_tmp == std::vector<int64_t>{0, 288, 288, 3200});
+  // Held on top of a stage's measured backward transient: in stage 2, h.1.fc's
+  // op runs its backward with `scale`'s gradient made; the unused one throughout.
+  CHECK(grads.held_in_bwd == std::vector<int64_t>{0, 0, 32, 12});
 }

@@ -39,10 +39,11 @@ std::vector<WrappableModule> WrappableModules(const Chain& chain, const Profile*
 struct StageGradients {
   /// Per stage: the gradient bytes its backward allocates.
   std::vector<int64_t> bytes;
-  /// Per stage: the part of `bytes` its first op's backward makes, which the
-  /// stage's bwd_tmp_bytes already counts (the profiler measures an op's
-  /// backward with the gradients it produces); the rest is held on top.
-  std::vector<int64_t> in_bwd_tmp;
+  /// Per stage: its own gradients held at its backward's peak on top of its
+  /// bwd_tmp_bytes (the profiler measures an op's backward with the
+  /// gradients it makes; those of the stage's later ops are then held):
+  /// its backward replayed op by op as ChainFromProfile does.
+  std::vector<int64_t> held_in_bwd;
 };
 
 /// A parameter goes to the last op (and stage) that uses it: by the module
@@ -85,7 +86,7 @@ struct ModuleSolution {
 /// (bytes held, time) over the stage boundaries. Infeasible: feasible false.
 /// `grads` (empty, or one per stage: StageGradientBytes): the gradients
 /// counted as PyTorch allocates them, those of stages after k held during
-/// stage k's backward with its own beyond its bwd_tmp_bytes (and those after
+/// stage k's backward with its own `held_in_bwd` (and those after
 /// a wrapped module during its recomputation), none during the forward; the
 /// peak then includes them.
 ModuleSolution SolveModules(const Chain& chain, const std::vector<WrappableModule>& modules, int64_t budget_bytes,
