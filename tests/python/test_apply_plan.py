@@ -27,8 +27,16 @@ import make_models  # noqa: E402
 from checks import check, finish  # noqa: E402
 
 # Models whose measured step peak is below the prediction by more than 2%
-# (the prediction still bounds it): why, per model.
-PEAK_CONSERVATIVE = {}
+# (the prediction still bounds it). Kept for backward matches to the byte on
+# them, and gradients are counted as PyTorch allocates them; the gap is there
+# with nothing wrapped too (budget 1TB: gpt +2.6%, unet +8.4%,
+# transformer_encoder +3.3%, bert +3.8%, gpt2 +6.0%), so it is in the chain's
+# backward: each stage's backward transient (bwd_tmp_bytes, the op-by-op
+# maximum) is counted on top of all the stage keeps and both of its
+# boundary gradients, while PyTorch frees saved tensors and gradients as the
+# stage's ops run. Transformer blocks and U-Net stages, with many ops each,
+# are where that bound is loosest.
+PEAK_CONSERVATIVE = {"gpt", "unet", "transformer_encoder", "bert", "gpt2"}
 
 
 def ckplan(binary, *args):
@@ -69,6 +77,15 @@ def kept_for_backward(model, inputs):
     return sum(kept.values()), out.sum()
 
 
+def loss_with_gradient(out):
+    """A loss as the plan models one (as cross-entropy does): it holds the
+    output until its backward and makes a gradient the output's size
+    (sum(out * out) / 2: mul saves out, its gradient is out). `.sum()` alone
+    would cost nothing: the output freed once summed, its gradient an expanded
+    scalar."""
+    return (out * out.detach()).sum() / 2
+
+
 def step_peak(model, inputs):
     """The step's peak by PyTorch's own accounting: the profiler's memory
     timeline (every CPU allocation and free, parameters and inputs as
@@ -77,7 +94,7 @@ def step_peak(model, inputs):
     from torch.profiler._memory_profiler import Action
     model.zero_grad(set_to_none=True)
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True) as prof:
-        model(*inputs).sum().backward()
+        loss_with_gradient(model(*inputs)).backward()
     live = peak = 0
     for _, action, _, size in prof._memory_profile().timeline:
         if action in (Action.PREEXISTING, Action.CREATE):
