@@ -338,13 +338,18 @@ namespace {
 Plan MakeModulePlan(const Chain& chain, const FixedMemory& fixed, const PlanRequest& request, Plan plan) {
   CheckStageCount(chain);
   const std::vector<WrappableModule>& modules = *request.pytorch_modules;
-  const int64_t chain_budget = request.budget_bytes - fixed.total();
+  // Parameter gradients: as PyTorch allocates them (during backward, stage
+  // by stage) when known, in the chain's part; else for the whole step.
+  static const StageGradients kWholeStep;
+  const StageGradients& grads = request.pytorch_stage_grads != nullptr ? *request.pytorch_stage_grads : kWholeStep;
+  const int64_t fixed_bytes = fixed.total() - (request.pytorch_stage_grads != nullptr ? fixed.grad_bytes : 0);
+  const int64_t chain_budget = request.budget_bytes - fixed_bytes;
   plan.target = "pytorch";
   plan.solver = "modules";
-  plan.min_budget_bytes = fixed.total() + MinimumModulesMemory(chain, modules, ModuleAccounting::kPyTorch);
+  plan.min_budget_bytes = fixed_bytes + MinimumModulesMemory(chain, modules, ModuleAccounting::kPyTorch, grads);
   plan.min_budget_lower_bytes = plan.min_budget_bytes;
   if (chain_budget <= 0) return plan;
-  ModuleSolution solution = SolveModules(chain, modules, chain_budget, ModuleAccounting::kPyTorch);
+  ModuleSolution solution = SolveModules(chain, modules, chain_budget, ModuleAccounting::kPyTorch, grads);
   if (!solution.feasible) return plan;
   plan.feasible = true;
   plan.schedule = solution.schedule;
@@ -352,10 +357,12 @@ Plan MakeModulePlan(const Chain& chain, const FixedMemory& fixed, const PlanRequ
   // Predicted as PyTorch runs it (apply_plan): the solver's own accounting.
   // The simulation (what `ckplan run`'s executor holds) gives the timeline.
   plan.simulation = Simulate(chain, plan.schedule);
-  plan.peak_bytes = fixed.total() + solution.peak_bytes;
+  plan.peak_bytes = fixed_bytes + solution.peak_bytes;
   plan.checkpointed_stages = CheckpointedStages(plan.schedule, chain.length());
   plan.pytorch = ExportForModules(chain, solution.wrapped);
-  plan.pytorch.simulation.peak_bytes = solution.peak_bytes;
+  // pytorch.predicted.peak_bytes is written as fixed.total() + this: the
+  // gradients the solver counted stage by stage are not counted twice.
+  plan.pytorch.simulation.peak_bytes = solution.peak_bytes - (fixed.total() - fixed_bytes);
   plan.pytorch.saved_bytes = solution.kept_bytes;
   if (solution.peak_bytes > chain_budget) {
     throw Error(ExitCode::kVerifyFailed, "internal check failed: the module plan peaks at " +

@@ -57,6 +57,104 @@ std::vector<WrappableModule> WrappableModules(const Chain& chain, const Profile*
   return out;
 }
 
+StageGradients StageGradientBytes(const Chain& chain, const Profile& profile) {
+  const int length = chain.length();
+  StageGradients out;
+  out.bytes.assign(static_cast<size_t>(length), 0);
+  out.held_in_bwd.assign(static_cast<size_t>(length), 0);
+  if (length == 0) return out;
+  std::vector<int> stage_of(profile.ops.size(), -1);
+  for (int i = 0; i < length; ++i) {
+    const Stage& s = chain.stages[static_cast<size_t>(i)];
+    for (int op = std::max(s.first_op, 0); op <= s.last_op && op < static_cast<int>(stage_of.size()); ++op) {
+      stage_of[static_cast<size_t>(op)] = i;
+    }
+  }
+  auto module_of = [](const std::string& name) {
+    const size_t dot = name.rfind('.');
+    return dot == std::string::npos ? std::string() : name.substr(0, dot);
+  };
+  auto within = [](const std::string& path, const std::string& module) {
+    return module.empty() || path == module || path.compare(0, module.size() + 1, module + ".") == 0;
+  };
+  // The op (in forward order) whose backward makes each parameter's gradient.
+  std::vector<int> last_op(profile.parameters.size(), -1);
+  for (size_t q = 0; q < profile.parameters.size(); ++q) {
+    const std::string owner = module_of(profile.parameters[q].name);
+    int own = -1, nested = -1;
+    for (const OpRecord& op : profile.ops) {
+      if (stage_of[static_cast<size_t>(op.id)] < 0) continue;
+      if (op.module == owner) own = std::max(own, op.id);
+      if (within(op.module, owner)) nested = std::max(nested, op.id);
+    }
+    last_op[q] = own >= 0 ? own : nested;
+  }
+  // Tied weights: an op's arguments other than its tensor inputs are
+  // parameters (or buffers); one shaped like no parameter of the op's module
+  // or its ancestors is one of another module (every one of that shape).
+  for (const OpRecord& op : profile.ops) {
+    if (stage_of[static_cast<size_t>(op.id)] < 0) continue;
+    std::vector<std::vector<int64_t>> args;
+    for (const ArgRecord& arg : op.args) args.push_back(arg.shape);
+    for (int id : op.inputs) {
+      if (id < 0 || id >= static_cast<int>(profile.tensors.size())) continue;
+      auto it = std::find(args.begin(), args.end(), profile.tensors[static_cast<size_t>(id)].shape);
+      if (it != args.end()) args.erase(it);
+    }
+    for (const std::vector<int64_t>& shape : args) {
+      bool ours = false;
+      for (const ParameterRecord& p : profile.parameters) {
+        ours = ours || (p.shape == shape && within(op.module, module_of(p.name)));
+      }
+      if (ours) continue;
+      for (size_t q = 0; q < profile.parameters.size(); ++q) {
+        if (profile.parameters[q].shape == shape) last_op[q] = std::max(last_op[q], op.id);
+      }
+    }
+  }
+  std::vector<int64_t> op_grads(profile.ops.size(), 0);
+  for (size_t q = 0; q < profile.parameters.size(); ++q) {
+    const int op = last_op[q];
+    const int at = op >= 0 ? stage_of[static_cast<size_t>(op)] : length - 1;
+    out.bytes[static_cast<size_t>(at)] += profile.parameters[q].bytes;
+    if (op >= 0) {
+      op_grads[static_cast<size_t>(op)] += profile.parameters[q].bytes;
+    } else {
+      out.held_in_bwd[static_cast<size_t>(at)] += profile.parameters[q].bytes;  // for its whole backward
+    }
+  }
+  // Each stage's backward replayed op by op as ChainFromProfile replays it
+  // for bwd_tmp_bytes (planner/stages.cc), with the gradients of the ops
+  // already back-propagated held: what that adds to the stage's peak.
+  for (int i = 0; i < length; ++i) {
+    const Stage& stage = chain.stages[static_cast<size_t>(i)];
+    if (stage.first_op < 0 || stage.last_op >= static_cast<int>(profile.ops.size())) continue;
+    int64_t extra = 0, peak = 0, peak_with = 0, made = 0;
+    std::set<int> grads;
+    for (int op = stage.last_op; op >= stage.first_op; --op) {
+      const OpRecord& rec = profile.ops[static_cast<size_t>(op)];
+      int64_t input_grads = 0;
+      for (int t : rec.inputs) {
+        const TensorRecord& in = profile.tensors[static_cast<size_t>(t)];
+        if (in.requires_grad && in.producer < stage.first_op && grads.insert(t).second) input_grads += in.nbytes;
+      }
+      peak = std::max(peak, extra + rec.bwd_tmp_bytes - input_grads);
+      peak_with = std::max(peak_with, extra + rec.bwd_tmp_bytes - input_grads + made);
+      made += op_grads[static_cast<size_t>(op)];  // in its own bwd_tmp_bytes, then held
+      for (int t : rec.outputs) {
+        if (grads.erase(t)) extra -= profile.tensors[static_cast<size_t>(t)].nbytes;
+      }
+      for (int t : rec.inputs) {
+        const TensorRecord& in = profile.tensors[static_cast<size_t>(t)];
+        if (in.requires_grad && in.producer >= stage.first_op && grads.insert(t).second) extra += in.nbytes;
+      }
+      extra -= rec.saved_bytes;
+    }
+    out.held_in_bwd[static_cast<size_t>(i)] += std::max<int64_t>(0, peak_with) - std::max<int64_t>(0, peak);
+  }
+  return out;
+}
+
 Schedule ModuleSchedule(int length, const std::vector<WrappableModule>& wrapped) {
   std::vector<int> end_of(static_cast<size_t>(length), -1);  // first stage -> last stage of a wrapped module
   for (const WrappableModule& m : wrapped) end_of[static_cast<size_t>(m.first_stage)] = m.last_stage;
@@ -165,8 +263,18 @@ std::set<int64_t> Ids(const std::vector<std::pair<int64_t, int64_t>>& cut) {
 // PyTorch's accounting differs in one way: a stage output no op saves (a
 // Linear's output read by ReLU) is freed once the next stage has read it,
 // unless a wrapped module holds it as its input.
-Units UnitsByStage(const Chain& chain, const std::vector<WrappableModule>& modules, ModuleAccounting accounting) {
+Units UnitsByStage(const Chain& chain, const std::vector<WrappableModule>& modules, ModuleAccounting accounting,
+                   const StageGradients& grads) {
   const int length = chain.length();
+  // Parameter gradients (PyTorch allocates them in backward): grads_from[k],
+  // those of stages k..L-1; in_bwd[k], held at stage k's backward peak on top
+  // of its bwd_tmp_bytes: those of the stages after it and its own already made.
+  std::vector<int64_t> grads_from(static_cast<size_t>(length) + 1, 0), in_bwd(static_cast<size_t>(length), 0);
+  for (int k = std::min<int>(length, static_cast<int>(grads.bytes.size())) - 1; k >= 0; --k) {
+    grads_from[static_cast<size_t>(k)] = grads_from[static_cast<size_t>(k) + 1] + grads.bytes[static_cast<size_t>(k)];
+    in_bwd[static_cast<size_t>(k)] = grads_from[static_cast<size_t>(k) + 1] +
+                                     (static_cast<size_t>(k) < grads.held_in_bwd.size() ? grads.held_in_bwd[static_cast<size_t>(k)] : 0);
+  }
   Cuts cuts = CutsOf(chain);
   if (accounting == ModuleAccounting::kSimulator) {
     for (const auto& c : cuts.storages) {
@@ -229,7 +337,8 @@ Units UnitsByStage(const Chain& chain, const std::vector<WrappableModule>& modul
     const Stage& s = chain.stages[static_cast<size_t>(i)];
     const int64_t own = cuts.own_saved[static_cast<size_t>(i)], out = fresh[static_cast<size_t>(i)];
     const int64_t kept = own + kept_fresh[static_cast<size_t>(i)];
-    Unit unit{i, i, -1, kept + grad(i + 1) + grad(i) + s.bwd_tmp_bytes, kept, s.fwd_ms + s.bwd_ms};
+    Unit unit{i, i, -1, kept + grad(i + 1) + grad(i) + s.bwd_tmp_bytes + in_bwd[static_cast<size_t>(i)], kept,
+              s.fwd_ms + s.bwd_ms};
     unit.need_input = std::max(own + out, out + s.fwd_tmp_bytes);
     unit.input_own = loose[static_cast<size_t>(i)];
     unit.input_bits = bits_at(i);
@@ -265,13 +374,15 @@ Units UnitsByStage(const Chain& chain, const std::vector<WrappableModule>& modul
     for (int k = a; k <= b; ++k) {
       const Stage& s = chain.stages[static_cast<size_t>(k)];
       const int64_t own = cuts.own_saved[static_cast<size_t>(k)], out = fresh[static_cast<size_t>(k)];
-      need = std::max(need, grad(b + 1) + kept + std::max(own + out, out + s.fwd_tmp_bytes));
+      need = std::max(need, grad(b + 1) + grads_from[static_cast<size_t>(b) + 1] + kept +
+                                std::max(own + out, out + s.fwd_tmp_bytes));
       kept += own + out;
       kept_after[static_cast<size_t>(k - a)] = kept;
     }
     for (int k = b; k >= a; --k) {
       const Stage& s = chain.stages[static_cast<size_t>(k)];
-      need = std::max(need, grad(k + 1) + kept_after[static_cast<size_t>(k - a)] + grad(k) + s.bwd_tmp_bytes);
+      need = std::max(need, grad(k + 1) + kept_after[static_cast<size_t>(k - a)] + grad(k) + s.bwd_tmp_bytes +
+                                in_bwd[static_cast<size_t>(k)]);
     }
     Unit unit{a, b, static_cast<int>(m), 0, adds, time};
     unit.need_input = need;
@@ -331,10 +442,10 @@ Step Walk(const Units& units, const Unit& unit, const State& state) {
 }  // namespace
 
 ModuleSolution SolveModules(const Chain& chain, const std::vector<WrappableModule>& modules, int64_t budget_bytes,
-                            ModuleAccounting accounting) {
+                            ModuleAccounting accounting, const StageGradients& grads) {
   ModuleSolution solution;
   const int length = chain.length();
-  const Units all = UnitsByStage(chain, modules, accounting);
+  const Units all = UnitsByStage(chain, modules, accounting, grads);
   const std::vector<std::vector<Unit>>& units = all.by_stage;
   std::vector<std::vector<State>> frontier(static_cast<size_t>(length) + 1);
   int64_t input = 0;
@@ -385,15 +496,15 @@ ModuleSolution SolveModules(const Chain& chain, const std::vector<WrappableModul
 }
 
 int64_t MinimumModulesMemory(const Chain& chain, const std::vector<WrappableModule>& modules,
-                             ModuleAccounting accounting) {
+                             ModuleAccounting accounting, const StageGradients& grads) {
   // Feasibility only grows with the budget: bisect between a budget that
   // fails and the no-checkpointing peak, which fits.
   int64_t upper = 1;
-  while (!SolveModules(chain, modules, upper, accounting).feasible) upper *= 2;
+  while (!SolveModules(chain, modules, upper, accounting, grads).feasible) upper *= 2;
   int64_t lower = upper / 2;
   while (upper - lower > 1) {
     const int64_t middle = lower + (upper - lower) / 2;
-    if (SolveModules(chain, modules, middle, accounting).feasible) {
+    if (SolveModules(chain, modules, middle, accounting, grads).feasible) {
       upper = middle;
     } else {
       lower = middle;

@@ -162,3 +162,131 @@ TEST_CASE("wrapping every stage on its own is every's schedule, and wrapping not
     if (budget == none_peak) CHECK(s.wrapped.empty());
   }
 }
+
+namespace {
+
+// The simulator's peak of a schedule with parameter gradients as PyTorch
+// allocates them: none before the loss, those of stages k.. from stage k's
+// backward on (its own: those held on top of its bwd_tmp_bytes), and those after a wrapped
+// module while it is recomputed).
+int64_t PeakWithGradients(const Chain& chain, const Schedule& schedule, const StageGradients& grads) {
+  const SimulationResult r = Simulate(chain, schedule);
+  const std::vector<int64_t>& stage_grads = grads.bytes;
+  std::vector<int64_t> from(stage_grads.size() + 1, 0);
+  for (size_t k = stage_grads.size(); k-- > 0;) from[k] = from[k + 1] + stage_grads[k];
+  int64_t peak = 0;
+  bool backward = false;
+  size_t done = stage_grads.size();
+  for (size_t j = 0; j < schedule.size(); ++j) {
+    const Operation& op = schedule[j];
+    if (op.kind == OpKind::kLoss) backward = true;
+    int64_t alive = 0;
+    if (op.kind == OpKind::kBackward) {
+      done = static_cast<size_t>(op.stage);
+      alive = from[done + 1] + grads.held_in_bwd[done];
+    } else if (backward) {
+      alive = from[done];
+    }
+    peak = std::max(peak, r.peak_during_bytes[j] + alive);
+  }
+  return peak;
+}
+
+}  // namespace
+
+TEST_CASE("gradients allocated in backward: the module solver equals brute force over every set, in bytes") {
+  int compared = 0, below = 0;
+  for (int length = 1; length <= 7; ++length) {
+    for (uint32_t seed = 0; seed < 5; ++seed) {
+      Chain chain = testing::SmallIntegerChain(length, 700 * length + seed);
+      std::vector<WrappableModule> modules = RandomModules(length, seed + 3);
+      std::mt19937 rng(seed);
+      StageGradients grads;
+      int64_t total = 0;
+      for (int k = 0; k < length; ++k) {
+        grads.bytes.push_back(std::uniform_int_distribution<int64_t>(0, 6)(rng));
+        grads.held_in_bwd.push_back(std::uniform_int_distribution<int64_t>(0, grads.bytes.back())(rng));
+        total += grads.bytes.back();
+      }
+      // Every disjoint set: its peak with gradients, and its time.
+      std::vector<std::pair<int64_t, double>> sets;
+      const size_t n = modules.size();
+      for (uint32_t mask = 0; mask < (1u << n); ++mask) {
+        std::vector<WrappableModule> set;
+        std::vector<bool> used(static_cast<size_t>(length), false);
+        bool disjoint = true;
+        for (size_t m = 0; m < n && disjoint; ++m) {
+          if (!(mask & (1u << m))) continue;
+          for (int k = modules[m].first_stage; k <= modules[m].last_stage; ++k) {
+            if (used[static_cast<size_t>(k)]) disjoint = false;
+            used[static_cast<size_t>(k)] = true;
+          }
+          set.push_back(modules[m]);
+        }
+        if (!disjoint) continue;
+        std::sort(set.begin(), set.end(), [](const auto& p, const auto& q) { return p.first_stage < q.first_stage; });
+        const Schedule s = ModuleSchedule(length, set);
+        sets.push_back({PeakWithGradients(chain, s, grads), Simulate(chain, s).time_ms});
+      }
+      int64_t smallest = INT64_MAX;
+      for (const auto& entry : sets) smallest = std::min(smallest, entry.first);
+      CAPTURE(length);
+      CAPTURE(seed);
+      const int64_t minimum = MinimumModulesMemory(chain, modules, ModuleAccounting::kPyTorch, grads);
+      CHECK(minimum == smallest);
+      // Counting them for the whole step instead needs more, never less.
+      CHECK(MinimumModulesMemory(chain, modules) + total >= minimum);
+      if (MinimumModulesMemory(chain, modules) + total > minimum) ++below;
+      for (int64_t budget = minimum - 2; budget <= minimum + 30; ++budget) {
+        CAPTURE(budget);
+        double best = 1e300;
+        for (const auto& entry : sets) {
+          if (entry.first <= budget) best = std::min(best, entry.second);
+        }
+        const ModuleSolution solution = SolveModules(chain, modules, budget, ModuleAccounting::kPyTorch, grads);
+        CHECK(solution.feasible == (best < 1e300));
+        if (solution.feasible) {
+          CHECK(solution.time_ms == doctest::Approx(best).epsilon(1e-12));
+          CHECK(solution.peak_bytes == PeakWithGradients(chain, solution.schedule, grads));
+          CHECK(solution.peak_bytes <= budget);
+        }
+        ++compared;
+      }
+    }
+  }
+  CHECK(compared > 1000);
+  CHECK(below > 10);
+}
+
+TEST_CASE("each parameter's gradient goes to the last stage that uses it, a tied weight found by shape") {
+  Profile profile;
+  auto op = [&](const std::string& module, std::vector<std::vector<int64_t>> args) {
+    OpRecord r;
+    r.id = static_cast<int>(profile.ops.size());
+    r.module = module;
+    for (auto& shape : args) r.args.push_back({shape, "Float"});
+    profile.ops.push_back(r);
+  };
+  op("wte", {{4}, {100, 8}});         // stage 0: the embedding
+  op("h.0.fc", {{4, 8}, {8, 8}, {8}});  // stage 1
+  op("h.1.fc", {{4, 8}, {8, 8}, {8}});  // stage 2
+  op("", {{4, 8}, {8}});              // stage 2: the root's own op (bias `scale`)
+  op("lm_head", {{4, 8}, {100, 8}});  // stage 3: owns no parameter, takes wte's weight
+  profile.parameters = {{"wte.weight", {100, 8}, 3200}, {"h.0.fc.weight", {8, 8}, 256}, {"h.0.fc.bias", {8}, 32},
+                        {"h.1.fc.weight", {8, 8}, 256}, {"h.1.fc.bias", {8}, 32}, {"scale", {8}, 32},
+                        {"unused.weight", {3}, 12}};
+  Chain chain;
+  for (int i = 0; i < 4; ++i) chain.stages.push_back(Stage{});
+  const int ranges[4][2] = {{0, 0}, {1, 1}, {2, 3}, {4, 4}};
+  for (int i = 0; i < 4; ++i) {
+    chain.stages[static_cast<size_t>(i)].first_op = ranges[i][0];
+    chain.stages[static_cast<size_t>(i)].last_op = ranges[i][1];
+  }
+  const StageGradients grads = StageGradientBytes(chain, profile);
+  // wte's weight is used last by lm_head (stage 3); `scale` by the root's op
+  // in stage 2; a parameter no op is found to use counts from the start of backward.
+  CHECK(grads.bytes == std::vector<int64_t>{0, 288, 288 + 32, 3200 + 12});
+  // Held on top of a stage's measured backward transient: in stage 2, h.1.fc's
+  // op runs its backward with `scale`'s gradient made; the unused one throughout.
+  CHECK(grads.held_in_bwd == std::vector<int64_t>{0, 0, 32, 12});
+}

@@ -134,12 +134,17 @@ int RunSolve(const SolveOptions& options) {
     throw BadInput("invalid --target '" + o.target + "': use pytorch or schedule");
   }
   std::vector<WrappableModule> modules;
+  StageGradients stage_grads;  // gradients as PyTorch allocates them, per stage
   if (target == "pytorch" && request.algorithm == Algorithm::kOptimal) {
     modules = WrappableModules(in.chain, in.from_profile ? &in.profile : nullptr);
     if (!in.from_profile && modules.empty()) {
       throw BadInput(o.input + ": --target pytorch needs module paths (a profile, or a chain whose stages name modules)");
     }
     request.pytorch_modules = &modules;
+    if (in.from_profile && !in.profile.parameters.empty()) {
+      stage_grads = StageGradientBytes(in.chain, in.profile);
+      request.pytorch_stage_grads = &stage_grads;
+    }
   }
 
   const bool json_to_stdout = o.output == "-";

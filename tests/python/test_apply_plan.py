@@ -26,6 +26,19 @@ import ckplan_torch  # noqa: E402
 import make_models  # noqa: E402
 from checks import check, finish  # noqa: E402
 
+# Models whose measured step peak is below the prediction by more than 2%
+# (the prediction still bounds it). Kept for backward matches to the byte on
+# them, and gradients are counted as PyTorch allocates them; the gap is there
+# with nothing wrapped too (budget 1TB: gpt +2.6%, unet +8.4%,
+# transformer_encoder +3.3%, bert +3.8%, gpt2 +6.0%), so it is in the chain's
+# backward: each stage's backward transient (bwd_tmp_bytes, the op-by-op
+# maximum) is counted on top of all the stage keeps and both of its
+# boundary gradients, while PyTorch frees saved tensors and gradients as the
+# stage's ops run. Transformer blocks and U-Net stages, with many ops each,
+# are where that bound is loosest.
+PEAK_CONSERVATIVE = {"gpt", "unet", "transformer_encoder", "bert", "gpt2"}
+
+
 def ckplan(binary, *args):
     result = subprocess.run([binary, *args], capture_output=True, text=True)
     if result.returncode != 0:
@@ -64,6 +77,15 @@ def kept_for_backward(model, inputs):
     return sum(kept.values()), out.sum()
 
 
+def loss_with_gradient(out):
+    """A loss as the plan models one (as cross-entropy does): it holds the
+    output until its backward and makes a gradient the output's size
+    (sum(out * out) / 2: mul saves out, its gradient is out). `.sum()` alone
+    would cost nothing: the output freed once summed, its gradient an expanded
+    scalar."""
+    return (out * out.detach()).sum() / 2
+
+
 def step_peak(model, inputs):
     """The step's peak by PyTorch's own accounting: the profiler's memory
     timeline (every CPU allocation and free, parameters and inputs as
@@ -72,7 +94,7 @@ def step_peak(model, inputs):
     from torch.profiler._memory_profiler import Action
     model.zero_grad(set_to_none=True)
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True) as prof:
-        model(*inputs).sum().backward()
+        loss_with_gradient(model(*inputs)).backward()
     live = peak = 0
     for _, action, _, size in prof._memory_profile().timeline:
         if action in (Action.PREEXISTING, Action.CREATE):
@@ -133,7 +155,9 @@ def run_model(args, name, workdir):
     none = json.loads(ckplan(args.ckplan, "solve", profile, "--budget", "1TB", "--algo", "none", "-o", "-"))
     check(loose["target"] == "pytorch", f"{name}: a profile's plan targets pytorch by default")
     check_invariant(args, name, profile, none["predicted"]["peak_bytes"])
-    budget = (loose["min_budget_bytes"] + none["predicted"]["peak_bytes"]) // 2
+    # Halfway between the target's smallest budget and its own peak with
+    # nothing wrapped (the loose plan's: gradients as PyTorch allocates them).
+    budget = (loose["min_budget_bytes"] + loose["predicted"]["peak_bytes"]) // 2
     ckplan(args.ckplan, "solve", profile, "--budget", str(budget), "-o", plan_path)
     plan = ckplan_torch.load_plan(plan_path)
     check(plan["predicted"]["peak_bytes"] <= budget and plan["pytorch"]["predicted"]["fits_budget"],
@@ -159,14 +183,21 @@ def run_model(args, name, workdir):
         check(kept < plain_kept, f"{name}: the plan keeps less than no checkpointing")
     else:
         check(kept == plain_kept, f"{name}: no module worth wrapping, nothing changes")
-    # The whole step in PyTorch: within the budget, and the plan's prediction
-    # (without the optimizer state, which this step has none of) bounds it.
+    # The whole step in PyTorch (gradients set to None before it, as
+    # zero_grad() does, allocated by the backward): within the budget, and
+    # within 2% of the plan's prediction (without the optimizer state, which
+    # this step has none of).
     measured_peak = step_peak(model, inputs)
     predicted_peak = plan["predicted"]["peak_bytes"] - plan["fixed"]["optimizer_bytes"]
+    check(plan["pytorch"]["predicted"]["peak_bytes"] == plan["predicted"]["peak_bytes"],
+          f"{name}: pytorch.predicted.peak_bytes is the plan's predicted peak")
     print(f"{name}: step peak {measured_peak} B measured by the profiler, predicted {predicted_peak} B "
           f"({(predicted_peak - measured_peak) / measured_peak * 100:+.1f}%), budget {budget} B")
     check(measured_peak <= budget - plan["fixed"]["optimizer_bytes"], f"{name}: the step's measured peak is within the budget")
     check(measured_peak <= predicted_peak * 1.02, f"{name}: the step's measured peak is at most the prediction + 2%")
+    if name not in PEAK_CONSERVATIVE:
+        check(abs(measured_peak - predicted_peak) <= 0.02 * predicted_peak,
+              f"{name}: the step's measured peak within 2% of the prediction")
     got = grads(model, inputs, seed=7)
     diff = max((a - b).abs().max().item() for a, b in zip(got, expected))
     check(diff == 0.0, f"{name}: gradients equal those without the plan (max abs diff {diff})")

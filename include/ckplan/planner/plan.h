@@ -60,6 +60,11 @@ struct PlanRequest {
   /// kOptimal for the PyTorch target: the fastest set of these modules to
   /// wrap (SolveModules) instead of the nested schedule; null: the schedule target.
   const std::vector<WrappableModule>* pytorch_modules = nullptr;
+  /// With pytorch_modules: the gradients each stage's backward allocates
+  /// (StageGradientBytes). The plan then counts parameter gradients as
+  /// PyTorch allocates them (in backward, none during the forward) instead of
+  /// for the whole step; null: fixed.grad_bytes for the whole step.
+  const StageGradients* pytorch_stage_grads = nullptr;
 };
 
 struct CurvePoint {

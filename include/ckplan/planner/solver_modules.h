@@ -32,6 +32,28 @@ struct WrappableModule {
 /// profile (nullptr): the stages that are exactly one module.
 std::vector<WrappableModule> WrappableModules(const Chain& chain, const Profile* profile);
 
+/// Parameter gradients as PyTorch allocates them: a parameter's `.grad` is
+/// made by the backward of its last use in the forward (AccumulateGrad keeps
+/// the tensor the op's backward produced) and `zero_grad(set_to_none=True)`
+/// frees it before the next forward.
+struct StageGradients {
+  /// Per stage: the gradient bytes its backward allocates.
+  std::vector<int64_t> bytes;
+  /// Per stage: its own gradients held at its backward's peak on top of its
+  /// bwd_tmp_bytes (the profiler measures an op's backward with the
+  /// gradients it makes; those of the stage's later ops are then held):
+  /// its backward replayed op by op as ChainFromProfile does.
+  std::vector<int64_t> held_in_bwd;
+};
+
+/// A parameter goes to the last op (and stage) that uses it: by the module
+/// that owns it (its own ops, else its submodules'); a weight tied into a
+/// module that owns no parameter of that shape (an `lm_head` sharing
+/// `wte.weight`) is found by the shapes of that module's op arguments that
+/// are not its tensor inputs; one no op is found to use goes to the last
+/// stage (alive through the whole backward). `bytes` sums to every parameter's.
+StageGradients StageGradientBytes(const Chain& chain, const Profile& profile);
+
 /// The schedule of wrapping `wrapped` (disjoint, by stage range): per
 /// wrapped module its first stage forward keeping its input, the rest
 /// without autograd, and in backward all of it again with autograd, then
@@ -62,11 +84,18 @@ struct ModuleSolution {
 /// as the simulator counts a chain without storages, is within
 /// `budget_bytes` (the chain input included), by `accounting`: exact, by a Pareto frontier of
 /// (bytes held, time) over the stage boundaries. Infeasible: feasible false.
+/// `grads` (empty, or one per stage: StageGradientBytes): the gradients
+/// counted as PyTorch allocates them, those of stages after k held during
+/// stage k's backward with its own `held_in_bwd` (and those after
+/// a wrapped module during its recomputation), none during the forward; the
+/// peak then includes them.
 ModuleSolution SolveModules(const Chain& chain, const std::vector<WrappableModule>& modules, int64_t budget_bytes,
-                            ModuleAccounting accounting = ModuleAccounting::kSimulator);
+                            ModuleAccounting accounting = ModuleAccounting::kSimulator,
+                            const StageGradients& grads = {});
 
 /// The smallest budget (chain input included) for which SolveModules is feasible.
 int64_t MinimumModulesMemory(const Chain& chain, const std::vector<WrappableModule>& modules,
-                             ModuleAccounting accounting = ModuleAccounting::kSimulator);
+                             ModuleAccounting accounting = ModuleAccounting::kSimulator,
+                             const StageGradients& grads = {});
 
 }  // namespace ckplan
