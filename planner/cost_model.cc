@@ -99,7 +99,7 @@ OpWork CountOpWork(const Profile& profile, const OpRecord& op, const CostModelCo
                            "_scaled_dot_product_cudnn_attention"}) &&
              args.size() >= 3 && args[0].shape.size() >= 2 && args[1].shape.size() >= 2) {
     // q [..., L, D], k [..., S, D]: Q K^T and P V, 2 L S D each, per batch and head.
-    w.op_class = OpClass::kAttention;
+    w.op_class = args.size() >= 4 && !args[3].shape.empty() ? OpClass::kMaskedAttention : OpClass::kAttention;
     const auto& q = args[0].shape;
     const double l = static_cast<double>(q[q.size() - 2]), d = static_cast<double>(q.back());
     const double s = static_cast<double>(args[1].shape[args[1].shape.size() - 2]);
@@ -109,6 +109,9 @@ OpWork CountOpWork(const Profile& profile, const OpRecord& op, const CostModelCo
   }
   if (w.op_class == OpClass::kMatmul || w.op_class == OpClass::kConvolution) {
     w.bwd_flops = c.backward_matmul_factor * w.fwd_flops;
+  }
+  if (KindIs(kind, {"dropout", "native_dropout", "feature_dropout", "alpha_dropout", "bernoulli"})) {
+    w.op_class = OpClass::kRandom;
   }
   if (KindIs(kind, {"embedding"}) && !args.empty()) {
     // Forward: gather the rows; backward: zero the weight's gradient, scatter-add the rows.
@@ -156,22 +159,32 @@ double RooflineMs(const GpuSpec& gpu, OpClass op_class, const std::string& dtype
   switch (op_class) {
     case OpClass::kMatmul: efficiency = c.matmul_efficiency; break;
     case OpClass::kConvolution: efficiency = c.convolution_efficiency; break;
-    case OpClass::kAttention: efficiency = c.attention_efficiency; break;
+    case OpClass::kAttention:
+    case OpClass::kMaskedAttention: efficiency = c.attention_efficiency; break;
     default: efficiency = c.matmul_efficiency; break;  // the few FLOPs of memory-bound ops
   }
   double tflops = peak_tflops * efficiency;
-  if (op_class != OpClass::kMemory && !gpu.measured_tflops.empty()) {
-    // A measured rate at the op's size: a convolution's own curve, else the matmul's.
+  if (op_class != OpClass::kMemory && op_class != OpClass::kRandom && !gpu.measured_tflops.empty()) {
+    // A measured rate at the op's size: the op's own curve (a convolution's,
+    // masked attention's, attention's), else the matmul's.
+    const std::string key = CurveDtype(d);
     auto curve = gpu.measured_tflops.end();
-    if (op_class == OpClass::kConvolution) curve = gpu.measured_tflops.find("convolution:" + CurveDtype(d));
-    if (curve == gpu.measured_tflops.end()) curve = gpu.measured_tflops.find("matmul:" + CurveDtype(d));
+    auto find = [&](const std::string& name) {
+      if (curve == gpu.measured_tflops.end()) curve = gpu.measured_tflops.find(name + ":" + key);
+    };
+    if (op_class == OpClass::kConvolution) find("convolution");
+    if (op_class == OpClass::kMaskedAttention) find("attention_mask");
+    if (op_class == OpClass::kMaskedAttention || op_class == OpClass::kAttention) find("attention");
+    find("matmul");
     if (curve != gpu.measured_tflops.end() && !curve->second.empty()) {
       tflops = InterpolateTflops(curve->second, call_flops > 0 ? call_flops : flops);
     }
   }
   const double compute_s = flops > 0 && tflops > 0 ? flops / (tflops * 1e12) : 0;
-  const double memory_s =
-      bytes > 0 && gpu.bandwidth_gb_per_s > 0 ? bytes / (gpu.bandwidth_gb_per_s * 1e9 * c.memory_efficiency) : 0;
+  // Dropout's forward makes random numbers: its own measured rate where there is one.
+  const double gb_per_s =
+      op_class == OpClass::kRandom && !backward && gpu.random_gb_per_s > 0 ? gpu.random_gb_per_s : gpu.bandwidth_gb_per_s;
+  const double memory_s = bytes > 0 && gb_per_s > 0 ? bytes / (gb_per_s * 1e9 * c.memory_efficiency) : 0;
   const double overhead_us = backward && gpu.bwd_op_overhead_us > 0 ? gpu.bwd_op_overhead_us : gpu.op_overhead_us;
   return overhead_us * 1e-3 + 1e3 * std::max(compute_s, memory_s);
 }
@@ -233,6 +246,7 @@ void ApplyCostModel(Profile* profile, const GpuSpec& gpu, const CostModelConstan
       {"op_overhead_us", gpu.op_overhead_us},
       {"bwd_op_overhead_us", gpu.bwd_op_overhead_us > 0 ? gpu.bwd_op_overhead_us : gpu.op_overhead_us},
       {"view_overhead_us", gpu.view_overhead_us},
+      {"random_gb_per_s", gpu.random_gb_per_s > 0 ? gpu.random_gb_per_s : gpu.bandwidth_gb_per_s},
       {"predicted_loss_ms", PredictedLossMs(*profile, gpu, c)},
       {"step_flops", flops},
       {"efficiency", {{"matmul", c.matmul_efficiency}, {"convolution", c.convolution_efficiency},

@@ -203,3 +203,33 @@ TEST_CASE("the GPU table: every device named, unknown names list the known ones"
   CHECK(FindGpu("H100").name == "h100-sxm-80gb");
   CHECK_THROWS_WITH(FindGpu("v100"), doctest::Contains("h100-sxm-80gb, h200-141gb, a100-40gb"));
 }
+
+TEST_CASE("--gpu cpu: masked attention and dropout read their own measured rates") {
+  GpuSpec cpu = SmallCpu(false);
+  cpu.measured_tflops["attention:float32"] = {{1e6, 0.05}};
+  cpu.measured_tflops["attention_mask:float32"] = {{1e6, 0.02}};
+  cpu.random_gb_per_s = 1;
+  // q, k, v [1, 2, 16, 8]: 4 x 2 x 16 x 16 x 8 = 16,384 FLOPs; with a [1, 1, 16, 16] bool mask.
+  const std::vector<ArgRecord> qkv = {{{1, 2, 16, 8}, "Float"}, {{1, 2, 16, 8}, "Float"}, {{1, 2, 16, 8}, "Float"}};
+  Profile plain = OneOp("aten::scaled_dot_product_attention", qkv, {1, 2, 16, 8});
+  std::vector<ArgRecord> with_mask = qkv;
+  with_mask.push_back({{1, 1, 16, 16}, "Bool"});
+  Profile masked = OneOp("aten::scaled_dot_product_attention", with_mask, {1, 2, 16, 8});
+  const OpWork a = CountOpWork(plain, plain.ops[0]), m = CountOpWork(masked, masked.ops[0]);
+  CHECK(a.op_class == OpClass::kAttention);
+  CHECK(m.op_class == OpClass::kMaskedAttention);
+  // Compute (16,384 FLOPs) outweighs memory (4 x 1,024 x 4 bytes at 8 GB/s: 2 us) at both rates.
+  CHECK(RooflineMs(cpu, a.op_class, a.dtype, a.fwd_flops, 0) == doctest::Approx(0.005 + 1e3 * 16384 / 0.05e12));
+  CHECK(RooflineMs(cpu, m.op_class, m.dtype, m.fwd_flops, 0) == doctest::Approx(0.005 + 1e3 * 16384 / 0.02e12));
+  // Dropout over 4 MiB: forward at 1 GB/s x 0.8 (read and written: 8 MiB), backward at the bandwidth.
+  Profile dropout = OneOp("aten::dropout", {{{1024, 1024}, "Float"}}, {1024, 1024});
+  const OpWork d = CountOpWork(dropout, dropout.ops[0]);
+  CHECK(d.op_class == OpClass::kRandom);
+  CHECK(RooflineMs(cpu, d.op_class, d.dtype, 0, d.fwd_bytes) == doctest::Approx(0.005 + 1e3 * 8388608 / 0.8e9));
+  CHECK(RooflineMs(cpu, d.op_class, d.dtype, 0, d.bwd_bytes, {}, true) ==
+        doctest::Approx(0.003 + 1e3 * 2 * 8388608 / 8e9));
+  // A GPU has no random rate: dropout at the bandwidth, as any memory-bound op.
+  const GpuSpec h100 = FindGpu("h100");
+  CHECK(RooflineMs(h100, d.op_class, d.dtype, 0, d.fwd_bytes) ==
+        doctest::Approx(RooflineMs(h100, OpClass::kMemory, d.dtype, 0, d.fwd_bytes)));
+}

@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <initializer_list>
+#include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -50,6 +52,24 @@ std::vector<std::pair<double, double>> ConvolutionCurve(at::ScalarType type, std
     at::Tensor x = at::randn({2, ch, 16, 16}).to(type), w = at::randn({ch, ch, 3, 3}).to(type);
     const double flops = 2.0 * static_cast<double>(2 * ch * 16 * 16 * ch * 9);
     const double s = BestSeconds(ch >= 128 ? 3 : 9, [&] { at::conv2d(x, w, {}, /*stride=*/{1, 1}, /*padding=*/{1, 1}); });
+    curve.emplace_back(flops, flops / s / 1e12);
+  }
+  return curve;
+}
+
+// The same for scaled dot-product attention, q, k, v [1, 8, L, 32] needing
+// gradients (the kernel a training forward picks), forward only; with a
+// boolean mask [1, 1, L, L] when `masked` (another kernel on the CPU).
+std::vector<std::pair<double, double>> AttentionCurve(at::ScalarType type, bool masked,
+                                                      std::initializer_list<int64_t> lengths) {
+  std::vector<std::pair<double, double>> curve;
+  for (int64_t l : lengths) {
+    auto make = [&] { return at::randn({1, 8, l, 32}).to(type).set_requires_grad(true); };
+    at::Tensor q = make(), k = make(), v = make();
+    std::optional<at::Tensor> mask;
+    if (masked) mask = at::ones({1, 1, l, l}, at::kBool);
+    const double flops = 4.0 * 8 * static_cast<double>(l * l) * 32;
+    const double s = BestSeconds(l >= 256 ? 3 : 9, [&] { at::scaled_dot_product_attention(q, k, v, mask); });
     curve.emplace_back(flops, flops / s / 1e12);
   }
   return curve;
@@ -104,6 +124,10 @@ GpuSpec MeasureCpuPeak(int threads) {
   cpu.measured_tflops["matmul:bfloat16"] = LinearCurve(at::kBFloat16, {32, 64, 128, 256, 512});
   cpu.measured_tflops["matmul:float16"] = LinearCurve(at::kHalf, {64, 256});
   cpu.measured_tflops["convolution:float32"] = ConvolutionCurve(at::kFloat, {8, 32, 128});
+  for (const auto& [type, name] : {std::pair{at::kFloat, "float32"}, std::pair{at::kBFloat16, "bfloat16"}}) {
+    cpu.measured_tflops[std::string("attention:") + name] = AttentionCurve(type, false, {32, 128, 512});
+    cpu.measured_tflops[std::string("attention_mask:") + name] = AttentionCurve(type, true, {32, 128, 512});
+  }
   auto best_of = [](const std::vector<std::pair<double, double>>& curve) {
     double best = 0;
     for (const auto& point : curve) best = std::max(best, point.second);
@@ -118,6 +142,10 @@ GpuSpec MeasureCpuPeak(int threads) {
   at::Tensor src = at::randn({int64_t{16} << 20});
   const double gelu_s = BestSeconds(3, [&] { at::gelu(src); });
   cpu.bandwidth_gb_per_s = 2.0 * static_cast<double>(src.nbytes()) / gelu_s / 1e9;
+  // Dropout (p = 0.1, training) over 1 Mi floats: its random numbers bound it.
+  at::Tensor small = at::randn({int64_t{1} << 20});
+  const double dropout_s = BestSeconds(3, [&] { at::dropout(small, 0.1, true); });
+  cpu.random_gb_per_s = 2.0 * static_cast<double>(small.nbytes()) / dropout_s / 1e9;
   // The fixed cost of an op: one-element adds (a kernel each way) and
   // transposes (views: no kernel), forward with autograd and backward.
   const auto [add_fwd_us, add_bwd_us] = ChainOverheadUs("aten::add", "Tensor", /*view=*/false);
@@ -128,7 +156,8 @@ GpuSpec MeasureCpuPeak(int threads) {
   const long pages = ::sysconf(_SC_PHYS_PAGES), page_bytes = ::sysconf(_SC_PAGE_SIZE);
   cpu.memory_bytes = pages > 0 && page_bytes > 0 ? static_cast<int64_t>(pages) * page_bytes : 0;
   cpu.source = "measured: aten::linear n x n x n (n = 32..512) per dtype, 3x3 convolutions (8..128 channels, "
-               "16x16), an elementwise GELU over 64 MiB, chains of 64 one-element adds and transposes with "
+               "16x16), scaled dot-product attention [1, 8, L, 32] (L = 32..512) with and without a mask per dtype, an "
+               "elementwise GELU over 64 MiB, dropout over 4 MiB, chains of 64 one-element adds and transposes with "
                "autograd, forward and backward (boxed dispatch)";
   return cpu;
 }

@@ -20,7 +20,9 @@
 
 namespace ckplan {
 
-enum class OpClass { kView, kMatmul, kConvolution, kAttention, kMemory };
+/// kMaskedAttention: attention with an explicit mask (another kernel on a CPU);
+/// kRandom: dropout and bernoulli (bound by the random numbers on a CPU).
+enum class OpClass { kView, kMatmul, kConvolution, kAttention, kMemory, kMaskedAttention, kRandom };
 
 /// The work of one op: forward and backward.
 struct OpWork {

@@ -27,7 +27,9 @@ struct GpuSpec {
   /// `convolution:float32`: (FLOPs of one call, achieved TFLOP/s), ascending. Where a key is present the
   /// roofline uses the rate interpolated at the op's size (log-log, clamped to the ends) instead of
   /// peak x efficiency; empty for the datasheet devices.
+  /// Also `attention:DTYPE` and `attention_mask:DTYPE` (scaled dot-product attention without and with a mask).
   std::map<std::string, std::vector<std::pair<double, double>>> measured_tflops;
+  double random_gb_per_s = 0;    ///< dropout's forward rate (bytes read + written); 0: bandwidth_gb_per_s
 };
 
 /// The table, in a fixed order.
