@@ -53,7 +53,8 @@ def main():
               f"{rate('matmul:bfloat16')} GFLOP/s; 3x3 convolution (8, 32, 128 channels) fp32 "
               f"{rate('convolution:float32')} GFLOP/s; attention (L = 32, 128, 512) fp32 {rate('attention:float32')}, "
               f"masked {rate('attention_mask:float32')}, bf16 {rate('attention:bfloat16')}, masked "
-              f"{rate('attention_mask:bfloat16')} GFLOP/s; dropout {model['random_gb_per_s']:.2f} GB/s; GELU {model['bandwidth_gb_per_s']:.2f} GB/s; fixed cost "
+              f"{rate('attention_mask:bfloat16')} GFLOP/s; dropout {model['random_gb_per_s']:.2f} GB/s; GELU {model['bandwidth_gb_per_s']:.2f} GB/s, bf16 "
+              f"{model['elementwise_gb_per_s'].get('bfloat16', 0):.2f} GB/s; fixed cost "
               f"{model['op_overhead_us']:.2f} us forward, {model['bwd_op_overhead_us']:.2f} us backward, view "
               f"{model['view_overhead_us']:.2f} us; within 25% of the measured step: "
               f"{sum(abs(r - 1) <= 0.25 for r in ratios)} of {len(ratios)} models")

@@ -182,8 +182,11 @@ double RooflineMs(const GpuSpec& gpu, OpClass op_class, const std::string& dtype
   }
   const double compute_s = flops > 0 && tflops > 0 ? flops / (tflops * 1e12) : 0;
   // Dropout's forward makes random numbers: its own measured rate where there is one.
-  const double gb_per_s =
-      op_class == OpClass::kRandom && !backward && gpu.random_gb_per_s > 0 ? gpu.random_gb_per_s : gpu.bandwidth_gb_per_s;
+  double gb_per_s = gpu.bandwidth_gb_per_s;
+  if (const auto it = gpu.elementwise_gb_per_s.find(CurveDtype(d)); it != gpu.elementwise_gb_per_s.end()) {
+    gb_per_s = it->second;
+  }
+  if (op_class == OpClass::kRandom && !backward && gpu.random_gb_per_s > 0) gb_per_s = gpu.random_gb_per_s;
   const double memory_s = bytes > 0 && gb_per_s > 0 ? bytes / (gb_per_s * 1e9 * c.memory_efficiency) : 0;
   const double overhead_us = backward && gpu.bwd_op_overhead_us > 0 ? gpu.bwd_op_overhead_us : gpu.op_overhead_us;
   return overhead_us * 1e-3 + 1e3 * std::max(compute_s, memory_s);
@@ -205,16 +208,19 @@ double PredictedLossMs(const Profile& profile, const GpuSpec& gpu, const CostMod
   // each op both ways.
   double ms = 0;
   int terms = 0;
+  auto fixed = [&](const std::string& dtype) {  // an op on a scalar: its fixed costs both ways
+    return RooflineMs(gpu, OpClass::kMemory, dtype, 0, 0, c) + RooflineMs(gpu, OpClass::kMemory, dtype, 0, 0, c, true);
+  };
   for (int t : profile.outputs) {
     const TensorRecord& r = profile.tensors[static_cast<size_t>(t)];
     if (!IsFloat(r.dtype) || !r.requires_grad) continue;
     ms += RooflineMs(gpu, OpClass::kMemory, r.dtype, 0, Numel(r.shape) * ElementBytes(r.dtype), c) +
           RooflineMs(gpu, OpClass::kMemory, r.dtype, 0, 0, c, true);
     if (CurveDtype(r.dtype) != "float32") {
-      ms += RooflineMs(gpu, OpClass::kMemory, r.dtype, 0, 0, c) + RooflineMs(gpu, OpClass::kMemory, r.dtype, 0, 0, c, true);
+      ms += fixed(r.dtype);
     }
     if (terms++ > 0) {
-      ms += RooflineMs(gpu, OpClass::kMemory, r.dtype, 0, 0, c) + RooflineMs(gpu, OpClass::kMemory, r.dtype, 0, 0, c, true);
+      ms += fixed(r.dtype);
     }
   }
   return ms;
@@ -228,7 +234,8 @@ void ApplyCostModel(Profile* profile, const GpuSpec& gpu, const CostModelConstan
   for (OpRecord& op : profile->ops) {
     const OpWork w = CountOpWork(*profile, op, c);
     op.fwd_ms = RooflineMs(gpu, w.op_class, w.dtype, w.fwd_flops, w.fwd_bytes, c, false, w.fwd_flops);
-    op.bwd_ms = w.has_backward ? RooflineMs(gpu, w.op_class, w.dtype, w.bwd_flops, w.bwd_bytes, c, true, w.fwd_flops) : 0;
+    op.bwd_ms =
+        w.has_backward ? RooflineMs(gpu, w.op_class, w.dtype, w.bwd_flops, w.bwd_bytes, c, true, w.fwd_flops) : 0;
     fwd += op.fwd_ms;
     bwd += op.bwd_ms;
     flops += w.fwd_flops + (w.has_backward ? w.bwd_flops : 0);
@@ -247,6 +254,7 @@ void ApplyCostModel(Profile* profile, const GpuSpec& gpu, const CostModelConstan
       {"bwd_op_overhead_us", gpu.bwd_op_overhead_us > 0 ? gpu.bwd_op_overhead_us : gpu.op_overhead_us},
       {"view_overhead_us", gpu.view_overhead_us},
       {"random_gb_per_s", gpu.random_gb_per_s > 0 ? gpu.random_gb_per_s : gpu.bandwidth_gb_per_s},
+      {"elementwise_gb_per_s", gpu.elementwise_gb_per_s},
       {"predicted_loss_ms", PredictedLossMs(*profile, gpu, c)},
       {"step_flops", flops},
       {"efficiency", {{"matmul", c.matmul_efficiency}, {"convolution", c.convolution_efficiency},
@@ -259,7 +267,9 @@ void ApplyCostModel(Profile* profile, const GpuSpec& gpu, const CostModelConstan
   }
   // The whole step timed without per-op timers (forward, loss, backward): what
   // the ops' predicted times plus predicted_loss_ms compare with.
-  if (profile->totals.step_ms > 0) profile->environment["time_model"]["measured_plain_step_ms"] = profile->totals.step_ms;
+  if (profile->totals.step_ms > 0) {
+    profile->environment["time_model"]["measured_plain_step_ms"] = profile->totals.step_ms;
+  }
   if (!gpu.measured_tflops.empty()) {
     nlohmann::json curves = nlohmann::json::object();
     for (const auto& [key, points] : gpu.measured_tflops) {

@@ -228,6 +228,10 @@ TEST_CASE("--gpu cpu: masked attention and dropout read their own measured rates
   CHECK(RooflineMs(cpu, d.op_class, d.dtype, 0, d.fwd_bytes) == doctest::Approx(0.005 + 1e3 * 8388608 / 0.8e9));
   CHECK(RooflineMs(cpu, d.op_class, d.dtype, 0, d.bwd_bytes, {}, true) ==
         doctest::Approx(0.003 + 1e3 * 2 * 8388608 / 8e9));
+  // A bf16 memory-bound op at the bf16 elementwise rate where the device has one.
+  cpu.elementwise_gb_per_s["bfloat16"] = 2;
+  CHECK(RooflineMs(cpu, OpClass::kMemory, "BFloat16", 0, 1.6e6) == doctest::Approx(0.005 + 1e3 * 1.6e6 / 1.6e9));
+  CHECK(RooflineMs(cpu, OpClass::kMemory, "Float", 0, 1.6e6) == doctest::Approx(0.005 + 1e3 * 1.6e6 / 8e9));
   // A GPU has no random rate: dropout at the bandwidth, as any memory-bound op.
   const GpuSpec h100 = FindGpu("h100");
   CHECK(RooflineMs(h100, d.op_class, d.dtype, 0, d.fwd_bytes) ==

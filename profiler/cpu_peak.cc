@@ -51,7 +51,8 @@ std::vector<std::pair<double, double>> ConvolutionCurve(at::ScalarType type, std
   for (int64_t ch : channels) {
     at::Tensor x = at::randn({2, ch, 16, 16}).to(type), w = at::randn({ch, ch, 3, 3}).to(type);
     const double flops = 2.0 * static_cast<double>(2 * ch * 16 * 16 * ch * 9);
-    const double s = BestSeconds(ch >= 128 ? 3 : 9, [&] { at::conv2d(x, w, {}, /*stride=*/{1, 1}, /*padding=*/{1, 1}); });
+    const double s =
+        BestSeconds(ch >= 128 ? 3 : 9, [&] { at::conv2d(x, w, {}, /*stride=*/{1, 1}, /*padding=*/{1, 1}); });
     curve.emplace_back(flops, flops / s / 1e12);
   }
   return curve;
@@ -142,6 +143,10 @@ GpuSpec MeasureCpuPeak(int threads) {
   at::Tensor src = at::randn({int64_t{16} << 20});
   const double gelu_s = BestSeconds(3, [&] { at::gelu(src); });
   cpu.bandwidth_gb_per_s = 2.0 * static_cast<double>(src.nbytes()) / gelu_s / 1e9;
+  // The same GELU in bf16 (16 Mi elements, 32 MiB each way): converted to float and back.
+  at::Tensor src16 = src.to(at::kBFloat16);
+  const double gelu16_s = BestSeconds(3, [&] { at::gelu(src16); });
+  cpu.elementwise_gb_per_s["bfloat16"] = 2.0 * static_cast<double>(src16.nbytes()) / gelu16_s / 1e9;
   // Dropout (p = 0.1, training) over 1 Mi floats: its random numbers bound it.
   at::Tensor small = at::randn({int64_t{1} << 20});
   const double dropout_s = BestSeconds(3, [&] { at::dropout(small, 0.1, true); });
@@ -155,10 +160,11 @@ GpuSpec MeasureCpuPeak(int threads) {
   cpu.view_overhead_us = (view_fwd_us + view_bwd_us) / 2;
   const long pages = ::sysconf(_SC_PHYS_PAGES), page_bytes = ::sysconf(_SC_PAGE_SIZE);
   cpu.memory_bytes = pages > 0 && page_bytes > 0 ? static_cast<int64_t>(pages) * page_bytes : 0;
-  cpu.source = "measured: aten::linear n x n x n (n = 32..512) per dtype, 3x3 convolutions (8..128 channels, "
-               "16x16), scaled dot-product attention [1, 8, L, 32] (L = 32..512) with and without a mask per dtype, an "
-               "elementwise GELU over 64 MiB, dropout over 4 MiB, chains of 64 one-element adds and transposes with "
-               "autograd, forward and backward (boxed dispatch)";
+  cpu.source =
+      "measured: aten::linear n x n x n (n = 32..512) per dtype, 3x3 convolutions (8..128 channels, 16x16), "
+      "scaled dot-product attention [1, 8, L, 32] (L = 32..512) with and without a mask per dtype, an elementwise "
+      "GELU over 64 MiB (and 32 MiB in bf16), dropout over 4 MiB, chains of 64 one-element adds and transposes "
+      "with autograd, forward and backward (boxed dispatch)";
   return cpu;
 }
 

@@ -30,6 +30,9 @@ struct GpuSpec {
   /// Also `attention:DTYPE` and `attention_mask:DTYPE` (scaled dot-product attention without and with a mask).
   std::map<std::string, std::vector<std::pair<double, double>>> measured_tflops;
   double random_gb_per_s = 0;    ///< dropout's forward rate (bytes read + written); 0: bandwidth_gb_per_s
+  /// Memory-bound ops' rate per dtype where it differs (`--gpu cpu`: `bfloat16`, elementwise bf16
+  /// converts to float and back); other dtypes: bandwidth_gb_per_s.
+  std::map<std::string, double> elementwise_gb_per_s;
 };
 
 /// The table, in a fixed order.
