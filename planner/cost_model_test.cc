@@ -156,7 +156,7 @@ TEST_CASE("--gpu cpu: a linear layer at the measured rate of its size, plus the 
         doctest::Approx(0.003 + 1e3 * 2 * 8388608 / 8e9));
 }
 
-TEST_CASE("--gpu cpu: views cost the measured view overhead each way (0 on a GPU); convolutions use their curve") {
+TEST_CASE("--gpu cpu: views cost the measured view overhead each way (0 on a GPU), convolutions use their curve") {
   Profile view = OneOp("aten::view", {{{8, 64}, "Float"}}, {512}, "float32", /*view=*/true);
   const OpWork v = CountOpWork(view, view.ops[0]);
   CHECK(RooflineMs(SmallCpu(false), v.op_class, v.dtype, 0, 0) == doctest::Approx(0.002));
@@ -173,7 +173,7 @@ TEST_CASE("--gpu cpu: views cost the measured view overhead each way (0 on a GPU
         doctest::Approx(0.005 + 1e3 * 1179648 / (matmul_rate * 1e12)));
 }
 
-TEST_CASE("the loss the step computes: a sum per output, a cast to float32, an add; and the plain step recorded") {
+TEST_CASE("the loss the step computes: a sum per output, a cast to float32, an add, and the plain step recorded") {
   // One bf16 output [4, 8] (64 bytes): sum (5 us + 64 bytes at 8 GB/s) + cast (5 us) forward,
   // 3 us each backward (the sum's backward expands, a view).
   Profile p = OneOp("aten::gelu", {{{4, 8}, "BFloat16"}}, {4, 8}, "bfloat16");
