@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <set>
 
 namespace ckplan {
@@ -98,7 +99,7 @@ OpWork CountOpWork(const Profile& profile, const OpRecord& op, const CostModelCo
                            "_scaled_dot_product_cudnn_attention"}) &&
              args.size() >= 3 && args[0].shape.size() >= 2 && args[1].shape.size() >= 2) {
     // q [..., L, D], k [..., S, D]: Q K^T and P V, 2 L S D each, per batch and head.
-    w.op_class = OpClass::kAttention;
+    w.op_class = args.size() >= 4 && !args[3].shape.empty() ? OpClass::kMaskedAttention : OpClass::kAttention;
     const auto& q = args[0].shape;
     const double l = static_cast<double>(q[q.size() - 2]), d = static_cast<double>(q.back());
     const double s = static_cast<double>(args[1].shape[args[1].shape.size() - 2]);
@@ -109,6 +110,9 @@ OpWork CountOpWork(const Profile& profile, const OpRecord& op, const CostModelCo
   if (w.op_class == OpClass::kMatmul || w.op_class == OpClass::kConvolution) {
     w.bwd_flops = c.backward_matmul_factor * w.fwd_flops;
   }
+  if (KindIs(kind, {"dropout", "native_dropout", "feature_dropout", "alpha_dropout", "bernoulli"})) {
+    w.op_class = OpClass::kRandom;
+  }
   if (KindIs(kind, {"embedding"}) && !args.empty()) {
     // Forward: gather the rows; backward: zero the weight's gradient, scatter-add the rows.
     w.fwd_bytes = 2 * out_bytes;
@@ -117,9 +121,36 @@ OpWork CountOpWork(const Profile& profile, const OpRecord& op, const CostModelCo
   return w;
 }
 
+namespace {
+
+// `float32`, `bfloat16` or `float16`: the key of a measured rate curve.
+std::string CurveDtype(const std::string& dtype) {
+  std::string d = dtype;
+  std::transform(d.begin(), d.end(), d.begin(), [](unsigned char ch) { return std::tolower(ch); });
+  if (d == "float" || d == "float32") return "float32";
+  if (d == "half" || d == "float16") return "float16";
+  return d;
+}
+
+}  // namespace
+
+double InterpolateTflops(const std::vector<std::pair<double, double>>& curve, double flops) {
+  if (curve.empty()) return 0;
+  if (flops <= curve.front().first) return curve.front().second;
+  if (flops >= curve.back().first) return curve.back().second;
+  for (size_t i = 1; i < curve.size(); ++i) {
+    if (flops > curve[i].first) continue;
+    const auto& [x0, y0] = curve[i - 1];
+    const auto& [x1, y1] = curve[i];
+    const double t = std::log(flops / x0) / std::log(x1 / x0);
+    return std::exp(std::log(y0) + t * (std::log(y1) - std::log(y0)));
+  }
+  return curve.back().second;
+}
+
 double RooflineMs(const GpuSpec& gpu, OpClass op_class, const std::string& dtype, double flops, double bytes,
-                  const CostModelConstants& c) {
-  if (op_class == OpClass::kView) return 0;
+                  const CostModelConstants& c, bool backward, double call_flops) {
+  if (op_class == OpClass::kView) return gpu.view_overhead_us * 1e-3;
   std::string d = dtype;
   std::transform(d.begin(), d.end(), d.begin(), [](unsigned char ch) { return std::tolower(ch); });
   const double peak_tflops = d == "bfloat16" ? gpu.bf16_tflops : (d == "half" || d == "float16") ? gpu.fp16_tflops
@@ -128,23 +159,71 @@ double RooflineMs(const GpuSpec& gpu, OpClass op_class, const std::string& dtype
   switch (op_class) {
     case OpClass::kMatmul: efficiency = c.matmul_efficiency; break;
     case OpClass::kConvolution: efficiency = c.convolution_efficiency; break;
-    case OpClass::kAttention: efficiency = c.attention_efficiency; break;
+    case OpClass::kAttention:
+    case OpClass::kMaskedAttention: efficiency = c.attention_efficiency; break;
     default: efficiency = c.matmul_efficiency; break;  // the few FLOPs of memory-bound ops
   }
-  const double compute_s = flops > 0 && peak_tflops > 0 ? flops / (peak_tflops * 1e12 * efficiency) : 0;
-  const double memory_s =
-      bytes > 0 && gpu.bandwidth_gb_per_s > 0 ? bytes / (gpu.bandwidth_gb_per_s * 1e9 * c.memory_efficiency) : 0;
-  return gpu.op_overhead_us * 1e-3 + 1e3 * std::max(compute_s, memory_s);
+  double tflops = peak_tflops * efficiency;
+  if (op_class != OpClass::kMemory && op_class != OpClass::kRandom && !gpu.measured_tflops.empty()) {
+    // A measured rate at the op's size: the op's own curve (a convolution's,
+    // masked attention's, attention's), else the matmul's.
+    const std::string key = CurveDtype(d);
+    auto curve = gpu.measured_tflops.end();
+    auto find = [&](const std::string& name) {
+      if (curve == gpu.measured_tflops.end()) curve = gpu.measured_tflops.find(name + ":" + key);
+    };
+    if (op_class == OpClass::kConvolution) find("convolution");
+    if (op_class == OpClass::kMaskedAttention) find("attention_mask");
+    if (op_class == OpClass::kMaskedAttention || op_class == OpClass::kAttention) find("attention");
+    find("matmul");
+    if (curve != gpu.measured_tflops.end() && !curve->second.empty()) {
+      tflops = InterpolateTflops(curve->second, call_flops > 0 ? call_flops : flops);
+    }
+  }
+  const double compute_s = flops > 0 && tflops > 0 ? flops / (tflops * 1e12) : 0;
+  // Dropout's forward makes random numbers: its own measured rate where there is one.
+  double gb_per_s = gpu.bandwidth_gb_per_s;
+  if (const auto it = gpu.elementwise_gb_per_s.find(CurveDtype(d)); it != gpu.elementwise_gb_per_s.end()) {
+    gb_per_s = it->second;
+  }
+  if (op_class == OpClass::kRandom && !backward && gpu.random_gb_per_s > 0) gb_per_s = gpu.random_gb_per_s;
+  const double memory_s = bytes > 0 && gb_per_s > 0 ? bytes / (gb_per_s * 1e9 * c.memory_efficiency) : 0;
+  const double overhead_us = backward && gpu.bwd_op_overhead_us > 0 ? gpu.bwd_op_overhead_us : gpu.op_overhead_us;
+  return overhead_us * 1e-3 + 1e3 * std::max(compute_s, memory_s);
 }
 
 double PredictedStepMs(const Profile& profile, const GpuSpec& gpu, const CostModelConstants& c) {
   double total = 0;
   for (const OpRecord& op : profile.ops) {
     const OpWork w = CountOpWork(profile, op, c);
-    total += RooflineMs(gpu, w.op_class, w.dtype, w.fwd_flops, w.fwd_bytes, c);
-    if (w.has_backward) total += RooflineMs(gpu, w.op_class, w.dtype, w.bwd_flops, w.bwd_bytes, c);
+    total += RooflineMs(gpu, w.op_class, w.dtype, w.fwd_flops, w.fwd_bytes, c, false, w.fwd_flops);
+    if (w.has_backward) total += RooflineMs(gpu, w.op_class, w.dtype, w.bwd_flops, w.bwd_bytes, c, true, w.fwd_flops);
   }
   return total;
+}
+
+double PredictedLossMs(const Profile& profile, const GpuSpec& gpu, const CostModelConstants& c) {
+  // Per output: a sum (reads it; backward: an expand, a view, of the
+  // gradient), a cast to float32 where it is not, an add to the running loss;
+  // each op both ways.
+  double ms = 0;
+  int terms = 0;
+  auto fixed = [&](const std::string& dtype) {  // an op on a scalar: its fixed costs both ways
+    return RooflineMs(gpu, OpClass::kMemory, dtype, 0, 0, c) + RooflineMs(gpu, OpClass::kMemory, dtype, 0, 0, c, true);
+  };
+  for (int t : profile.outputs) {
+    const TensorRecord& r = profile.tensors[static_cast<size_t>(t)];
+    if (!IsFloat(r.dtype) || !r.requires_grad) continue;
+    ms += RooflineMs(gpu, OpClass::kMemory, r.dtype, 0, Numel(r.shape) * ElementBytes(r.dtype), c) +
+          RooflineMs(gpu, OpClass::kMemory, r.dtype, 0, 0, c, true);
+    if (CurveDtype(r.dtype) != "float32") {
+      ms += fixed(r.dtype);
+    }
+    if (terms++ > 0) {
+      ms += fixed(r.dtype);
+    }
+  }
+  return ms;
 }
 
 void ApplyCostModel(Profile* profile, const GpuSpec& gpu, const CostModelConstants& c) {
@@ -154,8 +233,9 @@ void ApplyCostModel(Profile* profile, const GpuSpec& gpu, const CostModelConstan
   double fwd = 0, bwd = 0, flops = 0;
   for (OpRecord& op : profile->ops) {
     const OpWork w = CountOpWork(*profile, op, c);
-    op.fwd_ms = RooflineMs(gpu, w.op_class, w.dtype, w.fwd_flops, w.fwd_bytes, c);
-    op.bwd_ms = w.has_backward ? RooflineMs(gpu, w.op_class, w.dtype, w.bwd_flops, w.bwd_bytes, c) : 0;
+    op.fwd_ms = RooflineMs(gpu, w.op_class, w.dtype, w.fwd_flops, w.fwd_bytes, c, false, w.fwd_flops);
+    op.bwd_ms =
+        w.has_backward ? RooflineMs(gpu, w.op_class, w.dtype, w.bwd_flops, w.bwd_bytes, c, true, w.fwd_flops) : 0;
     fwd += op.fwd_ms;
     bwd += op.bwd_ms;
     flops += w.fwd_flops + (w.has_backward ? w.bwd_flops : 0);
@@ -171,6 +251,11 @@ void ApplyCostModel(Profile* profile, const GpuSpec& gpu, const CostModelConstan
       {"bandwidth_gb_per_s", gpu.bandwidth_gb_per_s},
       {"memory_bytes", gpu.memory_bytes},
       {"op_overhead_us", gpu.op_overhead_us},
+      {"bwd_op_overhead_us", gpu.bwd_op_overhead_us > 0 ? gpu.bwd_op_overhead_us : gpu.op_overhead_us},
+      {"view_overhead_us", gpu.view_overhead_us},
+      {"random_gb_per_s", gpu.random_gb_per_s > 0 ? gpu.random_gb_per_s : gpu.bandwidth_gb_per_s},
+      {"elementwise_gb_per_s", gpu.elementwise_gb_per_s},
+      {"predicted_loss_ms", PredictedLossMs(*profile, gpu, c)},
       {"step_flops", flops},
       {"efficiency", {{"matmul", c.matmul_efficiency}, {"convolution", c.convolution_efficiency},
                       {"attention", c.attention_efficiency}, {"memory", c.memory_efficiency}}},
@@ -179,6 +264,18 @@ void ApplyCostModel(Profile* profile, const GpuSpec& gpu, const CostModelConstan
   if (measured_ms > 0) {
     profile->environment["time_model"]["measured_step_ms"] = measured_ms;
     profile->environment["time_model"]["measured_ops_ms"] = measured_ops_ms;
+  }
+  // The whole step timed without per-op timers (forward, loss, backward): what
+  // the ops' predicted times plus predicted_loss_ms compare with.
+  if (profile->totals.step_ms > 0) {
+    profile->environment["time_model"]["measured_plain_step_ms"] = profile->totals.step_ms;
+  }
+  if (!gpu.measured_tflops.empty()) {
+    nlohmann::json curves = nlohmann::json::object();
+    for (const auto& [key, points] : gpu.measured_tflops) {
+      for (const auto& [flops, tflops] : points) curves[key].push_back({{"flops", flops}, {"tflops", tflops}});
+    }
+    profile->environment["time_model"]["measured_tflops"] = curves;
   }
 }
 

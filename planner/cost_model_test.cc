@@ -2,6 +2,8 @@
 
 #include <doctest/doctest.h>
 
+#include <cmath>
+
 #include "ckplan/planner/error.h"
 #include "ckplan/planner/gpu_table.h"
 
@@ -99,6 +101,95 @@ TEST_CASE("ApplyCostModel sets every op's times and the totals, and names the de
   CHECK(p.environment["time_model"]["gpu"] == "a100-80gb");
   CHECK(p.environment["time_model"]["measured_step_ms"] == 7.0);
   CHECK(p.environment["time_model"]["measured_ops_ms"] == 0.0);
+  CHECK(!p.environment["time_model"].contains("measured_plain_step_ms"));  // step_ms not measured
+}
+
+namespace {
+
+// A CPU-like device as `--gpu cpu` measures one: fixed costs 5 us forward,
+// 3 us backward, 2 us a view; 10 GB/s; fp32 linear at 10 GFLOP/s for 1 MFLOP
+// calls and 100 GFLOP/s for 100 MFLOP calls; a 3x3 convolution at 20 GFLOP/s.
+GpuSpec SmallCpu(bool with_convolution) {
+  GpuSpec g;
+  g.name = "cpu";
+  g.fp32_tflops = g.bf16_tflops = g.fp16_tflops = 1.0;  // not used where a curve is
+  g.bandwidth_gb_per_s = 10;
+  g.op_overhead_us = 5;
+  g.bwd_op_overhead_us = 3;
+  g.view_overhead_us = 2;
+  g.measured_tflops["matmul:float32"] = {{1e6, 0.01}, {1e8, 0.1}};
+  if (with_convolution) g.measured_tflops["convolution:float32"] = {{1e6, 0.02}};
+  return g;
+}
+
+}  // namespace
+
+TEST_CASE("a measured rate curve: log-log between its points, clamped at its ends") {
+  const std::vector<std::pair<double, double>> curve = {{1e6, 0.01}, {1e8, 0.1}};
+  CHECK(InterpolateTflops(curve, 1e7) == doctest::Approx(std::sqrt(0.01 * 0.1)));  // halfway in log
+  CHECK(InterpolateTflops(curve, 1e3) == doctest::Approx(0.01));
+  CHECK(InterpolateTflops(curve, 1e9) == doctest::Approx(0.1));
+  CHECK(InterpolateTflops(curve, 1e8) == doctest::Approx(0.1));
+  CHECK(InterpolateTflops({}, 1e7) == 0);
+}
+
+TEST_CASE("--gpu cpu: a linear layer at the measured rate of its size, plus the fixed cost per direction") {
+  Profile p = OneOp("aten::linear", {{{8, 16, 64}, "Float"}, {{128, 64}, "Float"}, {{128}, "Float"}}, {8, 16, 128});
+  const GpuSpec cpu = SmallCpu(false);
+  const OpWork w = CountOpWork(p, p.ops[0]);
+  const double flops = 2.0 * 8 * 16 * 64 * 128;  // 2,097,152
+  // log10(2.097152) / 2 of the way from 0.01 to 0.1 TFLOP/s, in log: 0.014485 TFLOP/s.
+  const double tflops = 0.01 * std::pow(10.0, std::log10(flops / 1e6) / 2);
+  CHECK(tflops == doctest::Approx(0.014485).epsilon(1e-4));
+  // Compute (0.1448 ms) outweighs memory (131,584 bytes at 8 GB/s: 0.0164 ms).
+  const double fwd = RooflineMs(cpu, w.op_class, w.dtype, w.fwd_flops, w.fwd_bytes, {}, false, w.fwd_flops);
+  CHECK(fwd == doctest::Approx(0.005 + 1e3 * flops / (tflops * 1e12)));
+  // Backward: two calls of the forward's size at the same rate, the backward's fixed cost.
+  const double bwd = RooflineMs(cpu, w.op_class, w.dtype, w.bwd_flops, w.bwd_bytes, {}, true, w.fwd_flops);
+  CHECK(bwd == doctest::Approx(0.003 + 1e3 * 2 * flops / (tflops * 1e12)));
+  CHECK(PredictedStepMs(p, cpu) == doctest::Approx(fwd + bwd));
+  // A memory-bound op: 5 us + 2 x 4 MiB at 10 GB/s x 0.8 forward, 3 us + twice the bytes backward.
+  Profile gelu = OneOp("aten::gelu", {{{1024, 1024}, "Float"}}, {1024, 1024});
+  const OpWork g = CountOpWork(gelu, gelu.ops[0]);
+  CHECK(RooflineMs(cpu, g.op_class, g.dtype, 0, g.fwd_bytes) == doctest::Approx(0.005 + 1e3 * 8388608 / 8e9));
+  CHECK(RooflineMs(cpu, g.op_class, g.dtype, 0, g.bwd_bytes, {}, true) ==
+        doctest::Approx(0.003 + 1e3 * 2 * 8388608 / 8e9));
+}
+
+TEST_CASE("--gpu cpu: views cost the measured view overhead each way (0 on a GPU), convolutions use their curve") {
+  Profile view = OneOp("aten::view", {{{8, 64}, "Float"}}, {512}, "float32", /*view=*/true);
+  const OpWork v = CountOpWork(view, view.ops[0]);
+  CHECK(RooflineMs(SmallCpu(false), v.op_class, v.dtype, 0, 0) == doctest::Approx(0.002));
+  CHECK(PredictedStepMs(view, SmallCpu(false)) == doctest::Approx(0.004));
+  CHECK(PredictedStepMs(view, FindGpu("h100")) == 0);
+  // 2 x 2 x 32 x 8 x 8 x 16 x 9 = 1,179,648 FLOPs: the convolution curve's 0.02 TFLOP/s
+  // where there is one, else the matmul curve's at that size.
+  Profile conv = OneOp("aten::conv2d", {{{2, 16, 8, 8}, "Float"}, {{32, 16, 3, 3}, "Float"}}, {2, 32, 8, 8});
+  const OpWork c = CountOpWork(conv, conv.ops[0]);
+  CHECK(RooflineMs(SmallCpu(true), c.op_class, c.dtype, c.fwd_flops, 0) ==
+        doctest::Approx(0.005 + 1e3 * 1179648 / 0.02e12));
+  const double matmul_rate = 0.01 * std::pow(10.0, std::log10(1.179648) / 2);
+  CHECK(RooflineMs(SmallCpu(false), c.op_class, c.dtype, c.fwd_flops, 0) ==
+        doctest::Approx(0.005 + 1e3 * 1179648 / (matmul_rate * 1e12)));
+}
+
+TEST_CASE("the loss the step computes: a sum per output, a cast to float32, an add, and the plain step recorded") {
+  // One bf16 output [4, 8] (64 bytes): sum (5 us + 64 bytes at 8 GB/s) + cast (5 us) forward,
+  // 3 us each backward (the sum's backward expands, a view).
+  Profile p = OneOp("aten::gelu", {{{4, 8}, "BFloat16"}}, {4, 8}, "bfloat16");
+  p.outputs = {1};
+  const GpuSpec cpu = SmallCpu(false);
+  CHECK(PredictedLossMs(p, cpu) == doctest::Approx(0.005 + 1e3 * 64 / 8e9 + 0.005 + 0.003 + 0.003));
+  // Two float32 outputs: two sums and one add, no cast.
+  p.tensors[0].requires_grad = true;
+  p.tensors[0].dtype = p.tensors[1].dtype = "float32";
+  p.outputs = {0, 1};
+  CHECK(PredictedLossMs(p, cpu) == doctest::Approx(2 * (0.005 + 1e3 * 128 / 8e9 + 0.003) + 0.005 + 0.003));
+  p.totals.step_ms = 9;
+  ApplyCostModel(&p, cpu);
+  CHECK(p.environment["time_model"]["measured_plain_step_ms"] == 9.0);
+  CHECK(p.environment["time_model"]["predicted_loss_ms"] == doctest::Approx(PredictedLossMs(p, cpu)));
+  CHECK(p.environment["time_model"]["measured_tflops"]["matmul:float32"].size() == 2);
 }
 
 TEST_CASE("the GPU table: every device named, unknown names list the known ones") {
@@ -111,4 +202,38 @@ TEST_CASE("the GPU table: every device named, unknown names list the known ones"
   }
   CHECK(FindGpu("H100").name == "h100-sxm-80gb");
   CHECK_THROWS_WITH(FindGpu("v100"), doctest::Contains("h100-sxm-80gb, h200-141gb, a100-40gb"));
+}
+
+TEST_CASE("--gpu cpu: masked attention and dropout read their own measured rates") {
+  GpuSpec cpu = SmallCpu(false);
+  cpu.measured_tflops["attention:float32"] = {{1e6, 0.05}};
+  cpu.measured_tflops["attention_mask:float32"] = {{1e6, 0.02}};
+  cpu.random_gb_per_s = 1;
+  // q, k, v [1, 2, 16, 8]: 4 x 2 x 16 x 16 x 8 = 16,384 FLOPs; with a [1, 1, 16, 16] bool mask.
+  const std::vector<ArgRecord> qkv = {{{1, 2, 16, 8}, "Float"}, {{1, 2, 16, 8}, "Float"}, {{1, 2, 16, 8}, "Float"}};
+  Profile plain = OneOp("aten::scaled_dot_product_attention", qkv, {1, 2, 16, 8});
+  std::vector<ArgRecord> with_mask = qkv;
+  with_mask.push_back({{1, 1, 16, 16}, "Bool"});
+  Profile masked = OneOp("aten::scaled_dot_product_attention", with_mask, {1, 2, 16, 8});
+  const OpWork a = CountOpWork(plain, plain.ops[0]), m = CountOpWork(masked, masked.ops[0]);
+  CHECK(a.op_class == OpClass::kAttention);
+  CHECK(m.op_class == OpClass::kMaskedAttention);
+  // Compute (16,384 FLOPs) outweighs memory (4 x 1,024 x 4 bytes at 8 GB/s: 2 us) at both rates.
+  CHECK(RooflineMs(cpu, a.op_class, a.dtype, a.fwd_flops, 0) == doctest::Approx(0.005 + 1e3 * 16384 / 0.05e12));
+  CHECK(RooflineMs(cpu, m.op_class, m.dtype, m.fwd_flops, 0) == doctest::Approx(0.005 + 1e3 * 16384 / 0.02e12));
+  // Dropout over 4 MiB: forward at 1 GB/s x 0.8 (read and written: 8 MiB), backward at the bandwidth.
+  Profile dropout = OneOp("aten::dropout", {{{1024, 1024}, "Float"}}, {1024, 1024});
+  const OpWork d = CountOpWork(dropout, dropout.ops[0]);
+  CHECK(d.op_class == OpClass::kRandom);
+  CHECK(RooflineMs(cpu, d.op_class, d.dtype, 0, d.fwd_bytes) == doctest::Approx(0.005 + 1e3 * 8388608 / 0.8e9));
+  CHECK(RooflineMs(cpu, d.op_class, d.dtype, 0, d.bwd_bytes, {}, true) ==
+        doctest::Approx(0.003 + 1e3 * 2 * 8388608 / 8e9));
+  // A bf16 memory-bound op at the bf16 elementwise rate where the device has one.
+  cpu.elementwise_gb_per_s["bfloat16"] = 2;
+  CHECK(RooflineMs(cpu, OpClass::kMemory, "BFloat16", 0, 1.6e6) == doctest::Approx(0.005 + 1e3 * 1.6e6 / 1.6e9));
+  CHECK(RooflineMs(cpu, OpClass::kMemory, "Float", 0, 1.6e6) == doctest::Approx(0.005 + 1e3 * 1.6e6 / 8e9));
+  // A GPU has no random rate: dropout at the bandwidth, as any memory-bound op.
+  const GpuSpec h100 = FindGpu("h100");
+  CHECK(RooflineMs(h100, d.op_class, d.dtype, 0, d.fwd_bytes) ==
+        doctest::Approx(RooflineMs(h100, OpClass::kMemory, d.dtype, 0, d.fwd_bytes)));
 }

@@ -7,8 +7,11 @@
 ///
 /// time = overhead + max(flops / (peak(dtype) x compute efficiency),
 ///                       bytes / (bandwidth x memory efficiency))
-/// per op and direction; views (outputs sharing an input's storage, not in
-/// place) cost nothing; ops whose outputs need no gradient have no backward.
+/// per op and direction (overhead: the device's forward or backward fixed
+/// cost; peak x efficiency: the measured rate at the op's size where the
+/// device has one, `--gpu cpu`); views (outputs sharing an input's storage,
+/// not in place) cost the device's view overhead only (0 on a GPU); ops whose
+/// outputs need no gradient have no backward.
 
 #include <string>
 
@@ -17,7 +20,9 @@
 
 namespace ckplan {
 
-enum class OpClass { kView, kMatmul, kConvolution, kAttention, kMemory };
+/// kMaskedAttention: attention with an explicit mask (another kernel on a CPU);
+/// kRandom: dropout and bernoulli (bound by the random numbers on a CPU).
+enum class OpClass { kView, kMatmul, kConvolution, kAttention, kMemory, kMaskedAttention, kRandom };
 
 /// The work of one op: forward and backward.
 struct OpWork {
@@ -43,9 +48,22 @@ struct CostModelConstants {
 /// only its outputs' bytes count).
 OpWork CountOpWork(const Profile& profile, const OpRecord& op, const CostModelConstants& constants = {});
 
-/// Milliseconds for `flops` and `bytes` of class `op_class` in `dtype` on `gpu`.
+/// Milliseconds for `flops` and `bytes` of class `op_class` in `dtype` on `gpu`,
+/// forward or `backward` (its fixed cost: gpu.bwd_op_overhead_us). `call_flops`:
+/// the FLOPs of one kernel call, where the device has a measured rate curve
+/// (`measured_tflops`) to read at that size (0: `flops`; a matmul's backward is
+/// two calls of its forward's size).
 double RooflineMs(const GpuSpec& gpu, OpClass op_class, const std::string& dtype, double flops, double bytes,
-                  const CostModelConstants& constants = {});
+                  const CostModelConstants& constants = {}, bool backward = false, double call_flops = 0);
+
+/// The achieved TFLOP/s of `curve` (ascending (FLOPs, TFLOP/s) points) at
+/// `flops`: log-log interpolation, clamped to the first and last points.
+double InterpolateTflops(const std::vector<std::pair<double, double>>& curve, double flops);
+
+/// The step's loss as the profiler computes it (each floating-point output
+/// summed, cast to float32, the sums added), forward and backward: what a
+/// whole measured step (`totals.step_ms`) holds beyond the ops.
+double PredictedLossMs(const Profile& profile, const GpuSpec& gpu, const CostModelConstants& constants = {});
 
 /// Replaces every op's fwd_ms and bwd_ms, and the totals', by the model's;
 /// records the device and constants in `environment.time_model`.

@@ -4,7 +4,9 @@
 /// (README, "Cost model"). Torch-free.
 
 #include <cstdint>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace ckplan {
@@ -17,8 +19,20 @@ struct GpuSpec {
   double fp16_tflops = 0;        ///< dense FP16 tensor cores, FP32 accumulate
   double bandwidth_gb_per_s = 0; ///< memory bandwidth, 10^9 bytes per second
   int64_t memory_bytes = 0;      ///< device memory (as nvidia-smi reports its total)
-  double op_overhead_us = 0;     ///< fixed cost per op and direction (a kernel launch; the CPU's dispatch)
+  double op_overhead_us = 0;     ///< fixed cost per op, forward (a kernel launch; the CPU's dispatch + autograd node)
   std::string source;            ///< where the figures come from
+  double bwd_op_overhead_us = 0; ///< fixed cost per op, backward (the autograd engine's node); 0: op_overhead_us
+  double view_overhead_us = 0;   ///< fixed cost of a view per direction (no kernel: 0 on a GPU, dispatch on the CPU)
+  /// Measured matmul/convolution rates by size (`--gpu cpu`), keyed `matmul:float32`, `matmul:bfloat16`,
+  /// `convolution:float32`: (FLOPs of one call, achieved TFLOP/s), ascending. Where a key is present the
+  /// roofline uses the rate interpolated at the op's size (log-log, clamped to the ends) instead of
+  /// peak x efficiency; empty for the datasheet devices.
+  /// Also `attention:DTYPE` and `attention_mask:DTYPE` (scaled dot-product attention without and with a mask).
+  std::map<std::string, std::vector<std::pair<double, double>>> measured_tflops;
+  double random_gb_per_s = 0;    ///< dropout's forward rate (bytes read + written); 0: bandwidth_gb_per_s
+  /// Memory-bound ops' rate per dtype where it differs (`--gpu cpu`: `bfloat16`, elementwise bf16
+  /// converts to float and back); other dtypes: bandwidth_gb_per_s.
+  std::map<std::string, double> elementwise_gb_per_s;
 };
 
 /// The table, in a fixed order.
