@@ -270,6 +270,23 @@ void ApplyCostModel(Profile* profile, const GpuSpec& gpu, const CostModelConstan
   if (profile->totals.step_ms > 0) {
     profile->environment["time_model"]["measured_plain_step_ms"] = profile->totals.step_ms;
   }
+  // The step's other work, from the model too where nothing was measured on
+  // the device it stands for (meta tensors, or a GPU): the whole step is the
+  // ops plus the loss (no time outside them), and an optimizer's update is
+  // memory-bound: it reads and writes the parameters, gradients and state,
+  // 3 (sgd), 5 (momentum) or 7 (adam) times the parameter bytes.
+  const bool measured_here = gpu.name == "cpu" && profile->environment.value("device", "") == "cpu";
+  if (!measured_here) {
+    profile->totals.step_ms = fwd + bwd + PredictedLossMs(*profile, gpu, c);
+    const double param_bytes = static_cast<double>(profile->totals.param_bytes);
+    profile->totals.optimizer_step_ms.clear();
+    for (const auto& [name, passes] : {std::pair<const char*, double>{"sgd", 3}, {"momentum", 5}, {"adam", 7}}) {
+      profile->totals.optimizer_step_ms[name] =
+          gpu.bandwidth_gb_per_s > 0 ? passes * param_bytes / (gpu.bandwidth_gb_per_s * 1e9 * c.memory_efficiency) * 1e3
+                                     : 0;
+    }
+    profile->environment["time_model"]["optimizer_step"] = "memory-bound: 3/5/7 x parameter bytes (sgd/momentum/adam)";
+  }
   if (!gpu.measured_tflops.empty()) {
     nlohmann::json curves = nlohmann::json::object();
     for (const auto& [key, points] : gpu.measured_tflops) {

@@ -104,6 +104,32 @@ TEST_CASE("ApplyCostModel sets every op's times and the totals, and names the de
   CHECK(!p.environment["time_model"].contains("measured_plain_step_ms"));  // step_ms not measured
 }
 
+TEST_CASE("ApplyCostModel: on meta tensors or for a GPU, the whole step and the optimizer's update come from the model") {
+  Profile p = OneOp("aten::linear", {{{64, 64}, "Float"}, {{64, 64}, "Float"}}, {64, 64});
+  p.environment["device"] = "meta";
+  p.totals.param_bytes = 1000000;
+  p.totals.step_ms = 50;  // timed on meta tensors: meaningless
+  p.totals.optimizer_step_ms = {{"sgd", 9.0}, {"momentum", 9.0}, {"adam", 9.0}};
+  const GpuSpec a100 = FindGpu("a100-80gb");
+  ApplyCostModel(&p, a100);
+  CHECK(p.totals.step_ms == doctest::Approx(p.totals.fwd_ms + p.totals.bwd_ms + PredictedLossMs(p, a100)));
+  // adam reads parameters, gradients and both moments and writes three: 7 passes over 1 MB.
+  const double pass_ms = 1e6 / (a100.bandwidth_gb_per_s * 1e9 * CostModelConstants{}.memory_efficiency) * 1e3;
+  CHECK(p.totals.optimizer_step_ms["adam"] == doctest::Approx(7 * pass_ms));
+  CHECK(p.totals.optimizer_step_ms["momentum"] == doctest::Approx(5 * pass_ms));
+  CHECK(p.totals.optimizer_step_ms["sgd"] == doctest::Approx(3 * pass_ms));
+  // Measured on this CPU for `--gpu cpu`: the measured figures stay.
+  Profile q = OneOp("aten::linear", {{{64, 64}, "Float"}, {{64, 64}, "Float"}}, {64, 64});
+  q.environment["device"] = "cpu";
+  q.totals.step_ms = 50;
+  q.totals.optimizer_step_ms = {{"adam", 9.0}};
+  GpuSpec cpu = a100;
+  cpu.name = "cpu";
+  ApplyCostModel(&q, cpu);
+  CHECK(q.totals.step_ms == 50.0);
+  CHECK(q.totals.optimizer_step_ms["adam"] == 9.0);
+}
+
 namespace {
 
 // A CPU-like device as `--gpu cpu` measures one: fixed costs 5 us forward,
