@@ -45,7 +45,7 @@ c10::DataPtr TrackingAllocator::allocate(size_t bytes) {
     int64_t live = 0;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      live = live_bytes_;
+      live = live_bytes_ - external_live_bytes_;
     }
     if (live + asked > limit_bytes_) {
       throw BadInput("the step needs more memory than this machine can give it: at least " + FormatBytes(live + asked) +
@@ -71,10 +71,11 @@ void TrackingAllocator::Delete(void* ptr) {
   c10::free_cpu(ptr);
 }
 
-void TrackingAllocator::Record(void* ptr, size_t bytes) {
+void TrackingAllocator::Record(void* ptr, size_t bytes, bool external) {
   std::lock_guard<std::mutex> lock(mutex_);
   int64_t id = next_id_++;
-  live_[ptr] = Entry{id, static_cast<int64_t>(bytes), g_owner};
+  live_[ptr] = Entry{id, static_cast<int64_t>(bytes), g_owner, external};
+  if (external) external_live_bytes_ += static_cast<int64_t>(bytes);
   by_id_[id] = ptr;
   live_bytes_ += static_cast<int64_t>(bytes);
   peak_bytes_ = std::max(peak_bytes_, live_bytes_);
@@ -86,6 +87,7 @@ void TrackingAllocator::Forget(void* ptr) {
   auto it = live_.find(ptr);
   if (it == live_.end()) return;  // allocated before this allocator was installed
   live_bytes_ -= it->second.bytes;
+  if (it->second.external) external_live_bytes_ -= it->second.bytes;
   by_id_.erase(it->second.id);
   live_.erase(it);
 }

@@ -31,7 +31,8 @@ class TrackingAllocator final : public c10::Allocator {
 
   /// Allocations made by another allocator (the CUDA caching allocator's
   /// trace), counted in the same ledger and attributed to the current owner.
-  void RecordExternal(void* ptr, size_t bytes) { Record(ptr, bytes); }
+  /// Meta storages (meta_device.h): in the ledger, never against the memory limit.
+  void RecordExternal(void* ptr, size_t bytes) { Record(ptr, bytes, /*external=*/true); }
   void ForgetExternal(void* ptr) { Forget(ptr); }
 
   /// The owner new allocations are attributed to, on this thread.
@@ -65,19 +66,21 @@ class TrackingAllocator final : public c10::Allocator {
  private:
   TrackingAllocator() = default;
   static void Delete(void* ptr);
-  void Record(void* ptr, size_t bytes);
+  void Record(void* ptr, size_t bytes, bool external = false);
   void Forget(void* ptr);
 
   struct Entry {
     int64_t id;
     int64_t bytes;
     int owner;
+    bool external;
   };
   mutable std::mutex mutex_;
   std::unordered_map<const void*, Entry> live_;
   std::unordered_map<int64_t, const void*> by_id_;
   int64_t next_id_ = 1;
   int64_t live_bytes_ = 0;
+  int64_t external_live_bytes_ = 0;  // of live_bytes_: meta storages, which take no memory
   int64_t peak_bytes_ = 0;
   int64_t window_peak_bytes_ = 0;
   int64_t limit_bytes_ = 0;  // 0: none

@@ -111,6 +111,17 @@ TEST_CASE("activations that outgrow the memory a step may use are refused in one
   CHECK(refused.err.find("the step needs more memory than this machine can give it: at least ") != std::string::npos);
   CHECK(refused.err.find("above 3.00 MiB from CKPLAN_MEMORY_LIMIT=3MiB") != std::string::npos);
   CHECK_FALSE(FileExists(dir + "/p3.json"));
+  // Meta tensors take no memory: the same step on meta is not refused, and
+  // its saved bytes are the CPU's (Llama-3-8B's step is 70 GiB on meta).
+  {
+    const std::string meta = limited + CKPLAN_BINARY + " profile " + kModel +
+                             " --input 8x3x32x32 --device meta --gpu h100-sxm-80gb -o " + dir + "/meta.json";
+    int status = std::system((meta + " >" + dir + "/o.txt 2>" + dir + "/e.txt </dev/null").c_str());
+    CAPTURE(ReadAll(dir + "/e.txt"));
+    REQUIRE((WIFEXITED(status) ? WEXITSTATUS(status) : -1) == 0);
+    CHECK(nlohmann::json::parse(ReadAll(dir + "/meta.json"))["totals"]["saved_bytes"] ==
+          nlohmann::json::parse(ReadAll(dir + "/p.json"))["totals"]["saved_bytes"]);
+  }
   // The same for run, and a bad limit is a bad input too.
   const std::string plan = Plan(dir, "9.5MiB");
   const std::string run = limited + CKPLAN_BINARY + " run " + kModel + " --plan " + plan + " -o " + dir + "/run.json";
