@@ -236,6 +236,9 @@ void ApplyCostModel(Profile* profile, const GpuSpec& gpu, const CostModelConstan
     op.fwd_ms = RooflineMs(gpu, w.op_class, w.dtype, w.fwd_flops, w.fwd_bytes, c, false, w.fwd_flops);
     op.bwd_ms =
         w.has_backward ? RooflineMs(gpu, w.op_class, w.dtype, w.bwd_flops, w.bwd_bytes, c, true, w.fwd_flops) : 0;
+    // The same kernels without autograd: a recomputation costs the forward
+    // (what was measured without autograd, on meta tensors nothing, is replaced).
+    op.fwd_nograd_ms = op.fwd_ms;
     fwd += op.fwd_ms;
     bwd += op.bwd_ms;
     flops += w.fwd_flops + (w.has_backward ? w.bwd_flops : 0);
