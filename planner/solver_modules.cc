@@ -6,6 +6,7 @@
 #include <set>
 
 #include "ckplan/planner/error.h"
+#include "ckplan/planner/stages.h"
 
 namespace ckplan {
 
@@ -123,34 +124,15 @@ StageGradients StageGradientBytes(const Chain& chain, const Profile& profile) {
       out.held_in_bwd[static_cast<size_t>(at)] += profile.parameters[q].bytes;  // for its whole backward
     }
   }
-  // Each stage's backward replayed op by op as ChainFromProfile replays it
-  // for bwd_tmp_bytes (planner/stages.cc), with the gradients of the ops
-  // already back-propagated held: what that adds to the stage's peak.
+  // Each stage's backward replayed as ChainFromProfile replays it for
+  // bwd_tmp_bytes, with the gradients of the ops already back-propagated
+  // held: what that adds to the stage's peak.
   for (int i = 0; i < length; ++i) {
     const Stage& stage = chain.stages[static_cast<size_t>(i)];
     if (stage.first_op < 0 || stage.last_op >= static_cast<int>(profile.ops.size())) continue;
-    int64_t extra = 0, peak = 0, peak_with = 0, made = 0;
-    std::set<int> grads;
-    for (int op = stage.last_op; op >= stage.first_op; --op) {
-      const OpRecord& rec = profile.ops[static_cast<size_t>(op)];
-      int64_t input_grads = 0;
-      for (int t : rec.inputs) {
-        const TensorRecord& in = profile.tensors[static_cast<size_t>(t)];
-        if (in.requires_grad && in.producer < stage.first_op && grads.insert(t).second) input_grads += in.nbytes;
-      }
-      peak = std::max(peak, extra + rec.bwd_tmp_bytes - input_grads);
-      peak_with = std::max(peak_with, extra + rec.bwd_tmp_bytes - input_grads + made);
-      made += op_grads[static_cast<size_t>(op)];  // in its own bwd_tmp_bytes, then held
-      for (int t : rec.outputs) {
-        if (grads.erase(t)) extra -= profile.tensors[static_cast<size_t>(t)].nbytes;
-      }
-      for (int t : rec.inputs) {
-        const TensorRecord& in = profile.tensors[static_cast<size_t>(t)];
-        if (in.requires_grad && in.producer >= stage.first_op && grads.insert(t).second) extra += in.nbytes;
-      }
-      extra -= rec.saved_bytes;
-    }
-    out.held_in_bwd[static_cast<size_t>(i)] += std::max<int64_t>(0, peak_with) - std::max<int64_t>(0, peak);
+    const BackwardReplay replay = ReplayBackward(profile, stage.first_op, stage.last_op, &op_grads);
+    out.held_in_bwd[static_cast<size_t>(i)] +=
+        std::max<int64_t>(0, replay.peak_with_held_bytes) - std::max<int64_t>(0, replay.peak_bytes);
   }
   return out;
 }

@@ -34,13 +34,13 @@ struct Best {
   int64_t smallest_peak = INT64_MAX;
 };
 
-// Every set of disjoint modules, simulated.
-Best BruteForce(const Chain& chain, const std::vector<WrappableModule>& modules, int64_t budget) {
-  Best best;
+// Every set of pairwise disjoint modules, each ordered by its first stage.
+std::vector<std::vector<WrappableModule>> DisjointSets(const std::vector<WrappableModule>& modules, int length) {
+  std::vector<std::vector<WrappableModule>> sets;
   const size_t n = modules.size();
   for (uint32_t mask = 0; mask < (1u << n); ++mask) {
     std::vector<WrappableModule> set;
-    std::vector<bool> used(static_cast<size_t>(chain.length()), false);
+    std::vector<bool> used(static_cast<size_t>(length), false);
     bool disjoint = true;
     for (size_t m = 0; m < n && disjoint; ++m) {
       if (!(mask & (1u << m))) continue;
@@ -52,6 +52,15 @@ Best BruteForce(const Chain& chain, const std::vector<WrappableModule>& modules,
     }
     if (!disjoint) continue;
     std::sort(set.begin(), set.end(), [](const auto& p, const auto& q) { return p.first_stage < q.first_stage; });
+    sets.push_back(std::move(set));
+  }
+  return sets;
+}
+
+// Every set of disjoint modules, simulated.
+Best BruteForce(const Chain& chain, const std::vector<WrappableModule>& modules, int64_t budget) {
+  Best best;
+  for (const auto& set : DisjointSets(modules, chain.length())) {
     SimulationResult r = Simulate(chain, ModuleSchedule(chain.length(), set));
     best.smallest_peak = std::min(best.smallest_peak, r.peak_bytes);
     if (r.peak_bytes <= budget) best.time_ms = std::min(best.time_ms, r.time_ms);
@@ -210,21 +219,7 @@ TEST_CASE("gradients allocated in backward: the module solver equals brute force
       }
       // Every disjoint set: its peak with gradients, and its time.
       std::vector<std::pair<int64_t, double>> sets;
-      const size_t n = modules.size();
-      for (uint32_t mask = 0; mask < (1u << n); ++mask) {
-        std::vector<WrappableModule> set;
-        std::vector<bool> used(static_cast<size_t>(length), false);
-        bool disjoint = true;
-        for (size_t m = 0; m < n && disjoint; ++m) {
-          if (!(mask & (1u << m))) continue;
-          for (int k = modules[m].first_stage; k <= modules[m].last_stage; ++k) {
-            if (used[static_cast<size_t>(k)]) disjoint = false;
-            used[static_cast<size_t>(k)] = true;
-          }
-          set.push_back(modules[m]);
-        }
-        if (!disjoint) continue;
-        std::sort(set.begin(), set.end(), [](const auto& p, const auto& q) { return p.first_stage < q.first_stage; });
+      for (const auto& set : DisjointSets(modules, length)) {
         const Schedule s = ModuleSchedule(length, set);
         sets.push_back({PeakWithGradients(chain, s, grads), Simulate(chain, s).time_ms});
       }

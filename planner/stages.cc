@@ -345,6 +345,33 @@ std::vector<StageCut> CutStages(const Profile& profile) {
   return Cutter(profile, liveness).Run();
 }
 
+BackwardReplay ReplayBackward(const Profile& profile, int first_op, int last_op,
+                              const std::vector<int64_t>* held_after) {
+  BackwardReplay replay;
+  int64_t extra = 0, held = 0;
+  std::set<int> grads;
+  for (int op = last_op; op >= first_op; --op) {
+    const OpRecord& rec = profile.ops[static_cast<size_t>(op)];
+    int64_t input_grads = 0;
+    for (int t : rec.inputs) {
+      const TensorRecord& in = profile.tensors[static_cast<size_t>(t)];
+      if (in.requires_grad && in.producer < first_op && grads.insert(t).second) input_grads += in.nbytes;
+    }
+    replay.peak_bytes = std::max(replay.peak_bytes, extra + rec.bwd_tmp_bytes - input_grads);
+    replay.peak_with_held_bytes = std::max(replay.peak_with_held_bytes, extra + rec.bwd_tmp_bytes - input_grads + held);
+    if (held_after != nullptr) held += (*held_after)[static_cast<size_t>(op)];  // in its own transient, then held
+    for (int t : rec.outputs) {
+      if (grads.erase(t)) extra -= profile.tensors[static_cast<size_t>(t)].nbytes;
+    }
+    for (int t : rec.inputs) {
+      const TensorRecord& in = profile.tensors[static_cast<size_t>(t)];
+      if (in.requires_grad && in.producer >= first_op && grads.insert(t).second) extra += in.nbytes;
+    }
+    extra -= rec.saved_bytes;
+  }
+  return replay;
+}
+
 Chain ChainFromProfile(const Profile& profile) {
   if (profile.ops.empty()) throw BadInput("profile has no ops");
   Liveness liveness(profile);
@@ -458,32 +485,9 @@ Chain ChainFromProfile(const Profile& profile) {
         it = dies ? live_grad.erase(it) : std::next(it);
       }
     }
-    // Backward, replayed op by op in reverse: each op's measured transient
-    // on top of the gradients alive at that point, less the saved tensors
-    // already released. Gradients of the stage's inputs are x_i in the chain
-    // model, counted there: not here.
-    {
-      int64_t extra = 0, peak = 0;
-      std::set<int> grads;
-      for (int op = cut.last_op; op >= cut.first_op; --op) {
-        const OpRecord& rec = profile.ops[static_cast<size_t>(op)];
-        int64_t input_grads = 0;
-        for (int t : rec.inputs) {
-          const TensorRecord& in = profile.tensors[static_cast<size_t>(t)];
-          if (in.requires_grad && in.producer < cut.first_op && grads.insert(t).second) input_grads += in.nbytes;
-        }
-        peak = std::max(peak, extra + rec.bwd_tmp_bytes - input_grads);
-        for (int t : rec.outputs) {
-          if (grads.erase(t)) extra -= profile.tensors[static_cast<size_t>(t)].nbytes;
-        }
-        for (int t : rec.inputs) {
-          const TensorRecord& in = profile.tensors[static_cast<size_t>(t)];
-          if (in.requires_grad && in.producer >= cut.first_op && grads.insert(t).second) extra += in.nbytes;
-        }
-        extra -= rec.saved_bytes;
-      }
-      bwd_tmp = std::max<int64_t>(0, peak);
-    }
+    // Backward: gradients of the stage's inputs are x_i in the chain model,
+    // counted there: not here.
+    bwd_tmp = std::max<int64_t>(0, ReplayBackward(profile, cut.first_op, cut.last_op).peak_bytes);
     stage.fwd_tmp_bytes = std::max<int64_t>(0, peak_above_out);
     stage.bwd_tmp_bytes = bwd_tmp;
     chain.stages.push_back(std::move(stage));
