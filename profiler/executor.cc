@@ -394,7 +394,6 @@ class Executor {
     // Recomputation: the same random numbers, and buffers (batch norm
     // statistics) left as the first run left them.
     at::Generator gen = DefaultGenerator(device_);
-    std::vector<std::pair<at::Tensor, at::Tensor>> restore;
     std::vector<int64_t> versions;
     at::Tensor rng_before;
     // Whether the stage draws random numbers is learnt on its first run (the
@@ -403,16 +402,27 @@ class Executor {
     // as much as a small stage).
     if (draws_random_.size() < staged.stages()) draws_random_.resize(staged.stages(), -1);
     const bool keep_rng = draws_random_[s] != 0;
+    // Which buffers a stage writes is learnt on its first run too (the
+    // graph writes the same ones each step).
+    if (mutated_buffers_.size() < staged.stages()) mutated_buffers_.resize(staged.stages());
+    if (mutated_known_.size() < staged.stages()) mutated_known_.resize(staged.stages(), false);
+    const bool learn_mutated = first_time && !mutated_known_[s];
     if (first_time) {
       std::lock_guard<std::mutex> lock(gen.mutex());
       if (keep_rng) rng_before = gen.get_state();
-      for (const auto& b : buffers_) versions.push_back(b._version());
+      if (learn_mutated) {
+        for (const auto& b : buffers_) versions.push_back(b._version());
+      }
     } else {
       if (rng_state_[s].defined()) {
         std::lock_guard<std::mutex> lock(gen.mutex());
         gen.set_state(rng_state_[s]);
       }
-      for (size_t b : mutated_buffers_[s]) restore.push_back({buffers_[b], buffers_[b].clone()});
+      // Into copies made once and kept: a clone per buffer and recomputation
+      // (an allocation, a copy, a free) cost a batch-norm stage tens of
+      // microseconds per recomputation.
+      torch::NoGradGuard guard;
+      for (size_t b : mutated_buffers_[s]) BufferSnapshot(b).copy_(buffers_[b]);
     }
     std::optional<torch::NoGradGuard> no_grad;
     if (!with_grad) no_grad.emplace();
@@ -451,19 +461,30 @@ class Executor {
     }
     std::vector<c10::IValue> out;
     for (const Value* v : staged.boundary(s + 1)) out.push_back(env.at(v));
-    if (first_time) {
+    if (learn_mutated) {
       for (size_t b = 0; b < buffers_.size(); ++b) {
         if (buffers_[b]._version() != versions[b]) mutated_buffers_[s].push_back(b);
       }
+      mutated_known_[s] = true;
+    }
+    if (first_time) {
       // Keep the random state only for stages that drew random numbers.
       std::lock_guard<std::mutex> lock(gen.mutex());
       if (keep_rng && draws_random_[s] < 0) draws_random_[s] = at::equal(rng_before, gen.get_state()) ? 0 : 1;
       if (keep_rng && draws_random_[s] == 1) rng_state_[s] = rng_before;
     } else {
       torch::NoGradGuard guard;
-      for (auto& [buffer, saved] : restore) buffer.copy_(saved);
+      for (size_t b : mutated_buffers_[s]) buffers_[b].copy_(buffer_snapshots_[b]);
     }
     return out;
+  }
+
+  // The kept copy of buffer b (made on first use, outside the step's memory
+  // from then on, like the buffer itself).
+  at::Tensor& BufferSnapshot(size_t b) {
+    if (buffer_snapshots_.size() < buffers_.size()) buffer_snapshots_.resize(buffers_.size());
+    if (!buffer_snapshots_[b].defined()) buffer_snapshots_[b] = at::empty_like(buffers_[b]);
+    return buffer_snapshots_[b];
   }
 
   // A step under the plan: its schedule, operation by operation.
@@ -482,7 +503,6 @@ class Executor {
     m.device_base = ResetDevicePeak(device_);
     const StepTimer timer(device_.cuda());  // thread CPU time on the CPU (timing.h)
     rng_state_.assign(stages, at::Tensor());
-    mutated_buffers_.assign(stages, {});
     std::vector<bool> ran(stages, false);
     std::vector<std::optional<std::vector<c10::IValue>>> act(stages + 1);
     std::vector<std::optional<SavedStage>> saved(stages);
@@ -718,7 +738,9 @@ class Executor {
   std::unordered_map<const Value*, bool> requires_grad_;
   std::vector<at::Tensor> rng_state_;
   std::vector<int> draws_random_;  // per stage: -1 not known yet, 0 no, 1 yes
-  std::vector<std::vector<size_t>> mutated_buffers_;
+  std::vector<std::vector<size_t>> mutated_buffers_;  // per stage: the buffers its forward writes
+  std::vector<bool> mutated_known_;                    // per stage: mutated_buffers_ learnt
+  std::vector<at::Tensor> buffer_snapshots_;           // per buffer: its values before a recomputation
   std::vector<at::Tensor> targets_;
   OptimizerStep* optimizer_step_ = nullptr;  // the measured mode's; none in the gradient check
   double max_abs_ = 0, max_rel_ = 0;

@@ -132,6 +132,8 @@ GraphProgram::GraphProgram(torch::jit::Module module) : module_(std::move(module
   }
   for (const Value* out : graph_->outputs()) last_use_[out] = nodes_.size();
   dies_after_.resize(nodes_.size());
+  constant_value_.resize(nodes_.size());
+  attribute_slot_.assign(nodes_.size(), -1);
   for (const auto& [value, index] : last_use_) {
     if (index < nodes_.size()) dies_after_[index].push_back(value);
   }
@@ -165,12 +167,19 @@ void GraphProgram::RunNode(size_t index, Environment& env) const {
     return it->second;
   };
   switch (p.kind) {
-    case NodeKind::kConstant:
-      env[node->output()] = *torch::jit::toIValue(node->output());
+    case NodeKind::kConstant: {
+      std::optional<c10::IValue>& value = constant_value_[index];
+      if (!value) value = *torch::jit::toIValue(node->output());
+      env[node->output()] = *value;
       return;
-    case NodeKind::kGetAttr:
-      env[node->output()] = input(0).toObject()->getAttr(node->s(c10::attr::name));
+    }
+    case NodeKind::kGetAttr: {
+      const auto& object = input(0).toObject();
+      int64_t& slot = attribute_slot_[index];
+      if (slot < 0) slot = static_cast<int64_t>(object->type()->getAttributeSlot(node->s(c10::attr::name)));
+      env[node->output()] = object->getSlot(static_cast<size_t>(slot));
       return;
+    }
     case NodeKind::kListConstruct: {
       auto list_type = node->output()->type()->expect<c10::ListType>();
       c10::impl::GenericList list(list_type->getElementType());

@@ -5,6 +5,7 @@
 #include <torch/script.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -67,6 +68,13 @@ class GraphProgram {
   std::vector<size_t> op_nodes_;
   std::unordered_map<const torch::jit::Value*, size_t> last_use_;
   std::vector<std::vector<const torch::jit::Value*>> dies_after_;
+  // Per node, filled on its first run (after RetargetConstantsToMeta may have
+  // changed the graph's constants): a constant's value, and a GetAttr's slot
+  // in its object. Looking them up each run (a string search among the
+  // object's attributes, a new IValue) cost a recomputed stage microseconds
+  // per node that no op's time shows.
+  mutable std::vector<std::optional<c10::IValue>> constant_value_;
+  mutable std::vector<int64_t> attribute_slot_;
 };
 
 /// Tensors inside an IValue (a tensor, list, tuple), in order.
