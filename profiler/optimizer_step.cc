@@ -14,6 +14,17 @@ void OptimizerStep::Reset() {
   second_.clear();
 }
 
+void OptimizerStep::Prepare(const std::vector<at::Tensor>& params) {
+  if (name_ != "adam" && name_ != "momentum") return;
+  c10::NoGradGuard no_grad;
+  first_.clear();
+  second_.clear();
+  for (const auto& p : params) {
+    first_.push_back(at::zeros_like(p));
+    if (name_ == "adam") second_.push_back(at::zeros_like(p));
+  }
+}
+
 void OptimizerStep::Apply(const std::vector<at::Tensor>& params) {
   if (name_ == "none") return;
   c10::NoGradGuard no_grad;

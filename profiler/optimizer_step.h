@@ -24,6 +24,10 @@ class OptimizerStep {
   OptimizerStep(std::string name, double lr) : name_(std::move(name)), lr_(lr) {}
   /// One update of `params` from their gradients (under no-grad).
   void Apply(const std::vector<at::Tensor>& params);
+  /// Makes the state (zeros) without an update, so that the next Apply costs
+  /// what every later one does (the profiler times it; momentum's first
+  /// update from zeros equals the one that copies the gradient).
+  void Prepare(const std::vector<at::Tensor>& params);
   /// Drops the state (the next Apply starts over).
   void Reset();
   /// The state tensors (momentum: first moments; adam: both moments).
