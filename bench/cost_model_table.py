@@ -39,7 +39,8 @@ def main():
                 prof = json.load(f)
             model = prof["environment"]["time_model"]
             measured = model["measured_plain_step_ms"]
-            predicted = prof["totals"]["fwd_ms"] + prof["totals"]["bwd_ms"] + model["predicted_loss_ms"]
+            predicted = (prof["totals"]["fwd_ms"] + prof["totals"]["bwd_ms"] + model["predicted_loss_ms"] +
+                         model.get("predicted_accumulate_grad_ms", 0.0))
             fixed = 0.0  # the fixed costs alone, per op and direction
             for op in prof["ops"]:
                 fixed += min(op["fwd_ms"], model["op_overhead_us"] * 1e-3)

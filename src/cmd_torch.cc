@@ -111,7 +111,10 @@ int RunProfile(const ProfileCommandOptions& o) {
     options.progress = [&bar](int done, int total) { bar.Update(static_cast<double>(done) / total); };
     profile = ProfileModel(options, &warnings);
   }
-  if (o.gpu == "cpu") gpu = MeasureCpuPeak(o.threads);
+  if (o.gpu == "cpu") {
+    gpu = MeasureCpuPeak(o.threads);
+    MeasureCpuOpCosts(profile, &*gpu);
+  }
   if (gpu) ApplyCostModel(&profile, *gpu);
   for (const std::string& w : warnings) std::fprintf(stderr, "ckplan: warning: %s\n", w.c_str());
   PrintProfileSummary(profile, human, o.top);
