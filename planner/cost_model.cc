@@ -276,9 +276,22 @@ double PredictedAccumulateGradMs(const Profile& profile, const GpuSpec& gpu) {
   if (gpu.op_costs.empty()) return 0;
   const auto it = gpu.op_costs.find("accumulate_grad:" + CurveDtype(ParameterDtype(profile, {})));
   if (it == gpu.op_costs.end()) return 0;
+  const LinearOpCost& add = it->second.second;
   double us = 0;
-  for (const ParameterRecord& p : profile.parameters) {
-    us += it->second.second.Us({0, static_cast<double>(p.bytes), 0});
+  for (const ParameterRecord& p : profile.parameters) us += add.Us({0, static_cast<double>(p.bytes), 0});
+  // A value several ops read gets a gradient from each of them: the engine
+  // adds them up (in its input buffer, no node of its own).
+  std::vector<int> readers(profile.tensors.size(), 0);
+  for (const OpRecord& op : profile.ops) {
+    if (!CountOpWork(profile, op).has_backward) continue;
+    std::set<int> inputs(op.inputs.begin(), op.inputs.end());
+    for (int t : inputs) ++readers[static_cast<size_t>(t)];
+  }
+  for (size_t t = 0; t < readers.size(); ++t) {
+    const TensorRecord& r = profile.tensors[t];
+    if (readers[t] < 2 || !r.requires_grad || !IsFloat(r.dtype)) continue;
+    const double sum_us = std::max(0.0, add.Us({0, Numel(r.shape) * ElementBytes(r.dtype), 0}) - gpu.bwd_op_overhead_us);
+    us += (readers[t] - 1) * sum_us;
   }
   return us * 1e-3;
 }

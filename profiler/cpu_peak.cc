@@ -334,18 +334,55 @@ std::pair<LinearOpCost, LinearOpCost> AttentionLaw(at::ScalarType type, bool mas
   return FitCalls(sizes, 2, 3);
 }
 
+// One-layer LSTM or GRU (batch first) on [4, T, H], hidden H: per call
+// (time steps, hidden) = (8, 16), (32, 16), (16, 64), (16, 128). Features as
+// the cost model counts them: 2 x batch x time x the weight matrices'
+// elements; the arguments' and outputs' bytes (they grow with the time
+// steps, which bound a recurrent layer's small per-step calls); the weights'.
+std::pair<LinearOpCost, LinearOpCost> RecurrentLaw(at::ScalarType type, bool lstm) {
+  std::vector<std::function<Call(int)>> sizes;
+  const int64_t gates = lstm ? 4 : 3, batch = 4;
+  for (const auto& [steps, hidden] : std::vector<std::pair<int64_t, int64_t>>{{8, 16}, {32, 16}, {16, 64}, {16, 128}}) {
+    sizes.push_back([=](int) {
+      Call c;
+      at::Tensor x = Leaf({batch, steps, hidden}, type);
+      at::Tensor h0 = at::zeros({1, batch, hidden}).to(type), c0 = at::zeros({1, batch, hidden}).to(type);
+      std::vector<at::Tensor> params = {Leaf({gates * hidden, hidden}, type), Leaf({gates * hidden, hidden}, type),
+                                        Leaf({gates * hidden}, type), Leaf({gates * hidden}, type)};
+      c.leaves = params;
+      c.leaves.push_back(x);
+      c.forward = [=] {
+        if (lstm) return std::get<0>(at::lstm(x, {h0, c0}, params, true, 1, 0.0, true, false, true));
+        return std::get<0>(at::gru(x, h0, params, true, 1, 0.0, true, false, true));
+      };
+      const double weights = static_cast<double>(params[0].numel() + params[1].numel());
+      int64_t bytes = Bytes({x, h0, params[0], params[1], params[2], params[3]}) + Bytes({x}) + Bytes({h0});
+      if (lstm) bytes += 2 * Bytes({c0});
+      c.features = {2.0 * static_cast<double>(batch * steps) * weights, static_cast<double>(bytes),
+                    static_cast<double>(Bytes({params[0], params[1]}))};
+      return c;
+    });
+  }
+  return FitCalls(sizes, 2, 3);
+}
+
 // Adding a parameter's gradient into its .grad (AccumulateGrad in place):
-// an add_ of 4 Ki, 64 Ki and 1 Mi elements (feature: the parameter's bytes),
-// plus one engine node.
+// an add_ of 4 Ki, 64 Ki and 1 Mi elements (feature: the parameter's bytes)
+// into .grad tensors cycled through a pool of up to 48 MiB (a step's .grad
+// is cold: last touched a step ago; the new gradient is warm), plus one
+// engine node.
 std::pair<LinearOpCost, LinearOpCost> AccumulateLaw(at::ScalarType type, double node_us) {
   std::vector<OpCostSample> samples;
   for (int64_t n : {int64_t{4096}, int64_t{65536}, int64_t{1} << 20}) {
-    at::Tensor grad = at::zeros({n}).to(type), g = at::randn({n}).to(type);
+    const at::Tensor g = at::randn({n}).to(type);
+    const int64_t pool = std::min<int64_t>(256, std::max<int64_t>(1, (int64_t{48} << 20) / static_cast<int64_t>(g.nbytes())));
+    std::vector<at::Tensor> grads;
+    for (int64_t k = 0; k < pool; ++k) grads.push_back(at::zeros({n}).to(type));
     std::vector<double> us;
     for (int r = -1; r < 5; ++r) {
       const auto start = Clock::now();
-      grad.add_(g);
-      if (r >= 0) us.push_back(MsSince(start) * 1e3);
+      for (at::Tensor& grad : grads) grad.add_(g);
+      if (r >= 0) us.push_back(MsSince(start) * 1e3 / static_cast<double>(pool));
     }
     samples.push_back({{0, static_cast<double>(g.nbytes()), 0}, Median(us)});
   }
@@ -386,6 +423,7 @@ void MeasureCpuOpCosts(const Profile& profile, GpuSpec* cpu) {
     if (name == "sdpa") cpu->op_costs[key] = AttentionLaw(type, false, 0);
     if (name == "sdpa_mask") cpu->op_costs[key] = AttentionLaw(type, true, 0);
     if (name == "sdpa_dropout") cpu->op_costs[key] = AttentionLaw(type, false, 0.1);
+    if (name == "lstm" || name == "gru") cpu->op_costs[key] = RecurrentLaw(type, name == "lstm");
     for (const MemoryKind& kind : MemoryKinds()) {
       if (name == kind.kind) cpu->op_costs[key] = MemoryLaw(kind, type);
     }

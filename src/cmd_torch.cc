@@ -2,6 +2,7 @@
 // file itself includes no torch header; the work is in ckplan_profiler.
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <optional>
@@ -111,11 +112,15 @@ int RunProfile(const ProfileCommandOptions& o) {
     options.progress = [&bar](int done, int total) { bar.Update(static_cast<double>(done) / total); };
     profile = ProfileModel(options, &warnings);
   }
+  double calibration_s = 0;
   if (o.gpu == "cpu") {
+    const auto start = std::chrono::steady_clock::now();
     gpu = MeasureCpuPeak(o.threads);
     MeasureCpuOpCosts(profile, &*gpu);
+    calibration_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
   if (gpu) ApplyCostModel(&profile, *gpu);
+  if (o.gpu == "cpu") profile.environment["time_model"]["calibration_s"] = calibration_s;  // wall time
   for (const std::string& w : warnings) std::fprintf(stderr, "ckplan: warning: %s\n", w.c_str());
   PrintProfileSummary(profile, human, o.top);
   EmitOutput(o.output, ProfileToJson(profile).dump(1) + "\n", human);

@@ -67,10 +67,12 @@ double RooflineMs(const GpuSpec& gpu, OpClass op_class, const std::string& dtype
 /// cpu`), else the roofline (RooflineMs) of its FLOPs and bytes.
 double OpMs(const GpuSpec& gpu, const OpWork& work, bool backward, const CostModelConstants& constants = {});
 
-/// Adding each parameter's gradient into its `.grad` (the autograd engine's
-/// AccumulateGrad, in place: a training step with gradients kept defined,
-/// as `ckplan run` keeps them, zeroed) on a device with a measured law for it
-/// (`accumulate_grad:DTYPE`, the parameter's bytes its feature); 0 elsewhere.
+/// Gradients summed outside the ops, on a device with a measured law for it
+/// (`accumulate_grad:DTYPE`, the bytes added its feature; 0 elsewhere): each
+/// parameter's gradient added into its `.grad` (the autograd engine's
+/// AccumulateGrad, in place: a training step with gradients kept defined, as
+/// `ckplan run` keeps them, zeroed), and for a value read by k ops that need
+/// its gradient, the engine's k - 1 sums (the law less one engine node).
 double PredictedAccumulateGradMs(const Profile& profile, const GpuSpec& gpu);
 
 /// The achieved TFLOP/s of `curve` (ascending (FLOPs, TFLOP/s) points) at

@@ -39,8 +39,8 @@ struct OpCostSample {
 
 /// The law that fits `samples` best in relative error (least squares of
 /// (law - us) / us), among the laws whose coefficients are all non-negative
-/// and that use only features some sample has (every subset is tried). A
-/// single sample gives a fixed cost, or a rate where it has FLOPs or bytes.
+/// and that use only features some sample has (every subset is tried, fewer
+/// features first: they win a tie). A single sample gives a fixed cost.
 LinearOpCost FitOpCost(const std::vector<OpCostSample>& samples);
 
 }  // namespace ckplan
