@@ -312,6 +312,10 @@ TEST_CASE("attention with dropout takes the math path's law, and the profile rec
   CHECK(OpMs(cpu, w, false) == doctest::Approx(0.050));
   CHECK(OpMs(cpu, w, true) == doctest::Approx(0.060));
   // Written only where non-zero, read back.
+  p.model = nlohmann::json::object();
+  p.tensors[0].producer = -1;
+  p.inputs = {0};
+  p.outputs = {1};
   nlohmann::json j = ProfileToJson(p);
   CHECK(j["ops"][0]["dropout_p"] == 0.1);
   CHECK(ProfileFromJson(j, "p.json").ops[0].dropout_p == 0.1);
