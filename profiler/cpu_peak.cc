@@ -132,10 +132,35 @@ int64_t Bytes(std::initializer_list<at::Tensor> tensors) {
   return n;
 }
 
+// What one backward pass costs beyond its nodes (the engine's task: set-up,
+// its thread's queue, the gradients' capture), which a model's step pays
+// once, not per op: a backward through one one-element add less one node
+// (the per-node cost from 1 and 9 adds), medians of 51.
+double EngineTaskUs() {
+  static const double task_us = [] {
+    auto backward_us = [](int n) {
+      std::vector<double> us;
+      for (int r = -1; r < 51; ++r) {
+        at::Tensor x = at::ones({1, 1}).set_requires_grad(true);
+        at::Tensor y = x;
+        for (int i = 0; i < n; ++i) y = y + 1;
+        const auto start = Clock::now();
+        torch::autograd::grad({y}, {x}, {at::ones({1, 1})});
+        if (r >= 0) us.push_back(MsSince(start) * 1e3);
+      }
+      return Median(us);
+    };
+    const double one = backward_us(1), nine = backward_us(9);
+    return std::max(0.0, one - std::max(0.0, nine - one) / 8);
+  }();
+  return task_us;
+}
+
 // Forward and backward microseconds per call, as a model's step runs the op:
 // `calls` calls (each on its own arguments from make(k), with autograd),
 // then one backward of all their outputs (torch::autograd::grad, the
-// engine's nodes, no .grad written); medians of `reps` after a warm-up.
+// engine's nodes, no .grad written; the engine's task, once per backward
+// pass, taken out); medians of `reps` after a warm-up.
 std::pair<OpCostSample, OpCostSample> TimeCalls(int calls, int reps, const std::function<Call(int)>& make) {
   std::vector<double> fwd_us, bwd_us;
   OpFeatures features;
@@ -152,7 +177,7 @@ std::pair<OpCostSample, OpCostSample> TimeCalls(int calls, int reps, const std::
     const auto backward_start = Clock::now();
     torch::autograd::grad(outputs, leaves, grads, /*retain_graph=*/false, /*create_graph=*/false,
                           /*allow_unused=*/true);
-    const double b = MsSince(backward_start) * 1e3 / calls;
+    const double b = std::max(0.0, MsSince(backward_start) * 1e3 - EngineTaskUs()) / calls;
     if (r >= 0) {
       fwd_us.push_back(f);
       bwd_us.push_back(b);
