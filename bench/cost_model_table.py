@@ -43,7 +43,7 @@ def main():
                          model.get("predicted_accumulate_grad_ms", 0.0))
             # Predicted outside the ops: the loss, gradients summed into .grad and in the engine.
             fixed = model["predicted_loss_ms"] + model.get("predicted_accumulate_grad_ms", 0.0)
-            calibration.append(model.get("calibration_s", 0.0))
+            calibration.append((model.get("calibration_s", 0.0), model.get("calibration_cpu_s", 0.0)))
             ratios.append(predicted / measured)
             own_ratios.append(predicted / model["measured_ops_ms"])
             print(f"| {name} | {len(prof['ops'])} | {measured:.2f} | {predicted:.2f} | {predicted / measured:.2f} | "
@@ -59,7 +59,8 @@ def main():
               f"{model['op_overhead_us']:.2f} us forward, {model['bwd_op_overhead_us']:.2f} us backward, view "
               f"{model['view_overhead_us']:.2f} us; within 25% of the measured step: "
               f"{sum(abs(r - 1) <= 0.25 for r in ratios)} of {len(ratios)} models; of the ops' own measured times: "
-              f"{sum(abs(r - 1) <= 0.25 for r in own_ratios)}; calibration (wall) {min(calibration):.2f}-{max(calibration):.2f} s")
+              f"{sum(abs(r - 1) <= 0.25 for r in own_ratios)}; calibration {min(c[0] for c in calibration):.2f}-{max(c[0] for c in calibration):.2f} s wall, "
+              f"{min(c[1] for c in calibration):.2f}-{max(c[1] for c in calibration):.2f} s CPU")
 
 if __name__ == "__main__":
     main()

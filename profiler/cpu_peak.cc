@@ -267,6 +267,9 @@ const std::vector<MemoryKind>& MemoryKinds() {
       {"adaptive_avg_pool2d", true, false,
        [](const at::Tensor& x, at::ScalarType) { return at::adaptive_avg_pool2d(x, {1, 1}); }, 0},
       {"hardtanh_", true, true, [](const at::Tensor& x, at::ScalarType) { at::Tensor y = x; return at::hardtanh_(y, 0, 6); }, 0},
+      {"silu_", true, true, [](const at::Tensor& x, at::ScalarType) { at::Tensor y = x; return at::silu_(y); }, 0},
+      {"dropout_", false, true,
+       [](const at::Tensor& x, at::ScalarType) { at::Tensor y = x; return at::dropout_(y, 0.1, true); }, 0},
       {"hardswish_", true, true, [](const at::Tensor& x, at::ScalarType) { at::Tensor y = x; return at::hardswish_(y); }, 0},
       {"hardsigmoid", true, false, [](const at::Tensor& x, at::ScalarType) { return at::hardsigmoid(x); }, 0},
       {"cat", true, false, [](const at::Tensor& x, at::ScalarType) { return at::cat({x, x.detach()}, 1); }, 1},
@@ -295,7 +298,7 @@ std::pair<LinearOpCost, LinearOpCost> MemoryLaw(const MemoryKind& kind, at::Scal
       return c;
     });
   }
-  return FitCalls(sizes, 4, 5);
+  return FitCalls(sizes, 4, 3);
 }
 
 // aten::linear, input [m, k], weight [n, k], bias [n]: squares 32..256 (512
@@ -404,7 +407,7 @@ std::pair<LinearOpCost, LinearOpCost> AccumulateLaw(at::ScalarType type, double 
     std::vector<at::Tensor> grads;
     for (int64_t k = 0; k < pool; ++k) grads.push_back(at::zeros({n}).to(type));
     std::vector<double> us;
-    for (int r = -1; r < 5; ++r) {
+    for (int r = -1; r < 3; ++r) {
       const auto start = Clock::now();
       for (at::Tensor& grad : grads) grad.add_(g);
       if (r >= 0) us.push_back(MsSince(start) * 1e3 / static_cast<double>(pool));
