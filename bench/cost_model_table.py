@@ -1,10 +1,12 @@
 """The cost model against measured CPU time: every test model profiled on the
 CPU (one thread, median of --reps) with --gpu cpu (this machine's measured
-matmul and convolution rates by size, elementwise rate and per-op fixed
-costs), the predicted step time beside the measured one. Like with like: the
+cost laws per op kind and dtype, and the rates and fixed costs of the
+roofline for kinds without one), the predicted step time beside the
+measured one. Like with like: the
 measured step is `totals.step_ms` (forward, loss and backward timed whole
 without per-op timers, no optimizer step); the prediction is the ops' forward
-and backward plus the loss (`time_model.predicted_loss_ms`). Prints a Markdown
+and backward plus the loss (`time_model.predicted_loss_ms`) plus the gradients
+summed outside the ops (`predicted_accumulate_grad_ms`). Prints a Markdown
 table (README, "Meta-device profiling and the cost model").
 
     .venv/bin/python bench/cost_model_table.py [--ckplan build/ckplan] [--models build/test_models]
