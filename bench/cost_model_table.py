@@ -1,10 +1,12 @@
 """The cost model against measured CPU time: every test model profiled on the
 CPU (one thread, median of --reps) with --gpu cpu (this machine's measured
-matmul and convolution rates by size, elementwise rate and per-op fixed
-costs), the predicted step time beside the measured one. Like with like: the
+cost laws per op kind and dtype, and the rates and fixed costs of the
+roofline for kinds without one), the predicted step time beside the
+measured one. Like with like: the
 measured step is `totals.step_ms` (forward, loss and backward timed whole
 without per-op timers, no optimizer step); the prediction is the ops' forward
-and backward plus the loss (`time_model.predicted_loss_ms`). Prints a Markdown
+and backward plus the loss (`time_model.predicted_loss_ms`) plus the gradients
+summed outside the ops (`predicted_accumulate_grad_ms`). Prints a Markdown
 table (README, "Meta-device profiling and the cost model").
 
     .venv/bin/python bench/cost_model_table.py [--ckplan build/ckplan] [--models build/test_models]
@@ -23,10 +25,10 @@ def main():
     parser.add_argument("--reps", default="5")
     args = parser.parse_args()
     names = sorted(f[:-5] for f in os.listdir(args.models) if f.endswith(".json") and f != "torch_version.json")
-    print("| model | ops | measured step (ms) | predicted (ms) | predicted / measured | of which fixed costs (ms) | "
+    print("| model | ops | measured step (ms) | predicted (ms) | predicted / measured | of which outside the ops (ms) | "
           "ops' own measured times (ms) | step outside the ops (ms) |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
-    ratios, own_ratios = [], []
+    ratios, own_ratios, calibration = [], [], []
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
             with open(os.path.join(args.models, name + ".json")) as f:
@@ -39,11 +41,11 @@ def main():
                 prof = json.load(f)
             model = prof["environment"]["time_model"]
             measured = model["measured_plain_step_ms"]
-            predicted = prof["totals"]["fwd_ms"] + prof["totals"]["bwd_ms"] + model["predicted_loss_ms"]
-            fixed = 0.0  # the fixed costs alone, per op and direction
-            for op in prof["ops"]:
-                fixed += min(op["fwd_ms"], model["op_overhead_us"] * 1e-3)
-                fixed += min(op["bwd_ms"], model["bwd_op_overhead_us"] * 1e-3)
+            predicted = (prof["totals"]["fwd_ms"] + prof["totals"]["bwd_ms"] + model["predicted_loss_ms"] +
+                         model.get("predicted_accumulate_grad_ms", 0.0))
+            # Predicted outside the ops: the loss, gradients summed into .grad and in the engine.
+            fixed = model["predicted_loss_ms"] + model.get("predicted_accumulate_grad_ms", 0.0)
+            calibration.append((model.get("calibration_s", 0.0), model.get("calibration_cpu_s", 0.0)))
             ratios.append(predicted / measured)
             own_ratios.append(predicted / model["measured_ops_ms"])
             print(f"| {name} | {len(prof['ops'])} | {measured:.2f} | {predicted:.2f} | {predicted / measured:.2f} | "
@@ -59,7 +61,8 @@ def main():
               f"{model['op_overhead_us']:.2f} us forward, {model['bwd_op_overhead_us']:.2f} us backward, view "
               f"{model['view_overhead_us']:.2f} us; within 25% of the measured step: "
               f"{sum(abs(r - 1) <= 0.25 for r in ratios)} of {len(ratios)} models; of the ops' own measured times: "
-              f"{sum(abs(r - 1) <= 0.25 for r in own_ratios)}")
+              f"{sum(abs(r - 1) <= 0.25 for r in own_ratios)}; calibration {min(c[0] for c in calibration):.2f}-{max(c[0] for c in calibration):.2f} s wall, "
+              f"{min(c[1] for c in calibration):.2f}-{max(c[1] for c in calibration):.2f} s CPU")
 
 if __name__ == "__main__":
     main()

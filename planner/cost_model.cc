@@ -67,6 +67,7 @@ OpWork CountOpWork(const Profile& profile, const OpRecord& op, const CostModelCo
   if (!arg_dtype.empty()) w.dtype = arg_dtype;
   w.has_backward = any_grad;
   const std::string& kind = op.kind;
+  w.kind = kind.substr(kind.find("::") == std::string::npos ? 0 : kind.find("::") + 2);
   const auto& args = op.args;
   auto last = [](const ArgRecord& a) { return a.shape.empty() ? 1.0 : static_cast<double>(a.shape.back()); };
   if (all_alias && !op.inplace) {
@@ -79,12 +80,15 @@ OpWork CountOpWork(const Profile& profile, const OpRecord& op, const CostModelCo
     // input [..., K], weight [N, K]: 2 M N K
     w.op_class = OpClass::kMatmul;
     w.fwd_flops = 2.0 * Numel(args[0].shape) * (args[1].shape.empty() ? 1.0 : static_cast<double>(args[1].shape[0]));
+    w.weight_bytes = ArgBytes(args[1]);
   } else if (KindIs(kind, {"matmul", "mm", "bmm"}) && args.size() >= 2) {
     w.op_class = OpClass::kMatmul;
     w.fwd_flops = 2.0 * (out_bytes / std::max(1.0, ElementBytes(w.dtype.empty() ? "float" : w.dtype))) * last(args[0]);
+    w.weight_bytes = ArgBytes(args[1]);
   } else if (KindIs(kind, {"addmm", "baddbmm", "addbmm"}) && args.size() >= 3) {
     w.op_class = OpClass::kMatmul;
     w.fwd_flops = 2.0 * (out_bytes / std::max(1.0, ElementBytes(w.dtype.empty() ? "float" : w.dtype))) * last(args[1]);
+    w.weight_bytes = ArgBytes(args[2]);
   } else if (KindIs(kind, {"conv1d", "conv2d", "conv3d", "convolution", "_convolution", "conv_transpose2d",
                            "conv_transpose1d", "conv_transpose3d", "mkldnn_convolution"}) &&
              args.size() >= 2 && !args[1].shape.empty() && args[1].shape[0] > 0) {
@@ -94,12 +98,14 @@ OpWork CountOpWork(const Profile& profile, const OpRecord& op, const CostModelCo
     const bool transposed = kind.find("transpose") != std::string::npos;
     const double per = Numel(args[1].shape) / static_cast<double>(args[1].shape[0]);
     w.fwd_flops = 2.0 * (transposed ? Numel(args[0].shape) : out_bytes / std::max(1.0, ElementBytes(w.dtype))) * per;
+    w.weight_bytes = ArgBytes(args[1]);
   } else if (KindIs(kind, {"scaled_dot_product_attention", "_scaled_dot_product_flash_attention",
                            "_scaled_dot_product_efficient_attention", "_scaled_dot_product_flash_attention_for_cpu",
                            "_scaled_dot_product_cudnn_attention"}) &&
              args.size() >= 3 && args[0].shape.size() >= 2 && args[1].shape.size() >= 2) {
     // q [..., L, D], k [..., S, D]: Q K^T and P V, 2 L S D each, per batch and head.
     w.op_class = args.size() >= 4 && !args[3].shape.empty() ? OpClass::kMaskedAttention : OpClass::kAttention;
+    if (op.dropout_p > 0) w.op_class = OpClass::kDropoutAttention;
     const auto& q = args[0].shape;
     const double l = static_cast<double>(q[q.size() - 2]), d = static_cast<double>(q.back());
     const double s = static_cast<double>(args[1].shape[args[1].shape.size() - 2]);
@@ -107,7 +113,21 @@ OpWork CountOpWork(const Profile& profile, const OpRecord& op, const CostModelCo
     w.bwd_flops = c.backward_attention_factor * w.fwd_flops;
     return w;
   }
-  if (w.op_class == OpClass::kMatmul || w.op_class == OpClass::kConvolution) {
+  if (KindIs(kind, {"lstm", "gru", "rnn_tanh", "rnn_relu"}) && !args.empty() && !args[0].shape.empty()) {
+    // Every weight matrix multiplies one vector per timestep and batch
+    // element (2 x its elements each), every layer and direction:
+    // 2 x (batch x time) x the 2-D weights' elements.
+    w.op_class = OpClass::kRecurrent;
+    double weights = 0;
+    for (size_t a = 1; a < args.size(); ++a) {
+      if (args[a].shape.size() == 2) {
+        weights += Numel(args[a].shape);
+        w.weight_bytes += ArgBytes(args[a]);
+      }
+    }
+    w.fwd_flops = 2.0 * Numel(args[0].shape) / static_cast<double>(std::max<int64_t>(1, args[0].shape.back())) * weights;
+  }
+  if (w.op_class == OpClass::kMatmul || w.op_class == OpClass::kConvolution || w.op_class == OpClass::kRecurrent) {
     w.bwd_flops = c.backward_matmul_factor * w.fwd_flops;
   }
   if (KindIs(kind, {"dropout", "native_dropout", "feature_dropout", "alpha_dropout", "bernoulli"})) {
@@ -157,10 +177,12 @@ double RooflineMs(const GpuSpec& gpu, OpClass op_class, const std::string& dtype
                                                                                                    : gpu.fp32_tflops;
   double efficiency = 1.0;
   switch (op_class) {
-    case OpClass::kMatmul: efficiency = c.matmul_efficiency; break;
+    case OpClass::kMatmul:
+    case OpClass::kRecurrent: efficiency = c.matmul_efficiency; break;
     case OpClass::kConvolution: efficiency = c.convolution_efficiency; break;
     case OpClass::kAttention:
-    case OpClass::kMaskedAttention: efficiency = c.attention_efficiency; break;
+    case OpClass::kMaskedAttention:
+    case OpClass::kDropoutAttention: efficiency = c.attention_efficiency; break;
     default: efficiency = c.matmul_efficiency; break;  // the few FLOPs of memory-bound ops
   }
   double tflops = peak_tflops * efficiency;
@@ -174,7 +196,10 @@ double RooflineMs(const GpuSpec& gpu, OpClass op_class, const std::string& dtype
     };
     if (op_class == OpClass::kConvolution) find("convolution");
     if (op_class == OpClass::kMaskedAttention) find("attention_mask");
-    if (op_class == OpClass::kMaskedAttention || op_class == OpClass::kAttention) find("attention");
+    if (op_class == OpClass::kMaskedAttention || op_class == OpClass::kAttention ||
+        op_class == OpClass::kDropoutAttention) {
+      find("attention");
+    }
     find("matmul");
     if (curve != gpu.measured_tflops.end() && !curve->second.empty()) {
       tflops = InterpolateTflops(curve->second, call_flops > 0 ? call_flops : flops);
@@ -192,12 +217,91 @@ double RooflineMs(const GpuSpec& gpu, OpClass op_class, const std::string& dtype
   return overhead_us * 1e-3 + 1e3 * std::max(compute_s, memory_s);
 }
 
+namespace {
+
+// The measured law of an op's kind and dtype, else of its class's stand-in
+// (`linear` for matmuls, `conv2d` for convolutions, `sdpa`, `sdpa_mask`,
+// `sdpa_dropout` for attention's three CPU paths); null where the device has none.
+const std::pair<LinearOpCost, LinearOpCost>* FindOpCost(const GpuSpec& gpu, const OpWork& w) {
+  if (gpu.op_costs.empty() || w.op_class == OpClass::kView) return nullptr;
+  const std::string dtype = CurveDtype(w.dtype.empty() ? "float32" : w.dtype);
+  std::string stand_in;
+  switch (w.op_class) {
+    case OpClass::kMatmul: stand_in = "linear"; break;
+    case OpClass::kConvolution: stand_in = "conv2d"; break;
+    case OpClass::kAttention: stand_in = "sdpa"; break;
+    case OpClass::kMaskedAttention: stand_in = "sdpa_mask"; break;
+    case OpClass::kDropoutAttention: stand_in = "sdpa_dropout"; break;
+    default: break;
+  }
+  // Attention's path, not its kind, decides its kernels.
+  const bool attention = w.op_class == OpClass::kAttention || w.op_class == OpClass::kMaskedAttention ||
+                         w.op_class == OpClass::kDropoutAttention;
+  for (const std::string& name : {attention ? stand_in : w.kind, stand_in}) {
+    if (name.empty()) continue;
+    const auto it = gpu.op_costs.find(name + ":" + dtype);
+    if (it != gpu.op_costs.end()) return &it->second;
+  }
+  return nullptr;
+}
+
+// The dtype of the parameters: the weight of the first matmul or
+// convolution, else the first floating-point argument's; float32 for none.
+std::string ParameterDtype(const Profile& profile, const CostModelConstants& c) {
+  std::string first;
+  for (const OpRecord& op : profile.ops) {
+    const OpWork w = CountOpWork(profile, op, c);
+    if ((w.op_class == OpClass::kMatmul || w.op_class == OpClass::kConvolution) && op.args.size() >= 2) {
+      return op.args[w.kind == "addmm" && op.args.size() >= 3 ? 2 : 1].dtype;
+    }
+    for (const ArgRecord& a : op.args) {
+      if (first.empty() && IsFloat(a.dtype)) first = a.dtype;
+    }
+  }
+  return first.empty() ? "float32" : first;
+}
+
+}  // namespace
+
+double OpMs(const GpuSpec& gpu, const OpWork& w, bool backward, const CostModelConstants& c) {
+  if (const auto* law = FindOpCost(gpu, w)) {
+    const OpFeatures features{w.fwd_flops, w.fwd_bytes, w.weight_bytes};
+    return 1e-3 * (backward ? law->second : law->first).Us(features);
+  }
+  return backward ? RooflineMs(gpu, w.op_class, w.dtype, w.bwd_flops, w.bwd_bytes, c, true, w.fwd_flops)
+                  : RooflineMs(gpu, w.op_class, w.dtype, w.fwd_flops, w.fwd_bytes, c, false, w.fwd_flops);
+}
+
+double PredictedAccumulateGradMs(const Profile& profile, const GpuSpec& gpu) {
+  if (gpu.op_costs.empty()) return 0;
+  const auto it = gpu.op_costs.find("accumulate_grad:" + CurveDtype(ParameterDtype(profile, {})));
+  if (it == gpu.op_costs.end()) return 0;
+  const LinearOpCost& add = it->second.second;
+  double us = 0;
+  for (const ParameterRecord& p : profile.parameters) us += add.Us({0, static_cast<double>(p.bytes), 0});
+  // A value several ops read gets a gradient from each of them: the engine
+  // adds them up (in its input buffer, no node of its own).
+  std::vector<int> readers(profile.tensors.size(), 0);
+  for (const OpRecord& op : profile.ops) {
+    if (!CountOpWork(profile, op).has_backward) continue;
+    std::set<int> inputs(op.inputs.begin(), op.inputs.end());
+    for (int t : inputs) ++readers[static_cast<size_t>(t)];
+  }
+  for (size_t t = 0; t < readers.size(); ++t) {
+    const TensorRecord& r = profile.tensors[t];
+    if (readers[t] < 2 || !r.requires_grad || !IsFloat(r.dtype)) continue;
+    const double sum_us = std::max(0.0, add.Us({0, Numel(r.shape) * ElementBytes(r.dtype), 0}) - gpu.bwd_op_overhead_us);
+    us += (readers[t] - 1) * sum_us;
+  }
+  return us * 1e-3;
+}
+
 double PredictedStepMs(const Profile& profile, const GpuSpec& gpu, const CostModelConstants& c) {
   double total = 0;
   for (const OpRecord& op : profile.ops) {
     const OpWork w = CountOpWork(profile, op, c);
-    total += RooflineMs(gpu, w.op_class, w.dtype, w.fwd_flops, w.fwd_bytes, c, false, w.fwd_flops);
-    if (w.has_backward) total += RooflineMs(gpu, w.op_class, w.dtype, w.bwd_flops, w.bwd_bytes, c, true, w.fwd_flops);
+    total += OpMs(gpu, w, false, c);
+    if (w.has_backward) total += OpMs(gpu, w, true, c);
   }
   return total;
 }
@@ -233,9 +337,8 @@ void ApplyCostModel(Profile* profile, const GpuSpec& gpu, const CostModelConstan
   double fwd = 0, bwd = 0, flops = 0;
   for (OpRecord& op : profile->ops) {
     const OpWork w = CountOpWork(*profile, op, c);
-    op.fwd_ms = RooflineMs(gpu, w.op_class, w.dtype, w.fwd_flops, w.fwd_bytes, c, false, w.fwd_flops);
-    op.bwd_ms =
-        w.has_backward ? RooflineMs(gpu, w.op_class, w.dtype, w.bwd_flops, w.bwd_bytes, c, true, w.fwd_flops) : 0;
+    op.fwd_ms = OpMs(gpu, w, false, c);
+    op.bwd_ms = w.has_backward ? OpMs(gpu, w, true, c) : 0;
     // The same kernels without autograd: a recomputation costs the forward
     // (what was measured without autograd, on meta tensors nothing, is replaced).
     op.fwd_nograd_ms = op.fwd_ms;
@@ -259,6 +362,7 @@ void ApplyCostModel(Profile* profile, const GpuSpec& gpu, const CostModelConstan
       {"random_gb_per_s", gpu.random_gb_per_s > 0 ? gpu.random_gb_per_s : gpu.bandwidth_gb_per_s},
       {"elementwise_gb_per_s", gpu.elementwise_gb_per_s},
       {"predicted_loss_ms", PredictedLossMs(*profile, gpu, c)},
+      {"predicted_accumulate_grad_ms", PredictedAccumulateGradMs(*profile, gpu)},
       {"step_flops", flops},
       {"efficiency", {{"matmul", c.matmul_efficiency}, {"convolution", c.convolution_efficiency},
                       {"attention", c.attention_efficiency}, {"memory", c.memory_efficiency}}},
@@ -280,7 +384,7 @@ void ApplyCostModel(Profile* profile, const GpuSpec& gpu, const CostModelConstan
   // 3 (sgd), 5 (momentum) or 7 (adam) times the parameter bytes.
   const bool measured_here = gpu.name == "cpu" && profile->environment.value("device", "") == "cpu";
   if (!measured_here) {
-    profile->totals.step_ms = fwd + bwd + PredictedLossMs(*profile, gpu, c);
+    profile->totals.step_ms = fwd + bwd + PredictedLossMs(*profile, gpu, c) + PredictedAccumulateGradMs(*profile, gpu);
     const double param_bytes = static_cast<double>(profile->totals.param_bytes);
     profile->totals.optimizer_step_ms.clear();
     for (const auto& [name, passes] : {std::pair<const char*, double>{"sgd", 3}, {"momentum", 5}, {"adam", 7}}) {
@@ -296,6 +400,17 @@ void ApplyCostModel(Profile* profile, const GpuSpec& gpu, const CostModelConstan
       for (const auto& [flops, tflops] : points) curves[key].push_back({{"flops", flops}, {"tflops", tflops}});
     }
     profile->environment["time_model"]["measured_tflops"] = curves;
+  }
+  if (!gpu.op_costs.empty()) {
+    nlohmann::json laws = nlohmann::json::object();
+    auto law_json = [](const LinearOpCost& l) {
+      return nlohmann::json{{"fixed_us", l.fixed_us}, {"us_per_flop", l.flop_us}, {"us_per_byte", l.byte_us},
+                            {"us_per_weight_byte", l.weight_byte_us}};
+    };
+    for (const auto& [key, law] : gpu.op_costs) {
+      laws[key] = {{"forward", law_json(law.first)}, {"backward", law_json(law.second)}};
+    }
+    profile->environment["time_model"]["op_costs"] = laws;
   }
 }
 

@@ -6,6 +6,7 @@
 
 #include "ckplan/planner/error.h"
 #include "ckplan/planner/gpu_table.h"
+#include "ckplan/planner/profile.h"
 
 using namespace ckplan;
 
@@ -264,4 +265,112 @@ TEST_CASE("--gpu cpu: masked attention and dropout read their own measured rates
   const GpuSpec h100 = FindGpu("h100");
   CHECK(RooflineMs(h100, d.op_class, d.dtype, 0, d.fwd_bytes) ==
         doctest::Approx(RooflineMs(h100, OpClass::kMemory, d.dtype, 0, d.fwd_bytes)));
+}
+
+TEST_CASE("--gpu cpu: an op's measured law of its kind (or class) and dtype replaces the roofline") {
+  GpuSpec cpu = SmallCpu(false);
+  // linear: 10 us + 1 us per 100 kFLOP forward; 20 us + 2 us per 100 kFLOP + 1 us per 1 KB of weight backward.
+  cpu.op_costs["linear:float32"] = {LinearOpCost{10, 1e-5, 0, 0}, LinearOpCost{20, 2e-5, 0, 1e-3}};
+  Profile p = OneOp("aten::linear", {{{8, 16, 64}, "Float"}, {{128, 64}, "Float"}, {{128}, "Float"}}, {8, 16, 128});
+  const OpWork w = CountOpWork(p, p.ops[0]);
+  CHECK(w.kind == "linear");
+  CHECK(w.weight_bytes == 128 * 64 * 4);
+  const double flops = 2.0 * 8 * 16 * 64 * 128;
+  CHECK(OpMs(cpu, w, false) == doctest::Approx(1e-3 * (10 + 1e-5 * flops)));
+  CHECK(OpMs(cpu, w, true) == doctest::Approx(1e-3 * (20 + 2e-5 * flops + 1e-3 * 32768)));
+  CHECK(PredictedStepMs(p, cpu) == doctest::Approx(OpMs(cpu, w, false) + OpMs(cpu, w, true)));
+  // A matmul of another kind reads linear's law (its class's stand-in); bf16 has none: the roofline.
+  Profile mm = OneOp("aten::mm", {{{16, 64}, "Float"}, {{64, 128}, "Float"}}, {16, 128});
+  const OpWork m = CountOpWork(mm, mm.ops[0]);
+  CHECK(OpMs(cpu, m, false) == doctest::Approx(1e-3 * (10 + 1e-5 * 2.0 * 16 * 64 * 128)));
+  Profile bf = OneOp("aten::linear", {{{16, 64}, "BFloat16"}, {{128, 64}, "BFloat16"}}, {16, 128}, "bfloat16");
+  const OpWork b = CountOpWork(bf, bf.ops[0]);
+  CHECK(OpMs(cpu, b, false) == doctest::Approx(RooflineMs(cpu, b.op_class, b.dtype, b.fwd_flops, b.fwd_bytes, {},
+                                                          false, b.fwd_flops)));
+  // A memory-bound kind: its bytes (input and output, 2 x 4 MiB), 2 us + 1 us per 10 KB.
+  cpu.op_costs["gelu:float32"] = {LinearOpCost{2, 0, 1e-4, 0}, LinearOpCost{3, 0, 2e-4, 0}};
+  Profile gelu = OneOp("aten::gelu", {{{1024, 1024}, "Float"}}, {1024, 1024});
+  const OpWork g = CountOpWork(gelu, gelu.ops[0]);
+  CHECK(OpMs(cpu, g, false) == doctest::Approx(1e-3 * (2 + 1e-4 * 8388608)));
+  CHECK(OpMs(cpu, g, true) == doctest::Approx(1e-3 * (3 + 2e-4 * 8388608)));
+  // Views keep the view overhead.
+  Profile view = OneOp("aten::view", {{{8, 64}, "Float"}}, {512}, "float32", /*view=*/true);
+  CHECK(OpMs(cpu, CountOpWork(view, view.ops[0]), false) == doctest::Approx(0.002));
+}
+
+TEST_CASE("attention with dropout takes the math path's law, and the profile records dropout_p") {
+  GpuSpec cpu = SmallCpu(false);
+  cpu.op_costs["sdpa:float32"] = {LinearOpCost{5, 0, 0, 0}, LinearOpCost{6, 0, 0, 0}};
+  cpu.op_costs["sdpa_dropout:float32"] = {LinearOpCost{50, 0, 0, 0}, LinearOpCost{60, 0, 0, 0}};
+  const std::vector<ArgRecord> qkv = {{{1, 2, 16, 8}, "Float"}, {{1, 2, 16, 8}, "Float"}, {{1, 2, 16, 8}, "Float"}};
+  Profile p = OneOp("aten::scaled_dot_product_attention", qkv, {1, 2, 16, 8});
+  CHECK(OpMs(cpu, CountOpWork(p, p.ops[0]), false) == doctest::Approx(0.005));
+  p.ops[0].dropout_p = 0.1;
+  const OpWork w = CountOpWork(p, p.ops[0]);
+  CHECK(w.op_class == OpClass::kDropoutAttention);
+  CHECK(w.fwd_flops == doctest::Approx(4.0 * 2 * 16 * 16 * 8));
+  CHECK(OpMs(cpu, w, false) == doctest::Approx(0.050));
+  CHECK(OpMs(cpu, w, true) == doctest::Approx(0.060));
+  // Written only where non-zero, read back.
+  p.model = nlohmann::json::object();
+  p.tensors[0].producer = -1;
+  p.inputs = {0};
+  p.outputs = {1};
+  nlohmann::json j = ProfileToJson(p);
+  CHECK(j["ops"][0]["dropout_p"] == 0.1);
+  CHECK(ProfileFromJson(j, "p.json").ops[0].dropout_p == 0.1);
+  p.ops[0].dropout_p = 0;
+  CHECK(!ProfileToJson(p)["ops"][0].contains("dropout_p"));
+}
+
+TEST_CASE("FLOPs of recurrent layers: 2 x batch x time x the weight matrices' elements") {
+  // nn.LSTM(32, 32, num_layers=2, batch_first=True) on [8, 24, 32]: hx (h0, c0) [2, 8, 32];
+  // per layer w_ih [128, 32], w_hh [128, 32], b_ih [128], b_hh [128].
+  std::vector<ArgRecord> args = {{{8, 24, 32}, "Float"}, {{2, 8, 32}, "Float"}, {{2, 8, 32}, "Float"}};
+  for (int layer = 0; layer < 2; ++layer) {
+    args.push_back({{128, 32}, "Float"});
+    args.push_back({{128, 32}, "Float"});
+    args.push_back({{128}, "Float"});
+    args.push_back({{128}, "Float"});
+  }
+  Profile p = OneOp("aten::lstm", args, {8, 24, 32});
+  const OpWork w = CountOpWork(p, p.ops[0]);
+  CHECK(w.op_class == OpClass::kRecurrent);
+  CHECK(w.fwd_flops == doctest::Approx(2.0 * 8 * 24 * (4 * 128 * 32)));
+  CHECK(w.bwd_flops == doctest::Approx(2 * w.fwd_flops));
+  CHECK(w.weight_bytes == 4 * 128 * 32 * 4);
+}
+
+TEST_CASE("gradients summed outside the ops: into each parameter's .grad, and for a value two ops read") {
+  GpuSpec cpu = SmallCpu(false);  // its engine node: 3 us
+  // 4 us + 1 us per 10 KB (the law holds one engine node).
+  cpu.op_costs["accumulate_grad:float32"] = {LinearOpCost{}, LinearOpCost{4, 0, 1e-4, 0}};
+  Profile p = OneOp("aten::linear", {{{16, 64}, "Float"}, {{128, 64}, "Float"}, {{128}, "Float"}}, {16, 128});
+  p.parameters = {{"w", {128, 64}, 32768}, {"b", {128}, 512}};
+  CHECK(PredictedAccumulateGradMs(p, cpu) == doctest::Approx(1e-3 * ((4 + 3.2768) + (4 + 0.0512))));
+  // Tensor 1 [16, 128] read by two ops that need its gradient: one sum, 2 KB x ... less the node.
+  TensorRecord out = p.tensors[1];
+  out.id = 2;
+  out.producer = 1;
+  out.storage = 2;
+  p.tensors.push_back(out);
+  OpRecord relu = p.ops[0];
+  relu.id = 1;
+  relu.kind = "aten::relu";
+  relu.inputs = {1};
+  relu.outputs = {2};
+  relu.args = {{{16, 128}, "Float"}};
+  p.ops.push_back(relu);
+  OpRecord gelu = relu;
+  gelu.id = 2;
+  gelu.kind = "aten::gelu";
+  p.tensors.push_back(out);
+  p.tensors.back().id = 3;
+  p.tensors.back().producer = 2;
+  p.tensors.back().storage = 3;
+  gelu.outputs = {3};
+  p.ops.push_back(gelu);
+  const double sum_us = 4 + 1e-4 * 16 * 128 * 4 - 3;
+  CHECK(PredictedAccumulateGradMs(p, cpu) == doctest::Approx(1e-3 * ((4 + 3.2768) + (4 + 0.0512) + sum_us)));
+  CHECK(PredictedAccumulateGradMs(p, FindGpu("h100")) == 0);  // no law: not modelled
 }

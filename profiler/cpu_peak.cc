@@ -4,16 +4,20 @@
 #include <ATen/Parallel.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
+#include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/variable.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <functional>
 #include <initializer_list>
+#include <set>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "ckplan/planner/cost_model.h"
 #include "timing.h"
 
 namespace ckplan {
@@ -112,7 +116,351 @@ std::pair<double, double> ChainOverheadUs(const char* name, const char* overload
   return {Median(fwd_us), Median(bwd_us)};
 }
 
+// One call of an op for its cost law: its forward on arguments made before
+// the clock starts, the arguments its backward reaches, and the cost model's
+// features of the call (its FLOPs, bytes and weight bytes, counted as
+// CountOpWork counts them).
+struct Call {
+  std::vector<at::Tensor> leaves;
+  std::function<at::Tensor()> forward;
+  OpFeatures features;
+};
+
+int64_t Bytes(std::initializer_list<at::Tensor> tensors) {
+  int64_t n = 0;
+  for (const at::Tensor& t : tensors) n += t.defined() ? static_cast<int64_t>(t.nbytes()) : 0;
+  return n;
+}
+
+// What one backward pass costs beyond its nodes (the engine's task: set-up,
+// its thread's queue, the gradients' capture), which a model's step pays
+// once, not per op: a backward through one one-element add less one node
+// (the per-node cost from 1 and 9 adds), medians of 51.
+double EngineTaskUs() {
+  static const double task_us = [] {
+    auto backward_us = [](int n) {
+      std::vector<double> us;
+      for (int r = -1; r < 51; ++r) {
+        at::Tensor x = at::ones({1, 1}).set_requires_grad(true);
+        at::Tensor y = x;
+        for (int i = 0; i < n; ++i) y = y + 1;
+        const auto start = Clock::now();
+        torch::autograd::grad({y}, {x}, {at::ones({1, 1})});
+        if (r >= 0) us.push_back(MsSince(start) * 1e3);
+      }
+      return Median(us);
+    };
+    const double one = backward_us(1), nine = backward_us(9);
+    return std::max(0.0, one - std::max(0.0, nine - one) / 8);
+  }();
+  return task_us;
+}
+
+// Forward and backward microseconds per call, as a model's step runs the op:
+// `calls` calls (each on its own arguments from make(k), with autograd),
+// then one backward of all their outputs (torch::autograd::grad, the
+// engine's nodes, no .grad written; the engine's task, once per backward
+// pass, taken out); medians of `reps` after a warm-up.
+std::pair<OpCostSample, OpCostSample> TimeCalls(int calls, int reps, const std::function<Call(int)>& make) {
+  std::vector<double> fwd_us, bwd_us;
+  OpFeatures features;
+  for (int r = -1; r < reps; ++r) {
+    std::vector<Call> set;
+    for (int k = 0; k < calls; ++k) set.push_back(make(k));
+    features = set[0].features;
+    std::vector<at::Tensor> outputs, leaves, grads;
+    const auto start = Clock::now();
+    for (Call& c : set) outputs.push_back(c.forward());
+    const double f = MsSince(start) * 1e3 / calls;
+    for (Call& c : set) leaves.insert(leaves.end(), c.leaves.begin(), c.leaves.end());
+    for (const at::Tensor& o : outputs) grads.push_back(at::ones_like(o));
+    const auto backward_start = Clock::now();
+    torch::autograd::grad(outputs, leaves, grads, /*retain_graph=*/false, /*create_graph=*/false,
+                          /*allow_unused=*/true);
+    const double b = std::max(0.0, MsSince(backward_start) * 1e3 - EngineTaskUs()) / calls;
+    if (r >= 0) {
+      fwd_us.push_back(f);
+      bwd_us.push_back(b);
+    }
+  }
+  return {{features, Median(fwd_us)}, {features, Median(bwd_us)}};
+}
+
+// The laws of one kind from its calls at each size (make(size, k)).
+std::pair<LinearOpCost, LinearOpCost> FitCalls(const std::vector<std::function<Call(int)>>& sizes, int calls,
+                                               int reps) {
+  std::vector<OpCostSample> fwd, bwd;
+  for (const auto& make : sizes) {
+    const auto [f, b] = TimeCalls(calls, reps, make);
+    fwd.push_back(f);
+    bwd.push_back(b);
+  }
+  return {FitOpCost(fwd), FitOpCost(bwd)};
+}
+
+at::Tensor Leaf(std::vector<int64_t> shape, at::ScalarType type) {
+  return at::randn(shape).to(type).set_requires_grad(true);
+}
+
+// A memory-bound op on one tensor of `shape` (and a second operand where it
+// takes one): its call, features: arguments' and output's bytes.
+using UnaryOp = std::function<at::Tensor(const at::Tensor&, at::ScalarType)>;
+
+std::function<Call(int)> MemoryCall(std::vector<int64_t> shape, at::ScalarType type, bool inplace, UnaryOp op) {
+  return [=](int) {
+    Call c;
+    at::Tensor leaf = Leaf(shape, type);
+    c.leaves = {leaf};
+    at::Tensor x = inplace ? leaf.clone() : leaf;
+    c.forward = [x, type, op] { return op(x, type); };
+    // Bytes as the cost model counts them: the forward's arguments (the
+    // op reports its extra ones through its output's size) and output.
+    at::Tensor probe;
+    {
+      at::NoGradGuard no_grad;
+      probe = op(x.detach().clone(), type);
+    }
+    c.features.bytes = static_cast<double>(Bytes({x}) + Bytes({probe}));
+    return c;
+  };
+}
+
+// The memory-bound kinds the laws cover: (kind, image-like 4-D arguments,
+// in place, the op; extra operands are made inside at the argument's size
+// and counted by ExtraBytes).
+struct MemoryKind {
+  const char* kind;
+  bool image;
+  bool inplace;
+  UnaryOp op;
+  double extra_arguments;  // further arguments of the input's size (add: 1), counted in its bytes
+};
+
+const std::vector<MemoryKind>& MemoryKinds() {
+  static const std::vector<MemoryKind> kinds = {
+      {"add", false, false, [](const at::Tensor& x, at::ScalarType) { return at::add(x, x.detach()); }, 1},
+      {"sub", false, false, [](const at::Tensor& x, at::ScalarType) { return at::sub(x, x.detach()); }, 1},
+      {"mul", false, false, [](const at::Tensor& x, at::ScalarType) { return at::mul(x, x.detach()); }, 1},
+      {"div", false, false, [](const at::Tensor& x, at::ScalarType) { return at::div(x, x.detach() + 2); }, 1},
+      {"relu", false, false, [](const at::Tensor& x, at::ScalarType) { return at::relu(x); }, 0},
+      {"relu_", true, true, [](const at::Tensor& x, at::ScalarType) { at::Tensor y = x; return at::relu_(y); }, 0},
+      {"gelu", false, false, [](const at::Tensor& x, at::ScalarType) { return at::gelu(x); }, 0},
+      {"tanh", false, false, [](const at::Tensor& x, at::ScalarType) { return at::tanh(x); }, 0},
+      {"silu", false, false, [](const at::Tensor& x, at::ScalarType) { return at::silu(x); }, 0},
+      {"sigmoid", false, false, [](const at::Tensor& x, at::ScalarType) { return at::sigmoid(x); }, 0},
+      {"pow", false, false, [](const at::Tensor& x, at::ScalarType) { return at::pow(x, 2); }, 0},
+      {"rsqrt", false, false, [](const at::Tensor& x, at::ScalarType) { return at::rsqrt(x.abs() + 1); }, 0},
+      {"softmax", false, false, [](const at::Tensor& x, at::ScalarType) { return at::softmax(x, -1); }, 0},
+      {"dropout", false, false, [](const at::Tensor& x, at::ScalarType) { return at::dropout(x, 0.1, true); }, 0},
+      {"mean", false, false, [](const at::Tensor& x, at::ScalarType) { return at::mean(x, {-1}, true); }, 0},
+      {"layer_norm", false, false,
+       [](const at::Tensor& x, at::ScalarType) { return at::layer_norm(x, {x.size(-1)}); }, 0},
+      {"batch_norm", true, false,
+       [](const at::Tensor& x, at::ScalarType t) {
+         const int64_t ch = x.size(1);
+         return at::batch_norm(x, at::ones({ch}).to(t), at::zeros({ch}).to(t), at::zeros({ch}).to(t),
+                               at::ones({ch}).to(t), true, 0.1, 1e-5, false);
+       },
+       0},
+      {"max_pool2d", true, false, [](const at::Tensor& x, at::ScalarType) { return at::max_pool2d(x, {3, 3}, {2, 2}, {1, 1}); },
+       0},
+      {"adaptive_avg_pool2d", true, false,
+       [](const at::Tensor& x, at::ScalarType) { return at::adaptive_avg_pool2d(x, {1, 1}); }, 0},
+      {"hardtanh_", true, true, [](const at::Tensor& x, at::ScalarType) { at::Tensor y = x; return at::hardtanh_(y, 0, 6); }, 0},
+      {"silu_", true, true, [](const at::Tensor& x, at::ScalarType) { at::Tensor y = x; return at::silu_(y); }, 0},
+      {"dropout_", false, true,
+       [](const at::Tensor& x, at::ScalarType) { at::Tensor y = x; return at::dropout_(y, 0.1, true); }, 0},
+      {"hardswish_", true, true, [](const at::Tensor& x, at::ScalarType) { at::Tensor y = x; return at::hardswish_(y); }, 0},
+      {"hardsigmoid", true, false, [](const at::Tensor& x, at::ScalarType) { return at::hardsigmoid(x); }, 0},
+      {"cat", true, false, [](const at::Tensor& x, at::ScalarType) { return at::cat({x, x.detach()}, 1); }, 1},
+      {"contiguous", false, false,
+       [](const at::Tensor& x, at::ScalarType) { return x.transpose(0, 1).contiguous(); }, 0},
+      {"masked_fill", false, false,
+       [](const at::Tensor& x, at::ScalarType) { return at::masked_fill(x, at::zeros(x.sizes(), at::kBool), -1.0); },
+       0.25},  // the mask: a byte per element
+  };
+  return kinds;
+}
+
+// The law of one memory-bound kind in `type`: three sizes, 4 Ki to 256 Ki elements.
+std::pair<LinearOpCost, LinearOpCost> MemoryLaw(const MemoryKind& kind, at::ScalarType type) {
+  const std::vector<std::vector<int64_t>> image = {{2, 8, 16, 16}, {2, 16, 32, 32}, {2, 32, 64, 64}};
+  const std::vector<std::vector<int64_t>> sequence = {{2, 32, 64}, {4, 64, 128}, {8, 128, 256}};
+  std::vector<std::function<Call(int)>> sizes;
+  for (const auto& shape : kind.image ? image : sequence) {
+    std::function<Call(int)> base = MemoryCall(shape, type, kind.inplace, kind.op);
+    const double extra = kind.extra_arguments * static_cast<double>(at::elementSize(type));
+    sizes.push_back([base, extra, shape](int k) {
+      Call c = base(k);
+      double n = 1;
+      for (int64_t d : shape) n *= static_cast<double>(d);
+      c.features.bytes += extra * n;
+      return c;
+    });
+  }
+  return FitCalls(sizes, 4, 3);
+}
+
+// aten::linear, input [m, k], weight [n, k], bias [n]: squares 32..256 (512
+// in fp32) and two weight-bound shapes (8 rows).
+std::pair<LinearOpCost, LinearOpCost> LinearLaw(at::ScalarType type) {
+  std::vector<std::array<int64_t, 3>> shapes = {{32, 32, 32}, {64, 64, 64}, {128, 128, 128}, {256, 256, 256},
+                                                {8, 256, 256}, {8, 512, 512}};
+  if (type == at::kFloat) shapes.push_back({512, 512, 512});
+  std::vector<std::function<Call(int)>> sizes;
+  for (const auto& [m, k, n] : shapes) {
+    sizes.push_back([=](int) {
+      Call c;
+      at::Tensor x = Leaf({m, k}, type), w = Leaf({n, k}, type), b = Leaf({n}, type);
+      c.leaves = {x, w, b};
+      c.forward = [x, w, b] { return at::linear(x, w, b); };
+      c.features = {2.0 * static_cast<double>(m * n * k),
+                    static_cast<double>(Bytes({x, w, b}) + m * n * static_cast<int64_t>(at::elementSize(type))),
+                    static_cast<double>(Bytes({w}))};
+      return c;
+    });
+  }
+  return FitCalls(sizes, 2, 3);
+}
+
+// 3x3 convolutions C -> C (padding 1) on 2 x C x S x S, from many small
+// channels on large images to 512 channels on 2 x 2 (weight-bound).
+std::pair<LinearOpCost, LinearOpCost> ConvolutionLaw(at::ScalarType type) {
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{8, 16}, {32, 16}, {128, 16}, {64, 32}, {256, 4}, {512, 2}};
+  std::vector<std::function<Call(int)>> sizes;
+  for (const auto& [ch, side] : shapes) {
+    sizes.push_back([=](int) {
+      Call c;
+      at::Tensor x = Leaf({2, ch, side, side}, type), w = Leaf({ch, ch, 3, 3}, type);
+      c.leaves = {x, w};
+      c.forward = [x, w] { return at::conv2d(x, w, {}, {1, 1}, {1, 1}); };
+      c.features = {2.0 * static_cast<double>(2 * ch * side * side * ch * 9), static_cast<double>(2 * Bytes({x}) + Bytes({w})),
+                    static_cast<double>(Bytes({w}))};
+      return c;
+    });
+  }
+  return FitCalls(sizes, 2, 3);
+}
+
+// Scaled dot-product attention, q, k, v [1, 8, L, 32], L = 16, 64, 256:
+// plain, with a boolean mask, or with dropout 0.1 (the CPU's three paths).
+std::pair<LinearOpCost, LinearOpCost> AttentionLaw(at::ScalarType type, bool masked, double dropout_p) {
+  std::vector<std::function<Call(int)>> sizes;
+  for (int64_t l : {16, 64, 256}) {
+    sizes.push_back([=](int) {
+      Call c;
+      at::Tensor q = Leaf({1, 8, l, 32}, type), k = Leaf({1, 8, l, 32}, type), v = Leaf({1, 8, l, 32}, type);
+      std::optional<at::Tensor> mask;
+      if (masked) mask = at::ones({1, 1, l, l}, at::kBool);
+      c.leaves = {q, k, v};
+      c.forward = [q, k, v, mask, dropout_p] { return at::scaled_dot_product_attention(q, k, v, mask, dropout_p); };
+      c.features = {4.0 * 8 * static_cast<double>(l * l) * 32,
+                    static_cast<double>(4 * Bytes({q}) + (mask ? Bytes({*mask}) : 0)), 0};
+      return c;
+    });
+  }
+  return FitCalls(sizes, 2, 3);
+}
+
+// One-layer LSTM or GRU (batch first) on [4, T, H], hidden H: per call
+// (time steps, hidden) = (8, 16), (32, 16), (16, 64), (16, 128). Features as
+// the cost model counts them: 2 x batch x time x the weight matrices'
+// elements; the arguments' and outputs' bytes (they grow with the time
+// steps, which bound a recurrent layer's small per-step calls); the weights'.
+std::pair<LinearOpCost, LinearOpCost> RecurrentLaw(at::ScalarType type, bool lstm) {
+  std::vector<std::function<Call(int)>> sizes;
+  const int64_t gates = lstm ? 4 : 3, batch = 4;
+  for (const auto& [steps, hidden] : std::vector<std::pair<int64_t, int64_t>>{{8, 16}, {32, 16}, {16, 64}, {16, 128}}) {
+    sizes.push_back([=](int) {
+      Call c;
+      at::Tensor x = Leaf({batch, steps, hidden}, type);
+      at::Tensor h0 = at::zeros({1, batch, hidden}).to(type), c0 = at::zeros({1, batch, hidden}).to(type);
+      std::vector<at::Tensor> params = {Leaf({gates * hidden, hidden}, type), Leaf({gates * hidden, hidden}, type),
+                                        Leaf({gates * hidden}, type), Leaf({gates * hidden}, type)};
+      c.leaves = params;
+      c.leaves.push_back(x);
+      c.forward = [=] {
+        if (lstm) return std::get<0>(at::lstm(x, {h0, c0}, params, true, 1, 0.0, true, false, true));
+        return std::get<0>(at::gru(x, h0, params, true, 1, 0.0, true, false, true));
+      };
+      const double weights = static_cast<double>(params[0].numel() + params[1].numel());
+      int64_t bytes = Bytes({x, h0, params[0], params[1], params[2], params[3]}) + Bytes({x}) + Bytes({h0});
+      if (lstm) bytes += 2 * Bytes({c0});
+      c.features = {2.0 * static_cast<double>(batch * steps) * weights, static_cast<double>(bytes),
+                    static_cast<double>(Bytes({params[0], params[1]}))};
+      return c;
+    });
+  }
+  return FitCalls(sizes, 2, 3);
+}
+
+// Adding a parameter's gradient into its .grad (AccumulateGrad in place):
+// an add_ of 4 Ki, 64 Ki and 1 Mi elements (feature: the parameter's bytes)
+// into .grad tensors cycled through a pool of up to 48 MiB (a step's .grad
+// is cold: last touched a step ago; the new gradient is warm), plus one
+// engine node.
+std::pair<LinearOpCost, LinearOpCost> AccumulateLaw(at::ScalarType type, double node_us) {
+  std::vector<OpCostSample> samples;
+  for (int64_t n : {int64_t{4096}, int64_t{65536}, int64_t{1} << 20}) {
+    const at::Tensor g = at::randn({n}).to(type);
+    const int64_t pool = std::min<int64_t>(256, std::max<int64_t>(1, (int64_t{48} << 20) / static_cast<int64_t>(g.nbytes())));
+    std::vector<at::Tensor> grads;
+    for (int64_t k = 0; k < pool; ++k) grads.push_back(at::zeros({n}).to(type));
+    std::vector<double> us;
+    for (int r = -1; r < 3; ++r) {
+      const auto start = Clock::now();
+      for (at::Tensor& grad : grads) grad.add_(g);
+      if (r >= 0) us.push_back(MsSince(start) * 1e3 / static_cast<double>(pool));
+    }
+    samples.push_back({{0, static_cast<double>(g.nbytes()), 0}, Median(us)});
+  }
+  LinearOpCost law = FitOpCost(samples);
+  law.fixed_us += node_us;
+  return {LinearOpCost{}, law};
+}
+
 }  // namespace
+
+void MeasureCpuOpCosts(const Profile& profile, GpuSpec* cpu) {
+  std::set<std::pair<std::string, std::string>> wanted;  // (bare kind or stand-in, dtype)
+  for (const OpRecord& op : profile.ops) {
+    const OpWork w = CountOpWork(profile, op);
+    if (w.op_class == OpClass::kView) continue;
+    std::string dtype = w.dtype;
+    std::transform(dtype.begin(), dtype.end(), dtype.begin(), [](unsigned char ch) { return std::tolower(ch); });
+    if (dtype == "float") dtype = "float32";
+    if (dtype != "float32" && dtype != "bfloat16") continue;
+    std::string name = w.kind;
+    if (w.op_class == OpClass::kMatmul) name = "linear";
+    if (w.op_class == OpClass::kConvolution) name = "conv2d";
+    if (w.op_class == OpClass::kAttention) name = "sdpa";
+    if (w.op_class == OpClass::kMaskedAttention) name = "sdpa_mask";
+    if (w.op_class == OpClass::kDropoutAttention) name = "sdpa_dropout";
+    wanted.insert({name, dtype});
+  }
+  std::set<std::string> parameter_dtypes;
+  for (const auto& [name, dtype] : wanted) {
+    if (name == "linear" || name == "conv2d") parameter_dtypes.insert(dtype);
+  }
+  if (parameter_dtypes.empty()) parameter_dtypes.insert("float32");
+  for (const auto& [name, dtype] : wanted) {
+    const at::ScalarType type = dtype == "bfloat16" ? at::kBFloat16 : at::kFloat;
+    const std::string key = name + ":" + dtype;
+    if (name == "linear") cpu->op_costs[key] = LinearLaw(type);
+    if (name == "conv2d") cpu->op_costs[key] = ConvolutionLaw(type);
+    if (name == "sdpa") cpu->op_costs[key] = AttentionLaw(type, false, 0);
+    if (name == "sdpa_mask") cpu->op_costs[key] = AttentionLaw(type, true, 0);
+    if (name == "sdpa_dropout") cpu->op_costs[key] = AttentionLaw(type, false, 0.1);
+    if (name == "lstm" || name == "gru") cpu->op_costs[key] = RecurrentLaw(type, name == "lstm");
+    for (const MemoryKind& kind : MemoryKinds()) {
+      if (name == kind.kind) cpu->op_costs[key] = MemoryLaw(kind, type);
+    }
+  }
+  for (const std::string& dtype : parameter_dtypes) {
+    cpu->op_costs["accumulate_grad:" + dtype] =
+        AccumulateLaw(dtype == "bfloat16" ? at::kBFloat16 : at::kFloat, cpu->bwd_op_overhead_us);
+  }
+}
 
 GpuSpec MeasureCpuPeak(int threads) {
   at::set_num_threads(threads);

@@ -110,6 +110,17 @@ const void* StorageData(const at::Tensor& t) {
 // without per-op timers (each rep times the ops).
 constexpr int kSecondaryReps = 3;
 
+// The value of a node's argument named `dropout_p` (scaled dot-product
+// attention: on the CPU a non-zero one takes the math path), else 0.
+double DropoutP(const ProgramNode& node, const Environment& env) {
+  const c10::FunctionSchema* schema = node.node->maybeSchema();
+  if (schema == nullptr) return 0;
+  const std::optional<int> index = schema->argumentIndexWithName("dropout_p");
+  if (!index || static_cast<size_t>(*index) >= node.node->inputs().size()) return 0;
+  const auto it = env.find(node.node->inputs()[static_cast<size_t>(*index)]);
+  return it != env.end() && it->second.isDouble() ? it->second.toDouble() : 0;
+}
+
 // Everything one measured step records about the graph and its memory.
 struct StepRecord {
   std::vector<TensorRecord> tensors;
@@ -119,6 +130,7 @@ struct StepRecord {
   std::vector<std::vector<ArgRecord>> op_args;  // every tensor argument, weights included
   std::vector<int64_t> op_fwd_tmp;
   std::vector<int64_t> op_saved;
+  std::vector<double> op_dropout_p;  // an argument named dropout_p (attention), else 0
   std::vector<int> inputs, outputs;
   int64_t saved_bytes = 0;
   int64_t output_bytes = 0;
@@ -236,6 +248,7 @@ class Profiler {
       op.fwd_ms = Median(fwd_ms[k]);
       op.bwd_ms = Median(bwd_ms[k]);
       op.fwd_nograd_ms = Median(fwd_nograd_ms[k]);
+      op.dropout_p = record.op_dropout_p[k];
       profile.ops.push_back(std::move(op));
     }
     profile.totals.param_bytes = param_bytes_;
@@ -293,6 +306,7 @@ class Profiler {
       record->op_outputs.assign(ops, {});
       record->op_fwd_tmp.assign(ops, 0);
       record->op_saved.assign(ops, 0);
+      record->op_dropout_p.assign(ops, 0.0);
     }
     auto new_tensor = [&](const at::Tensor& t, int producer) {
       TensorRecord rec;
@@ -363,6 +377,7 @@ class Profiler {
           }
         }
         record->op_fwd_tmp[op] = std::max<int64_t>(0, tracker_.window_peak_bytes() - tracker_.live_bytes());
+        record->op_dropout_p[op] = DropoutP(node, env);
         for (const torch::jit::Value* in : node.node->inputs()) {
           auto it = value_tensors.find(in);
           if (it != value_tensors.end()) {

@@ -2,6 +2,8 @@
 // file itself includes no torch header; the work is in ckplan_profiler.
 
 #include <algorithm>
+#include <chrono>
+#include <ctime>
 #include <cstdio>
 #include <iostream>
 #include <optional>
@@ -111,8 +113,20 @@ int RunProfile(const ProfileCommandOptions& o) {
     options.progress = [&bar](int done, int total) { bar.Update(static_cast<double>(done) / total); };
     profile = ProfileModel(options, &warnings);
   }
-  if (o.gpu == "cpu") gpu = MeasureCpuPeak(o.threads);
+  double calibration_s = 0, calibration_cpu_s = 0;
+  if (o.gpu == "cpu") {
+    const auto start = std::chrono::steady_clock::now();
+    const std::clock_t cpu_start = std::clock();
+    gpu = MeasureCpuPeak(o.threads);
+    MeasureCpuOpCosts(profile, &*gpu);
+    calibration_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    calibration_cpu_s = static_cast<double>(std::clock() - cpu_start) / CLOCKS_PER_SEC;
+  }
   if (gpu) ApplyCostModel(&profile, *gpu);
+  if (o.gpu == "cpu") {  // what measuring this machine took: wall and the process's CPU time
+    profile.environment["time_model"]["calibration_s"] = calibration_s;
+    profile.environment["time_model"]["calibration_cpu_s"] = calibration_cpu_s;
+  }
   for (const std::string& w : warnings) std::fprintf(stderr, "ckplan: warning: %s\n", w.c_str());
   PrintProfileSummary(profile, human, o.top);
   EmitOutput(o.output, ProfileToJson(profile).dump(1) + "\n", human);

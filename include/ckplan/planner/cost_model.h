@@ -21,8 +21,12 @@
 namespace ckplan {
 
 /// kMaskedAttention: attention with an explicit mask (another kernel on a CPU);
-/// kRandom: dropout and bernoulli (bound by the random numbers on a CPU).
-enum class OpClass { kView, kMatmul, kConvolution, kAttention, kMemory, kMaskedAttention, kRandom };
+/// kRandom: dropout and bernoulli (bound by the random numbers on a CPU);
+/// kDropoutAttention: attention with dropout (the CPU's math path);
+/// kRecurrent: LSTM, GRU and RNN layers (a matmul per weight and timestep).
+enum class OpClass {
+  kView, kMatmul, kConvolution, kAttention, kMemory, kMaskedAttention, kRandom, kDropoutAttention, kRecurrent
+};
 
 /// The work of one op: forward and backward.
 struct OpWork {
@@ -31,6 +35,8 @@ struct OpWork {
   double bwd_flops = 0, bwd_bytes = 0;
   bool has_backward = false;
   std::string dtype;  ///< the dtype its FLOPs run in (its first floating-point argument)
+  std::string kind;   ///< the op's kind without its namespace: `linear`
+  double weight_bytes = 0;  ///< a matmul's or convolution's second operand (weight), a recurrent layer's weights
 };
 
 /// Documented efficiency constants (fractions of the device's peak).
@@ -55,6 +61,19 @@ OpWork CountOpWork(const Profile& profile, const OpRecord& op, const CostModelCo
 /// two calls of its forward's size).
 double RooflineMs(const GpuSpec& gpu, OpClass op_class, const std::string& dtype, double flops, double bytes,
                   const CostModelConstants& constants = {}, bool backward = false, double call_flops = 0);
+
+/// Milliseconds of one op forward or `backward` on `gpu`: the measured law of
+/// its kind (or class) and dtype where the device has one (`op_costs`, `--gpu
+/// cpu`), else the roofline (RooflineMs) of its FLOPs and bytes.
+double OpMs(const GpuSpec& gpu, const OpWork& work, bool backward, const CostModelConstants& constants = {});
+
+/// Gradients summed outside the ops, on a device with a measured law for it
+/// (`accumulate_grad:DTYPE`, the bytes added its feature; 0 elsewhere): each
+/// parameter's gradient added into its `.grad` (the autograd engine's
+/// AccumulateGrad, in place: a training step with gradients kept defined, as
+/// `ckplan run` keeps them, zeroed), and for a value read by k ops that need
+/// its gradient, the engine's k - 1 sums (the law less one engine node).
+double PredictedAccumulateGradMs(const Profile& profile, const GpuSpec& gpu);
 
 /// The achieved TFLOP/s of `curve` (ascending (FLOPs, TFLOP/s) points) at
 /// `flops`: log-log interpolation, clamped to the first and last points.

@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "ckplan/planner/op_cost.h"
+
 namespace ckplan {
 
 struct GpuSpec {
@@ -33,6 +35,12 @@ struct GpuSpec {
   /// Memory-bound ops' rate per dtype where it differs (`--gpu cpu`: `bfloat16`, elementwise bf16
   /// converts to float and back); other dtypes: bandwidth_gb_per_s.
   std::map<std::string, double> elementwise_gb_per_s;
+  /// Measured cost laws (`--gpu cpu`), forward and backward, keyed by bare op kind and dtype
+  /// (`linear:float32`, `layer_norm:bfloat16`; `sdpa:`, `sdpa_mask:`, `sdpa_dropout:` for the three paths
+  /// of scaled dot-product attention; `accumulate_grad:` for adding a parameter's gradient into its
+  /// `.grad`): where an op's key is present its time is its law's (op_cost.h) instead of the roofline's.
+  /// Empty for the datasheet devices.
+  std::map<std::string, std::pair<LinearOpCost, LinearOpCost>> op_costs;
 };
 
 /// The table, in a fixed order.

@@ -50,6 +50,10 @@ struct OpRecord {
   /// Optional: the forward without autograd (torch::NoGradGuard), what a
   /// recomputation costs; -1 when the profile has none (fwd_ms stands for it).
   double fwd_nograd_ms = -1;
+  /// Optional (`dropout_p`): the op's dropout probability where its schema
+  /// has one (scaled dot-product attention; on the CPU a non-zero one takes
+  /// the math path, not the fused kernel); 0 when absent.
+  double dropout_p = 0;
 };
 
 /// A parameter of the model (optional in the contract: profiles made before

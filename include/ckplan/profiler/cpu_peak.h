@@ -3,6 +3,7 @@
 /// short matmul and copy benchmark (LibTorch, on `threads` threads). Torch-free header.
 
 #include "ckplan/planner/gpu_table.h"
+#include "ckplan/planner/profile.h"
 
 namespace ckplan {
 
@@ -12,5 +13,13 @@ namespace ckplan {
 /// cost of one tiny op with autograd (median per direction), as a GpuSpec
 /// named `cpu`; memory: this machine's physical memory.
 GpuSpec MeasureCpuPeak(int threads);
+
+/// Cost laws (`cpu->op_costs`, op_cost.h) for the op kinds and dtypes
+/// `profile` uses that have a microbenchmark here (linear, convolution,
+/// attention's three paths, common memory-bound ops; float32, bfloat16), and
+/// for accumulating gradients into `.grad`: each op called as a model's step
+/// calls it (with autograd, forward and backward, several calls each on its
+/// own arguments, medians), at sizes fixed here, not the profile's.
+void MeasureCpuOpCosts(const Profile& profile, GpuSpec* cpu);
 
 }  // namespace ckplan
