@@ -71,7 +71,8 @@ namespace {
 // later stages frees, gone before its own starts.
 int64_t StageBackwardPeak(const Chain& chain, const Profile& profile, int index,
                           const std::map<int, int>& storage_producer, const std::vector<int64_t>& op_grads,
-                          const std::vector<int64_t>& released, int64_t released_later) {
+                          const std::vector<int64_t>& released, int64_t released_later,
+                          const std::vector<int>& last_use) {
   const Stage& stage = chain.stages[static_cast<size_t>(index)];
   const bool last = index + 1 == chain.length();
   // The gradients of the stage's output storages: those it made are
@@ -100,7 +101,12 @@ int64_t StageBackwardPeak(const Chain& chain, const Profile& profile, int index,
     held += op_grads[static_cast<size_t>(op)];
     for (int t : rec.inputs) {
       const TensorRecord& in = profile.tensors[static_cast<size_t>(t)];
-      if (!in.requires_grad || out_ids.count(in.storage) != 0) continue;  // a gradient held from the start
+      if (!in.requires_grad) continue;
+      // The gradient of a value read after the stage (or passed through
+      // it) is held from the start; one an in-place op then overwrote
+      // (conv's output under relu_) has its own.
+      const bool read_after = last_use[static_cast<size_t>(t)] > stage.last_op;
+      if (out_ids.count(in.storage) != 0 && (read_after || in.producer < stage.first_op)) continue;
       if (!grads.insert(t).second) continue;
       if (in.producer < stage.first_op) {
         boundary += in.nbytes;  // the stage input's: held from now on
@@ -264,13 +270,18 @@ StageGradients StageGradientBytes(const Chain& chain, const Profile& profile) {
                                  ? profile.environment["device"].get<std::string>()
                                  : "cpu";
   out.checkpoint_state_bytes = kCpuRngStateBytes + (device.rfind("cuda", 0) == 0 ? kCudaRngStateBytes : 0);
+  std::vector<int> last_use(profile.tensors.size(), -1);  // the last op reading each tensor
+  for (const OpRecord& op : profile.ops) {
+    for (int t : op.inputs) last_use[static_cast<size_t>(t)] = std::max(last_use[static_cast<size_t>(t)], op.id);
+  }
+  for (int t : profile.outputs) last_use[static_cast<size_t>(t)] = static_cast<int>(profile.ops.size());
   out.bwd_peak_bytes.assign(static_cast<size_t>(length), -1);
   for (int i = 0; i < length; ++i) {
     const Stage& stage = chain.stages[static_cast<size_t>(i)];
     if (stage.first_op < 0 || stage.last_op >= static_cast<int>(profile.ops.size())) continue;
     out.bwd_peak_bytes[static_cast<size_t>(i)] =
         StageBackwardPeak(chain, profile, i, storage_producer, op_grads, released,
-                          released_later[static_cast<size_t>(i)]) +
+                          released_later[static_cast<size_t>(i)], last_use) +
         unused_grads[static_cast<size_t>(i)];
   }
   return out;
