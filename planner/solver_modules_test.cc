@@ -361,3 +361,50 @@ TEST_CASE("a submodule's parameter used by its parent's op goes to that op, not 
   for (int i = 0; i < 2; ++i) chain.stages[static_cast<size_t>(i)].first_op = chain.stages[static_cast<size_t>(i)].last_op = i;
   CHECK(StageGradientBytes(chain, profile).bytes == std::vector<int64_t>{256, 256});
 }
+
+TEST_CASE("a stage's backward: the input of an in-place op has a gradient of its own") {
+  // Stage 0: op 0 makes t1, op 1 (relu_) writes it in place as t2, read by
+  // stage 1's op 2. t1's gradient (100), made by op 1, is alive during op 0's
+  // backward (150): 250, though t1 and t2 share one storage, the stage's output.
+  Profile profile;
+  auto tensor = [&](int storage, int64_t bytes, int producer, bool kept) {
+    TensorRecord t;
+    t.id = static_cast<int>(profile.tensors.size());
+    t.storage = storage;
+    t.bytes = t.nbytes = bytes;
+    t.producer = producer;
+    t.requires_grad = producer >= 0;
+    t.external = producer < 0;
+    t.kept = kept;
+    profile.tensors.push_back(t);
+  };
+  tensor(100, 40, -1, false);
+  tensor(1, 100, 0, true);
+  tensor(1, 100, 1, true);
+  tensor(3, 50, 2, false);
+  const int64_t saved[3] = {100, 0, 0}, bwd_tmp[3] = {150, 100, 100};
+  for (int k = 0; k < 3; ++k) {
+    OpRecord r;
+    r.id = k;
+    r.inputs = {k};
+    r.outputs = {k + 1};
+    r.inplace = k == 1;
+    r.saved_bytes = saved[k];
+    r.bwd_tmp_bytes = bwd_tmp[k];
+    profile.ops.push_back(r);
+  }
+  profile.inputs = {0};
+  profile.outputs = {3};
+  Chain chain;
+  chain.input_bytes = 40;
+  chain.stages.resize(2);
+  chain.stages[0].first_op = 0;
+  chain.stages[0].last_op = 1;
+  chain.stages[0].out_bytes = 100;
+  chain.stages[0].out_storages = {{1, 100}};
+  chain.stages[0].kept_out_storages = {1};
+  chain.stages[1].first_op = chain.stages[1].last_op = 2;
+  chain.stages[1].out_bytes = 50;
+  chain.stages[1].out_storages = {{3, 50}};
+  CHECK(StageGradientBytes(chain, profile).bwd_peak_bytes[0] == 250);
+}
