@@ -85,6 +85,7 @@ Profile ProfileFromJson(const nlohmann::json& doc, const std::string& file) {
     rec.storage = r.Has("storage") ? r.Field("storage").IntegerIn(-kMaxStorageId, kMaxStorageId) : t;
     rec.kept = r.Has("kept") ? r.Field("kept").Bool() : false;
     rec.external = r.Has("external") ? r.Field("external").Bool() : rec.producer < 0;
+    if (r.Has("released_by")) rec.released_by = r.Field("released_by").IntegerIn(-1, op_count - 1);
     p.tensors.push_back(std::move(rec));
   }
   for (int o = 0; o < op_count; ++o) {
@@ -190,6 +191,7 @@ nlohmann::json ProfileToJson(const Profile& p) {
                        {"requires_grad", t.requires_grad},
                        {"producer", t.producer}, {"storage", t.storage}, {"kept", t.kept},
                        {"external", t.external}});
+    if (t.released_by >= 0) tensors.back()["released_by"] = t.released_by;
   }
   nlohmann::json ops = nlohmann::json::array();
   nlohmann::json edges = nlohmann::json::array();

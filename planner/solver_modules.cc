@@ -58,6 +58,88 @@ std::vector<WrappableModule> WrappableModules(const Chain& chain, const Profile*
   return out;
 }
 
+namespace {
+
+// The backward of stage `index` as PyTorch runs it (StageGradients::
+// bwd_peak_bytes): its ops in reverse, each at its measured transient on top
+// of the gradients alive and the parameter gradients already made, less the
+// saved storages already released. `storage_producer`: the op that made
+// each activation storage.
+// `released`: per op, the bytes autograd frees as its backward runs (what
+// it saved, or what later ops saved of it when no release was measured);
+// `released_later`: those of the stage's own storages that the backward of
+// later stages frees, gone before its own starts.
+int64_t StageBackwardPeak(const Chain& chain, const Profile& profile, int index,
+                          const std::map<int, int>& storage_producer, const std::vector<int64_t>& op_grads,
+                          const std::vector<int64_t>& released, int64_t released_later,
+                          const std::vector<int>& last_use) {
+  const Stage& stage = chain.stages[static_cast<size_t>(index)];
+  const bool last = index + 1 == chain.length();
+  // The gradients of the stage's output storages: those it made are
+  // consumed by the op that made them; those passed through (a skip
+  // connection made earlier) stay.
+  std::map<int, int64_t> made_out;
+  std::set<int64_t> kept_out(stage.kept_out_storages.begin(), stage.kept_out_storages.end());
+  int64_t extra = -released_later;
+  for (const auto& [id, bytes] : stage.out_storages) {
+    auto it = storage_producer.find(static_cast<int>(id));
+    if (it == storage_producer.end() || it->second < stage.first_op || it->second > stage.last_op) continue;
+    made_out[static_cast<int>(id)] = bytes;
+    // The loss held the model's output until its own backward: released
+    // then unless an op saves it.
+    if (last && kept_out.count(id) == 0) extra -= bytes;
+  }
+  std::set<int64_t> out_ids;
+  for (const auto& entry : stage.out_storages) out_ids.insert(entry.first);
+  int64_t boundary = chain.InputBytes(index + 1), held = 0;
+  int64_t peak = boundary + extra;
+  std::set<int> grads;
+  for (int op = stage.last_op; op >= stage.first_op; --op) {
+    const OpRecord& rec = profile.ops[static_cast<size_t>(op)];
+    peak = std::max(peak, boundary + extra + rec.bwd_tmp_bytes + held);
+    // What it makes: its parameters' gradients and its inputs'.
+    held += op_grads[static_cast<size_t>(op)];
+    for (int t : rec.inputs) {
+      const TensorRecord& in = profile.tensors[static_cast<size_t>(t)];
+      if (!in.requires_grad) continue;
+      // The gradient of a value read after the stage (or passed through
+      // it) is held from the start; one an in-place op then overwrote
+      // (conv's output under relu_) has its own.
+      const bool read_after = last_use[static_cast<size_t>(t)] > stage.last_op;
+      if (out_ids.count(in.storage) != 0 && (read_after || in.producer < stage.first_op)) continue;
+      if (!grads.insert(t).second) continue;
+      if (in.producer < stage.first_op) {
+        boundary += in.nbytes;  // the stage input's: held from now on
+      } else {
+        extra += in.nbytes;
+      }
+    }
+    // All of it made, nothing released yet: an op of several backward nodes
+    // (a Linear's addmm, then its bias's sum) has its transient measured
+    // node by node, the first's gradients held during the second.
+    peak = std::max(peak, boundary + extra + held);
+    // What it releases: the gradients of its outputs, what it saved.
+    for (int t : rec.outputs) {
+      const TensorRecord& out = profile.tensors[static_cast<size_t>(t)];
+      if (grads.erase(t)) extra -= out.nbytes;
+      auto it = made_out.find(out.storage);
+      if (it != made_out.end() && out.producer == op) {
+        boundary -= it->second;
+        made_out.erase(it);
+      }
+    }
+    extra -= released[static_cast<size_t>(op)];
+  }
+  return peak;
+}
+
+}  // namespace
+
+// torch.get_rng_state(): the CPU generator's (mt19937) state; a CUDA
+// device's: its seed and offset.
+constexpr int64_t kCpuRngStateBytes = 5056;
+constexpr int64_t kCudaRngStateBytes = 16;
+
 StageGradients StageGradientBytes(const Chain& chain, const Profile& profile) {
   const int length = chain.length();
   StageGradients out;
@@ -108,12 +190,23 @@ StageGradients StageGradientBytes(const Chain& chain, const Profile& profile) {
         ours = ours || (p.shape == shape && within(op.module, module_of(p.name)));
       }
       if (ours) continue;
+      // A parameter of a submodule whose own ops were inlined into this
+      // one's (nn.MultiheadAttention's out_proj, used by the attention's op).
+      bool inside = false;
+      for (size_t q = 0; q < profile.parameters.size(); ++q) {
+        const ParameterRecord& p = profile.parameters[q];
+        if (p.shape == shape && within(module_of(p.name), op.module) && !op.module.empty()) {
+          last_op[q] = std::max(last_op[q], op.id);
+          inside = true;
+        }
+      }
+      if (inside) continue;
       for (size_t q = 0; q < profile.parameters.size(); ++q) {
         if (profile.parameters[q].shape == shape) last_op[q] = std::max(last_op[q], op.id);
       }
     }
   }
-  std::vector<int64_t> op_grads(profile.ops.size(), 0);
+  std::vector<int64_t> op_grads(profile.ops.size(), 0), unused_grads(static_cast<size_t>(length), 0);
   for (size_t q = 0; q < profile.parameters.size(); ++q) {
     const int op = last_op[q];
     const int at = op >= 0 ? stage_of[static_cast<size_t>(op)] : length - 1;
@@ -122,6 +215,7 @@ StageGradients StageGradientBytes(const Chain& chain, const Profile& profile) {
       op_grads[static_cast<size_t>(op)] += profile.parameters[q].bytes;
     } else {
       out.held_in_bwd[static_cast<size_t>(at)] += profile.parameters[q].bytes;  // for its whole backward
+      unused_grads[static_cast<size_t>(at)] += profile.parameters[q].bytes;
     }
   }
   // Each stage's backward replayed as ChainFromProfile replays it for
@@ -133,6 +227,62 @@ StageGradients StageGradientBytes(const Chain& chain, const Profile& profile) {
     const BackwardReplay replay = ReplayBackward(profile, stage.first_op, stage.last_op, &op_grads);
     out.held_in_bwd[static_cast<size_t>(i)] +=
         std::max<int64_t>(0, replay.peak_with_held_bytes) - std::max<int64_t>(0, replay.peak_bytes);
+  }
+  std::map<int, int> storage_producer;
+  for (const TensorRecord& t : profile.tensors) {
+    if (t.external || t.producer < 0) continue;
+    auto it = storage_producer.find(t.storage);
+    if (it == storage_producer.end() || t.producer < it->second) storage_producer[t.storage] = t.producer;
+  }
+  // Saved storages are released as measured (TensorRecord::released_by)
+  // where the profile has it, else by the op that made them (the latest an
+  // op that saves them can run its backward).
+  std::vector<int64_t> released(profile.ops.size(), 0), released_later(static_cast<size_t>(length), 0);
+  bool measured = false;
+  for (const TensorRecord& t : profile.tensors) measured = measured || t.released_by >= 0;
+  if (measured) {
+    // What an op saves of its own that is no tensor of the graph (a dropout
+    // mask, a norm's statistics): released by its own backward.
+    std::set<int> seen;
+    for (const OpRecord& op : profile.ops) released[static_cast<size_t>(op.id)] = op.saved_bytes;
+    for (const TensorRecord& t : profile.tensors) {
+      if (t.kept && !t.external && t.producer >= 0 && seen.insert(t.storage).second) {
+        released[static_cast<size_t>(t.producer)] -= t.bytes;
+      }
+    }
+    for (int64_t& bytes : released) bytes = std::max<int64_t>(0, bytes);
+    seen.clear();
+    for (const TensorRecord& t : profile.tensors) {
+      if (t.released_by < 0 || !seen.insert(t.storage).second) continue;
+      released[static_cast<size_t>(t.released_by)] += t.bytes;
+      auto made = storage_producer.find(t.storage);
+      if (made == storage_producer.end()) continue;
+      const int at = stage_of[static_cast<size_t>(made->second)];
+      if (at >= 0 && t.released_by > chain.stages[static_cast<size_t>(at)].last_op) {
+        released_later[static_cast<size_t>(at)] += t.bytes;
+      }
+    }
+  } else {
+    for (const OpRecord& op : profile.ops) released[static_cast<size_t>(op.id)] = op.saved_bytes;
+  }
+  const std::string device = profile.environment.is_object() && profile.environment.contains("device") &&
+                                     profile.environment["device"].is_string()
+                                 ? profile.environment["device"].get<std::string>()
+                                 : "cpu";
+  out.checkpoint_state_bytes = kCpuRngStateBytes + (device.rfind("cuda", 0) == 0 ? kCudaRngStateBytes : 0);
+  std::vector<int> last_use(profile.tensors.size(), -1);  // the last op reading each tensor
+  for (const OpRecord& op : profile.ops) {
+    for (int t : op.inputs) last_use[static_cast<size_t>(t)] = std::max(last_use[static_cast<size_t>(t)], op.id);
+  }
+  for (int t : profile.outputs) last_use[static_cast<size_t>(t)] = static_cast<int>(profile.ops.size());
+  out.bwd_peak_bytes.assign(static_cast<size_t>(length), -1);
+  for (int i = 0; i < length; ++i) {
+    const Stage& stage = chain.stages[static_cast<size_t>(i)];
+    if (stage.first_op < 0 || stage.last_op >= static_cast<int>(profile.ops.size())) continue;
+    out.bwd_peak_bytes[static_cast<size_t>(i)] =
+        StageBackwardPeak(chain, profile, i, storage_producer, op_grads, released,
+                          released_later[static_cast<size_t>(i)], last_use) +
+        unused_grads[static_cast<size_t>(i)];
   }
   return out;
 }
@@ -300,6 +450,17 @@ Units UnitsByStage(const Chain& chain, const std::vector<WrappableModule>& modul
   };
   auto cut = [&](int k) -> const std::vector<std::pair<int64_t, int64_t>>& { return cuts.storages[static_cast<size_t>(k)]; };
   auto grad = [&](int k) { return chain.InputBytes(k); };
+  // Stage k's backward above what it keeps: replayed as PyTorch runs it
+  // where known (StageGradients::bwd_peak_bytes), else both its boundary
+  // gradients and its transient at their maxima over the stage.
+  auto backward = [&](int k) {
+    const size_t at = static_cast<size_t>(k);
+    if (at < grads.bwd_peak_bytes.size() && grads.bwd_peak_bytes[at] >= 0) {
+      return grads_from[at + 1] + grads.bwd_peak_bytes[at];
+    }
+    const Stage& s = chain.stages[at];
+    return grad(k + 1) + grad(k) + s.bwd_tmp_bytes + in_bwd[at];
+  };
   // fresh[k]: bytes of cut k+1 not in cut k, what stage k's output adds.
   std::vector<int64_t> fresh(static_cast<size_t>(length)), kept_fresh(static_cast<size_t>(length));
   std::vector<int64_t> loose(static_cast<size_t>(length) + 1, 0);  // not kept at cut k: alive until read
@@ -319,8 +480,7 @@ Units UnitsByStage(const Chain& chain, const std::vector<WrappableModule>& modul
     const Stage& s = chain.stages[static_cast<size_t>(i)];
     const int64_t own = cuts.own_saved[static_cast<size_t>(i)], out = fresh[static_cast<size_t>(i)];
     const int64_t kept = own + kept_fresh[static_cast<size_t>(i)];
-    Unit unit{i, i, -1, kept + grad(i + 1) + grad(i) + s.bwd_tmp_bytes + in_bwd[static_cast<size_t>(i)], kept,
-              s.fwd_ms + s.bwd_ms};
+    Unit unit{i, i, -1, kept + backward(i), kept, s.fwd_ms + s.bwd_ms};
     unit.need_input = std::max(own + out, out + s.fwd_tmp_bytes);
     unit.input_own = loose[static_cast<size_t>(i)];
     unit.input_bits = bits_at(i);
@@ -362,11 +522,12 @@ Units UnitsByStage(const Chain& chain, const std::vector<WrappableModule>& modul
       kept_after[static_cast<size_t>(k - a)] = kept;
     }
     for (int k = b; k >= a; --k) {
-      const Stage& s = chain.stages[static_cast<size_t>(k)];
-      need = std::max(need, grad(k + 1) + kept_after[static_cast<size_t>(k - a)] + grad(k) + s.bwd_tmp_bytes +
-                                in_bwd[static_cast<size_t>(k)]);
+      need = std::max(need, kept_after[static_cast<size_t>(k - a)] + backward(k));
     }
-    Unit unit{a, b, static_cast<int>(m), 0, adds, time};
+    // What checkpoint keeps beyond tensors (the RNG state), from its
+    // forward to the end of its backward.
+    need += grads.checkpoint_state_bytes;
+    Unit unit{a, b, static_cast<int>(m), 0, adds + grads.checkpoint_state_bytes, time};
     unit.need_input = need;
     unit.input_own = loose[static_cast<size_t>(a)];
     unit.input_bits = bits_at(a);
@@ -460,7 +621,7 @@ ModuleSolution SolveModules(const Chain& chain, const std::vector<WrappableModul
   if (best < 0) return solution;
   solution.feasible = true;
   solution.time_ms = last[static_cast<size_t>(best)].time_ms + chain.loss_bwd_ms;
-  solution.kept_bytes = last[static_cast<size_t>(best)].held - input;
+  solution.kept_bytes = last[static_cast<size_t>(best)].held - input;  // less the checkpoints' states (below)
   solution.peak_bytes = std::max(input, last[static_cast<size_t>(best)].held + loss_need);
   for (int k = length, s = best; k > 0;) {
     const State& state = frontier[static_cast<size_t>(k)][static_cast<size_t>(s)];
@@ -473,6 +634,7 @@ ModuleSolution SolveModules(const Chain& chain, const std::vector<WrappableModul
     s = state.from;
   }
   std::reverse(solution.wrapped.begin(), solution.wrapped.end());
+  solution.kept_bytes -= static_cast<int64_t>(solution.wrapped.size()) * grads.checkpoint_state_bytes;
   solution.schedule = ModuleSchedule(length, solution.wrapped);
   return solution;
 }

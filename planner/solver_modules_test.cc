@@ -285,3 +285,126 @@ TEST_CASE("each parameter's gradient goes to the last stage that uses it, a tied
   // op runs its backward with `scale`'s gradient made; the unused one throughout.
   CHECK(grads.held_in_bwd == std::vector<int64_t>{0, 0, 32, 12});
 }
+
+TEST_CASE("a stage's backward as PyTorch runs it: boundary gradients as they live, saved storages as released") {
+  // op 0 (stage 0): input -> t1 (saved by op 1); op 1, op 2 (stage 1): t1 ->
+  // t2 -> t3, the model output, which no op saves; op 2 saves 8 B of its own.
+  Profile profile;
+  auto tensor = [&](int storage, int64_t bytes, int producer, bool kept) {
+    TensorRecord t;
+    t.id = static_cast<int>(profile.tensors.size());
+    t.storage = storage;
+    t.bytes = t.nbytes = bytes;
+    t.producer = producer;
+    t.requires_grad = producer >= 0;
+    t.external = producer < 0;
+    t.kept = kept;
+    profile.tensors.push_back(t);
+  };
+  tensor(100, 40, -1, false);
+  tensor(1, 100, 0, true);
+  tensor(2, 60, 1, false);
+  tensor(3, 50, 2, false);
+  auto op = [&](int in, int out, int64_t saved, int64_t bwd_tmp) {
+    OpRecord r;
+    r.id = static_cast<int>(profile.ops.size());
+    r.inputs = {in};
+    r.outputs = {out};
+    r.saved_bytes = saved;
+    r.bwd_tmp_bytes = bwd_tmp;  // the gradient of its input
+    profile.ops.push_back(r);
+  };
+  op(0, 1, 100, 0);  // t1's storage, counted where it was made
+  op(1, 2, 0, 100);
+  op(2, 3, 8, 60);
+  profile.inputs = {0};
+  profile.outputs = {3};
+  Chain chain;
+  chain.input_bytes = 40;
+  chain.stages.resize(2);
+  chain.stages[0].first_op = chain.stages[0].last_op = 0;
+  chain.stages[0].out_bytes = 100;
+  chain.stages[0].out_storages = {{1, 100}};
+  chain.stages[0].kept_out_storages = {1};
+  chain.stages[1].first_op = 1;
+  chain.stages[1].last_op = 2;
+  chain.stages[1].out_bytes = 50;
+  chain.stages[1].out_storages = {{3, 50}};
+  // Above what the stage keeps (t3, 50 B, held by the loss until its
+  // backward), stage 1: the loss has released t3 and its gradient (50) has
+  // arrived; op 2 makes t2's gradient (60), then releases t3's and its own
+  // 8 B; op 1 makes t1's (100, held on: stage 0's input) while t2's is alive:
+  // -50 + 60 - 8 + 100 = 102 (the old bound: 50 + 100 + 60 + 8 = 218). Stage 0:
+  // t1's gradient (100) until op 0 has back-propagated; t1 itself is in
+  // stage 0's keep.
+  CHECK(StageGradientBytes(chain, profile).bwd_peak_bytes == std::vector<int64_t>{100, 102});
+  // Measured: op 1's backward released t1 (it saved it), so stage 0's
+  // backward starts without it: its gradient alone, less its keep.
+  profile.tensors[1].released_by = 1;
+  CHECK(StageGradientBytes(chain, profile).bwd_peak_bytes == std::vector<int64_t>{0, 102});
+}
+
+TEST_CASE("a submodule's parameter used by its parent's op goes to that op, not to every layer's") {
+  // nn.MultiheadAttention calls out_proj's weight from its own op: two
+  // layers, each `h.k.attn` taking `h.k.attn.out_proj.weight` (same shape).
+  Profile profile;
+  for (int k = 0; k < 2; ++k) {
+    OpRecord r;
+    r.id = k;
+    r.module = "h." + std::to_string(k) + ".attn";
+    r.args = {{{4, 8}, "Float"}, {{8, 8}, "Float"}};
+    profile.ops.push_back(r);
+  }
+  profile.parameters = {{"h.0.attn.out_proj.weight", {8, 8}, 256}, {"h.1.attn.out_proj.weight", {8, 8}, 256}};
+  Chain chain;
+  chain.stages.resize(2);
+  for (int i = 0; i < 2; ++i) chain.stages[static_cast<size_t>(i)].first_op = chain.stages[static_cast<size_t>(i)].last_op = i;
+  CHECK(StageGradientBytes(chain, profile).bytes == std::vector<int64_t>{256, 256});
+}
+
+TEST_CASE("a stage's backward: the input of an in-place op has a gradient of its own") {
+  // Stage 0: op 0 makes t1, op 1 (relu_) writes it in place as t2, read by
+  // stage 1's op 2. t1's gradient (100), made by op 1, is alive during op 0's
+  // backward (150): 250, though t1 and t2 share one storage, the stage's output.
+  Profile profile;
+  auto tensor = [&](int storage, int64_t bytes, int producer, bool kept) {
+    TensorRecord t;
+    t.id = static_cast<int>(profile.tensors.size());
+    t.storage = storage;
+    t.bytes = t.nbytes = bytes;
+    t.producer = producer;
+    t.requires_grad = producer >= 0;
+    t.external = producer < 0;
+    t.kept = kept;
+    profile.tensors.push_back(t);
+  };
+  tensor(100, 40, -1, false);
+  tensor(1, 100, 0, true);
+  tensor(1, 100, 1, true);
+  tensor(3, 50, 2, false);
+  const int64_t saved[3] = {100, 0, 0}, bwd_tmp[3] = {150, 100, 100};
+  for (int k = 0; k < 3; ++k) {
+    OpRecord r;
+    r.id = k;
+    r.inputs = {k};
+    r.outputs = {k + 1};
+    r.inplace = k == 1;
+    r.saved_bytes = saved[k];
+    r.bwd_tmp_bytes = bwd_tmp[k];
+    profile.ops.push_back(r);
+  }
+  profile.inputs = {0};
+  profile.outputs = {3};
+  Chain chain;
+  chain.input_bytes = 40;
+  chain.stages.resize(2);
+  chain.stages[0].first_op = 0;
+  chain.stages[0].last_op = 1;
+  chain.stages[0].out_bytes = 100;
+  chain.stages[0].out_storages = {{1, 100}};
+  chain.stages[0].kept_out_storages = {1};
+  chain.stages[1].first_op = chain.stages[1].last_op = 2;
+  chain.stages[1].out_bytes = 50;
+  chain.stages[1].out_storages = {{3, 50}};
+  CHECK(StageGradientBytes(chain, profile).bwd_peak_bytes[0] == 250);
+}

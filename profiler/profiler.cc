@@ -36,6 +36,26 @@ struct BackwardRecorder {
   std::vector<double> bwd_ms;
   std::vector<int64_t> bwd_tmp_bytes;
   GpuOpTimer* gpu_timer = nullptr;  // kernel time on a GPU
+  // The detailed step: the storages kept for backward not yet freed
+  // (tracker allocation ids), and for each freed one the op whose backward
+  // ran last when it went (autograd releases what a node saved once the
+  // node returns, before the next one starts).
+  std::vector<int64_t> pending;
+  std::map<int64_t, int> released_by;
+  int last_op = -1;
+
+  void NoteReleases() {
+    const TrackingAllocator& tracker = TrackingAllocator::Instance();
+    for (size_t k = 0; k < pending.size();) {
+      if (tracker.IsLive(pending[k])) {
+        ++k;
+        continue;
+      }
+      if (last_op >= 0) released_by[pending[k]] = last_op;
+      pending[k] = pending.back();
+      pending.pop_back();
+    }
+  }
 
   int OpFor(int64_t seq) const {
     if (seq < 0) return -1;
@@ -60,6 +80,8 @@ std::unique_ptr<at::ObserverContext> OnBackwardStart(const at::RecordFunction& f
   if (g_recorder == nullptr || !g_recorder->active) return nullptr;
   auto ctx = std::make_unique<BackwardContext>();
   ctx->op = g_recorder->OpFor(fn.seqNr());
+  if (!g_recorder->pending.empty()) g_recorder->NoteReleases();
+  if (ctx->op >= 0) g_recorder->last_op = ctx->op;
   ctx->previous_owner = TrackingAllocator::Owner();
   TrackingAllocator& tracker = TrackingAllocator::Instance();
   ctx->live_at_start = tracker.live_bytes();
@@ -400,7 +422,10 @@ class Profiler {
     }
     *forward_ms = MsSince(forward_start);
 
-    // Loss: the sum of the model's floating-point outputs.
+    // Loss: the sum of the model's floating-point outputs, whose gradient is
+    // a tensor of each output's size (as a training loss's is; `sum()`'s
+    // alone is an expanded scalar, which the last op's backward would then
+    // copy whole into its own transient).
     std::vector<at::Tensor> outputs;
     for (const c10::IValue& v : program.Outputs(env)) CollectTensors(v, &outputs);
     at::Tensor loss;
@@ -408,7 +433,7 @@ class Profiler {
       OwnerScope owner(kOwnerLoss);
       for (const at::Tensor& t : outputs) {
         if (!t.defined() || !t.is_floating_point() || !t.requires_grad()) continue;
-        at::Tensor s = t.sum().to(at::kFloat);
+        at::Tensor s = (t * at::ones_like(t)).sum().to(at::kFloat);
         loss = loss.defined() ? loss + s : s;
       }
     }
@@ -436,6 +461,12 @@ class Profiler {
         record->saved_bytes += a.bytes;
       }
       FinishTensors(record);
+      std::set<int64_t> kept;
+      for (size_t i = 0; i < record->tensors.size(); ++i) {
+        const TensorRecord& t = record->tensors[i];
+        if (t.kept && !t.external) kept.insert(record->tensor_allocation[i]);
+      }
+      recorder->pending.assign(kept.begin(), kept.end());
     }
     recorder->active = true;
     g_recorder = recorder;
@@ -453,6 +484,13 @@ class Profiler {
     *backward_ms = MsSince(backward_start);
     recorder->active = false;
     g_recorder = nullptr;
+    if (record) {
+      recorder->NoteReleases();
+      for (size_t i = 0; i < record->tensors.size(); ++i) {
+        auto it = recorder->released_by.find(record->tensor_allocation[i]);
+        if (it != recorder->released_by.end() && record->tensors[i].kept) record->tensors[i].released_by = it->second;
+      }
+    }
     if (gpu_timer) {
       // Kernel time replaces host time: launches return before kernels end.
       std::fill(op_ms->begin(), op_ms->end(), 0.0);

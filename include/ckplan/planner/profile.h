@@ -23,6 +23,11 @@ struct TensorRecord {
   int storage = -1;         ///< tensors with the same storage id share memory (views, in-place)
   bool kept = false;        ///< still allocated when the forward ends (outputs dropped)
   bool external = false;    ///< its storage existed before the forward (a parameter, buffer or input)
+  /// Optional (`released_by`): the op during whose backward (or right after
+  /// it, as autograd releases what the op's nodes saved) its storage was
+  /// freed in the profiled step; -1 when not measured or not freed in the
+  /// backward (an output, an external storage).
+  int released_by = -1;
 };
 
 /// A tensor argument of an op as the op saw it (weights included).

@@ -44,6 +44,24 @@ struct StageGradients {
   /// gradients it makes; those of the stage's later ops are then held):
   /// its backward replayed op by op as ChainFromProfile does.
   std::vector<int64_t> held_in_bwd;
+  /// Optional (empty, or per stage; -1 where unknown): the stage's backward
+  /// peak above what it keeps and the gradients of later stages' parameters,
+  /// as PyTorch runs it: its ops' backward replayed in reverse, the gradient
+  /// of each of its output storages held until the op that made it has
+  /// back-propagated, each gradient of its input made by the first op that
+  /// back-propagates into it and held from then on, its parameters'
+  /// gradients held once made, saved storages released when the profile
+  /// measured it (TensorRecord::released_by: its own storages that later
+  /// stages' backward released gone from the start), else by the op that
+  /// made them; for the last stage, the model output released by the loss
+  /// unless an op saves it. Replaces `grad(i+1) + grad(i) + bwd_tmp_bytes +
+  /// held_in_bwd` (each at its maximum over the stage) in SolveModules.
+  std::vector<int64_t> bwd_peak_bytes;
+  /// What torch.utils.checkpoint keeps per wrapped module from its forward
+  /// to the end of its backward beyond tensors (preserve_rng_state: the CPU
+  /// generator's state, torch.get_rng_state(), 5,056 B; with CUDA each
+  /// device's too, 16 B). 0: not counted (chains without a profile).
+  int64_t checkpoint_state_bytes = 0;
 };
 
 /// A parameter goes to the last op (and stage) that uses it: by the module
