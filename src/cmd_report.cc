@@ -29,7 +29,7 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-int RunReport(const ReportOptions& o) {
+int RunReportCommand(const ReportOptions& o) {
   const bool to_stdout = o.output.empty() || o.output == "-";
   std::string format = o.format;
   if (format.empty()) {
@@ -105,7 +105,7 @@ void AddReportCommand(CLI::App& app, Action* action) {
   cmd->add_option("--every", o->every, "segment lengths for the every-n baselines")->delimiter(',')->capture_default_str();
   cmd->add_option("--plan", o->plan, "a distributed plan (solve --data-parallel or --pipeline): per-rank memory");
   cmd->add_option("--runs", o->runs, "run reports from `ckplan run -o`: measured points beside predicted ones");
-  cmd->callback([o, action] { *action = [o] { return RunReport(*o); }; });
+  cmd->callback([o, action] { *action = [o] { return RunReportCommand(*o); }; });
 }
 
 }  // namespace ckplan

@@ -237,8 +237,8 @@ std::string TradeoffSvg(const Report& r) {
   for (const auto& p : r.strategies) extend(p.peak_bytes, p.time_ms);
   for (const auto& p : r.optimal_curve) extend(p.budget_bytes, p.time_ms);
   for (const auto& run : r.runs) {
-    extend(run.measured_peak_bytes, run.measured_ms);
-    extend(run.predicted_peak_bytes, run.predicted_ms);
+    extend(run.run.measured.peak_bytes, run.run.measured.step_ms);
+    extend(run.run.predicted_peak_bytes, run.run.predicted_time_ms);
   }
   extend(r.budget_bytes, y_lo);
   double xpad = (x_hi - x_lo) * 0.08 + 1e-9, ypad = (y_hi - y_lo) * 0.1 + 1e-9;
@@ -261,9 +261,11 @@ std::string TradeoffSvg(const Report& r) {
     if (p.name != "optimal") legend.push_back({color, p.name});
   }
   for (const auto& run : r.runs) {
-    chart.Polyline({{mem(run.predicted_peak_bytes), run.predicted_ms}, {mem(run.measured_peak_bytes), run.measured_ms}},
+    chart.Polyline({{mem(run.run.predicted_peak_bytes), run.run.predicted_time_ms},
+                    {mem(run.run.measured.peak_bytes), run.run.measured.step_ms}},
                    "#999", 1, "3 3");
-    chart.Point(mem(run.measured_peak_bytes), run.measured_ms, "#000", "measured: " + run.algorithm, "triangle");
+    chart.Point(mem(run.run.measured.peak_bytes), run.run.measured.step_ms, "#000", "measured: " + run.run.algorithm,
+                "triangle");
   }
   if (!r.runs.empty()) legend.push_back({"#000", "measured by ckplan run"});
   chart.Legend(legend);
@@ -362,22 +364,7 @@ std::vector<std::vector<std::string>> StrategyRows(const Report& r) {
 }
 
 // One `ckplan.run/1` file (from `ckplan run -o`).
-RunPoint ReadRunPoint(const std::string& file) {
-  const nlohmann::json parsed = ReadJsonFile(file);
-  JsonReader doc(parsed, file);
-  if (doc.Field("schema").String() != "ckplan.run/1") doc.Field("schema").Fail("expected \"ckplan.run/1\"");
-  RunPoint run;
-  run.label = file;
-  run.algorithm = doc.Field("algorithm").String();
-  run.budget_bytes = doc.Field("budget_bytes").NonNegativeBytes();
-  run.measured_peak_bytes = doc.Field("measured").Field("peak_bytes").NonNegativeBytes();
-  run.measured_ms = doc.Field("measured").Field("step_ms").NonNegativeNumber();
-  run.baseline_ms = doc.Field("baseline").Field("step_ms").NonNegativeNumber();
-  run.predicted_peak_bytes = doc.Field("predicted").Field("peak_bytes").NonNegativeBytes();
-  run.predicted_ms = doc.Field("predicted").Field("time_ms").NonNegativeNumber();
-  run.verdict = doc.Field("verdict").String();
-  return run;
-}
+RunPoint ReadRunPoint(const std::string& file) { return {file, RunReportFromJson(ReadJsonFile(file), file)}; }
 
 }  // namespace
 
@@ -496,10 +483,11 @@ std::string ReportHtml(const Report& r) {
     s << "<h2>Measured by ckplan run</h2>\n<table><tr><th>run</th><th>algorithm</th><th>predicted peak</th><th>measured peak"
          "</th><th>predicted step</th><th>measured step</th><th>verdict</th></tr>\n";
     for (const auto& run : r.runs) {
-      s << "<tr><td>" << Escape(run.label) << "</td><td>" << Escape(run.algorithm) << "</td><td>"
-        << FormatBytes(run.predicted_peak_bytes, r.style) << "</td><td>" << FormatBytes(run.measured_peak_bytes, r.style)
-        << "</td><td>" << Format("%.2f ms", run.predicted_ms) << "</td><td>" << Format("%.2f ms", run.measured_ms)
-        << "</td><td>" << Escape(run.verdict) << "</td></tr>\n";
+      s << "<tr><td>" << Escape(run.label) << "</td><td>" << Escape(run.run.algorithm) << "</td><td>"
+        << FormatBytes(run.run.predicted_peak_bytes, r.style) << "</td><td>"
+        << FormatBytes(run.run.measured.peak_bytes, r.style) << "</td><td>"
+        << Format("%.2f ms", run.run.predicted_time_ms) << "</td><td>" << Format("%.2f ms", run.run.measured.step_ms)
+        << "</td><td>" << Escape(run.run.verdict) << "</td></tr>\n";
     }
     s << "</table>\n";
   }
@@ -531,9 +519,10 @@ std::string ReportMarkdown(const Report& r) {
     s << "\n| run | algorithm | predicted peak | measured peak | predicted step | measured step | verdict |\n"
          "| --- | --- | ---: | ---: | ---: | ---: | --- |\n";
     for (const auto& run : r.runs) {
-      s << "| " << run.label << " | " << run.algorithm << " | " << FormatBytes(run.predicted_peak_bytes, r.style) << " | "
-        << FormatBytes(run.measured_peak_bytes, r.style) << " | " << Format("%.2f ms", run.predicted_ms) << " | "
-        << Format("%.2f ms", run.measured_ms) << " | " << run.verdict << " |\n";
+      s << "| " << run.label << " | " << run.run.algorithm << " | " << FormatBytes(run.run.predicted_peak_bytes, r.style)
+        << " | " << FormatBytes(run.run.measured.peak_bytes, r.style) << " | "
+        << Format("%.2f ms", run.run.predicted_time_ms) << " | " << Format("%.2f ms", run.run.measured.step_ms) << " | "
+        << run.run.verdict << " |\n";
     }
   }
   if (!r.distributed.rows.empty()) s << DistributedMarkdown(r.distributed, r.style);
@@ -558,9 +547,10 @@ nlohmann::json ReportJson(const Report& r) {
   for (const auto& p : r.optimal_curve) curve.push_back({{"budget_bytes", p.budget_bytes}, {"time_ms", p.time_ms}});
   nlohmann::json runs = nlohmann::json::array();
   for (const auto& run : r.runs) {
-    runs.push_back({{"file", run.label}, {"algorithm", run.algorithm}, {"measured_peak_bytes", run.measured_peak_bytes},
-                    {"measured_ms", run.measured_ms}, {"predicted_peak_bytes", run.predicted_peak_bytes},
-                    {"predicted_ms", run.predicted_ms}, {"verdict", run.verdict}});
+    runs.push_back({{"file", run.label}, {"algorithm", run.run.algorithm},
+                    {"measured_peak_bytes", run.run.measured.peak_bytes}, {"measured_ms", run.run.measured.step_ms},
+                    {"predicted_peak_bytes", run.run.predicted_peak_bytes}, {"predicted_ms", run.run.predicted_time_ms},
+                    {"verdict", run.run.verdict}});
   }
   nlohmann::json doc = {{"schema", "ckplan.report/1"}, {"source", r.source}, {"budget_bytes", r.budget_bytes},
                         {"fixed_bytes", r.fixed.total()}, {"no_recompute_ms", r.no_recompute_ms},

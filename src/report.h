@@ -11,6 +11,7 @@
 
 #include "ckplan/planner/input.h"
 #include "ckplan/planner/plan.h"
+#include "ckplan/planner/run_report.h"
 #include "report_distributed.h"
 
 namespace ckplan {
@@ -23,16 +24,10 @@ struct StrategyPoint {
   bool fits = false;
 };
 
+/// A run report from `ckplan run -o` (`--runs`), and its file's name.
 struct RunPoint {
-  std::string label;          ///< file name
-  std::string algorithm;
-  int64_t budget_bytes = 0;
-  int64_t measured_peak_bytes = 0;
-  double measured_ms = 0;
-  int64_t predicted_peak_bytes = 0;
-  double predicted_ms = 0;
-  double baseline_ms = 0;
-  std::string verdict;
+  std::string label;  ///< file name
+  RunReport run;
 };
 
 struct Report {

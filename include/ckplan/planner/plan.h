@@ -10,6 +10,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "ckplan/planner/chain.h"
+#include "ckplan/planner/plan_document.h"
 #include "ckplan/planner/schedule.h"
 #include "ckplan/planner/simulator.h"
 #include "ckplan/planner/solver_modules.h"
@@ -145,9 +146,13 @@ bool OptimalBudgetFeasible(const Chain& chain, const FixedMemory& fixed, int64_t
 /// `slots` slots is feasible.
 int64_t MinimumOptimalBudget(const Chain& chain, const FixedMemory& fixed, int slots);
 
-/// The `ckplan.plan/1` document. `source` says where the chain came from
-/// (`{"kind":"chain","path":..}` or, for a profile, the model's sha256 and
-/// inputs, so that `ckplan run` can refuse a plan made for another model).
+/// The `ckplan.plan/1` document of `plan` (plan_document.h). `source` says
+/// where the chain came from (`{"kind":"chain","path":..}` or, for a profile,
+/// the model's sha256 and inputs, so that `ckplan run` can refuse a plan made
+/// for another model).
+PlanDocument MakePlanDocument(const Plan& plan, const Chain& chain, const nlohmann::json& source);
+
+/// PlanToJson(MakePlanDocument(plan, chain, source)).
 nlohmann::json PlanToJson(const Plan& plan, const Chain& chain, const nlohmann::json& source);
 
 }  // namespace ckplan
