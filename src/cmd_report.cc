@@ -8,6 +8,7 @@
 #include "ckplan/planner/json_io.h"
 #include "commands.h"
 #include "report.h"
+#include "strategy_table.h"
 #include "terminal.h"
 
 namespace ckplan {
@@ -69,14 +70,7 @@ int RunReportCommand(const ReportOptions& o) {
     return 0;
   }
   WriteFileAtomic(o.output, text);
-  std::printf("%s", FormatTable([&] {
-                std::vector<std::vector<std::string>> rows = {{"strategy", "peak", "step", "overhead", "fits"}};
-                for (const auto& p : report.strategies) {
-                  rows.push_back({p.name, FormatBytes(p.peak_bytes, report.style), Format("%.2f ms", p.time_ms),
-                                  Format("%+.1f%%", p.overhead_pct), p.fits ? "yes" : "no"});
-                }
-                return rows;
-              }(), {false, true, true, true, false}).c_str());
+  std::printf("%s", StrategyTableText(report.strategies, report.style).c_str());
   std::printf("wrote %s (%s) for budget %s\n", o.output.c_str(), format.c_str(),
               FormatBytes(report.budget_bytes, report.style).c_str());
   return 0;

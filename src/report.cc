@@ -354,15 +354,6 @@ std::string ModulesSvg(const Report& r) {
   return s.str();
 }
 
-std::vector<std::vector<std::string>> StrategyRows(const Report& r) {
-  std::vector<std::vector<std::string>> rows = {{"strategy", "peak", "step", "overhead", "fits the budget"}};
-  for (const auto& p : r.strategies) {
-    rows.push_back({p.name, FormatBytes(p.peak_bytes, r.style), Format("%.2f ms", p.time_ms),
-                    Format("%+.1f%%", std::fabs(p.overhead_pct) < 0.05 ? 0.0 : p.overhead_pct), p.fits ? "yes" : "no"});
-  }
-  return rows;
-}
-
 // One `ckplan.run/1` file (from `ckplan run -o`).
 RunPoint ReadRunPoint(const std::string& file) { return {file, RunReportFromJson(ReadJsonFile(file), file)}; }
 
@@ -414,7 +405,7 @@ Report MakeReport(const PlannerInput& input, const std::string& source, int64_t 
     if (p.budget_bytes >= minimum) r.optimal_curve.push_back(p);
   }
   auto add = [&](const std::string& name, const Plan& p) {
-    r.strategies.push_back({name, p.peak_bytes, p.time_ms, p.overhead_pct(), p.peak_bytes <= r.budget_bytes});
+    r.strategies.push_back(StrategyPointOf(name, p, r.budget_bytes));
   };
   add("none", none);
   add("every", baseline(Algorithm::kEvery, 1));
@@ -460,7 +451,7 @@ std::string ReportHtml(const Report& r) {
   }
   s << ". Without recomputation a step takes " << Format("%.2f ms", r.no_recompute_ms) << ".</p>\n";
   s << "<p>The optimal plan at the budget: peak " << FormatBytes(r.chosen.peak_bytes, r.style) << ", step "
-    << Format("%.2f ms (%+.1f%%)", r.chosen.time_ms, r.chosen.overhead_pct()) << ", "
+    << Format("%.2f ms (%s)", r.chosen.time_ms, FormatPct(r.chosen.overhead_pct()).c_str()) << ", "
     << r.chosen.checkpointed_stages.size() << " of " << r.chain.length() << " stages recomputed.</p>\n";
   s << "<figure>" << TradeoffSvg(r) << "<figcaption class=\"note\">Each strategy's predicted peak memory and step time; "
        "the optimal plan's best time for every budget from the smallest feasible one ("
@@ -470,7 +461,7 @@ std::string ReportHtml(const Report& r) {
                               "dotted line to the plan's predicted point.")
     << "</figcaption></figure>\n";
   s << "<h2>Strategies</h2>\n<table><tr>";
-  auto rows = StrategyRows(r);
+  auto rows = StrategyTableRows(r.strategies, r.style);
   for (const auto& h : rows[0]) s << "<th>" << Escape(h) << "</th>";
   s << "</tr>\n";
   for (size_t k = 1; k < rows.size(); ++k) {
@@ -504,7 +495,7 @@ std::string ReportMarkdown(const Report& r) {
   s << "## ckplan report: " << r.title << "\n\nBudget **" << FormatBytes(r.budget_bytes, r.style) << "**";
   if (r.fixed.total() > 0) s << " (fixed " << FormatBytes(r.fixed.total(), r.style) << ")";
   s << "; no recomputation: " << Format("%.2f ms", r.no_recompute_ms) << " a step.\n\n";
-  auto rows = StrategyRows(r);
+  auto rows = StrategyTableRows(r.strategies, r.style);
   for (size_t k = 0; k < rows.size(); ++k) {
     s << "|";
     for (const auto& cell : rows[k]) s << " " << cell << " |";
@@ -532,7 +523,7 @@ std::string ReportMarkdown(const Report& r) {
     const auto& p = r.optimal_curve[k];
     const double overhead = OverheadPct(p.time_ms, r.no_recompute_ms);
     s << "| " << FormatBytes(p.budget_bytes, r.style) << " | " << Format("%.2f ms", p.time_ms) << " | "
-      << Format("%+.1f%%", overhead) << " |\n";
+      << FormatPct(overhead) << " |\n";
   }
   return s.str();
 }

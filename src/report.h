@@ -13,16 +13,9 @@
 #include "ckplan/planner/plan.h"
 #include "ckplan/planner/run_report.h"
 #include "report_distributed.h"
+#include "strategy_table.h"
 
 namespace ckplan {
-
-struct StrategyPoint {
-  std::string name;       ///< `none`, `every`, `every-4`, `sqrt (n=4)`, `optimal`
-  int64_t peak_bytes = 0;
-  double time_ms = 0;
-  double overhead_pct = 0;
-  bool fits = false;
-};
 
 /// A run report from `ckplan run -o` (`--runs`), and its file's name.
 struct RunPoint {
