@@ -8,6 +8,7 @@
 #include "ckplan/planner/json_io.h"
 #include "commands.h"
 #include "report.h"
+#include "report_writers.h"
 #include "strategy_table.h"
 #include "terminal.h"
 

@@ -1,7 +1,7 @@
 #pragma once
-// `ckplan report`: the memory/time trade-off of a model, strategies
-// compared, as self-contained HTML (inline SVG, no JavaScript), Markdown or
-// JSON. Torch-free: a writer of planner values.
+// `ckplan report`: the report model, the memory/time trade-off of a model
+// with strategies compared (report_figures.h draws it, report_writers.h
+// writes it as HTML, Markdown or JSON). Torch-free: planner values only.
 
 #include <functional>
 #include <string>
@@ -46,8 +46,5 @@ Report MakeReport(const PlannerInput& input, const std::string& source, int64_t 
                   int slots, const std::vector<int>& every_n, const std::vector<std::string>& run_files,
                   const std::function<void(double)>& progress = nullptr);
 
-std::string ReportHtml(const Report& report);
-std::string ReportMarkdown(const Report& report);
-nlohmann::json ReportJson(const Report& report);
 
 }  // namespace ckplan
