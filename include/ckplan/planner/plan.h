@@ -11,6 +11,7 @@
 
 #include "ckplan/planner/chain.h"
 #include "ckplan/planner/plan_document.h"
+#include "ckplan/planner/pytorch_export.h"
 #include "ckplan/planner/schedule.h"
 #include "ckplan/planner/simulator.h"
 #include "ckplan/planner/solver_modules.h"
@@ -72,27 +73,6 @@ struct CurvePoint {
   int64_t budget_bytes;   ///< total, fixed part included
   double time_ms;
 };
-
-/// What a PyTorch training job does with a plan: wrap whole modules with
-/// torch.utils.checkpoint (non-reentrant, RNG state kept), each on its own.
-/// Checkpointed stages that are not whole modules cannot be wrapped and are
-/// run normally. The schedule that amounts to is simulated like any other.
-struct ModuleExport {
-  std::vector<std::string> checkpoint_modules;
-  std::vector<std::string> skipped_stages; ///< checkpointed in the plan, not whole modules
-  Schedule schedule;                       ///< per wrapped module: forward keeping its input, recomputed once
-  SimulationResult simulation;
-  /// Kept for backward when the loss starts under PyTorch's autograd (which
-  /// frees what no op saves), model inputs excluded: needs storages; else
-  /// the simulation's figure.
-  int64_t saved_bytes = 0;
-};
-
-/// The export of `checkpointed` stages (empty when the chain has no module paths).
-ModuleExport ExportForPyTorch(const Chain& chain, const std::vector<int>& checkpointed);
-
-/// The export of wrapping exactly `wrapped` (disjoint stage ranges).
-ModuleExport ExportForModules(const Chain& chain, const std::vector<WrappableModule>& wrapped);
 
 struct Plan {
   Algorithm algorithm = Algorithm::kOptimal;
