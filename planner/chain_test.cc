@@ -5,6 +5,7 @@
 
 #include "../tests/test_chains.h"
 #include "ckplan/planner/error.h"
+#include "ckplan/planner/input.h"
 
 using namespace ckplan;
 
@@ -31,6 +32,41 @@ TEST_CASE("a chain round-trips through JSON") {
   CHECK(back.loss_bwd_ms == 0.5);
   CHECK(back.InputBytes(4) == 0);
   CHECK(back.InputBytes(3) == 8);
+}
+
+TEST_CASE("chains, plain and cut from a profile with storages, round-trip both ways") {
+  const Chain plain = testing::RandomChain(12, 3);
+  const Chain cut = LoadPlannerInput(std::string(CKPLAN_SOURCE_DIR) + "/data/example.profile.json", "adam").chain;
+  REQUIRE(cut.has_storages());
+  for (const Chain& chain : {plain, cut}) {
+    const nlohmann::json written = ChainToJson(chain);
+    const Chain read = ChainFromJson(written, "c.json");
+    CHECK(ChainToJson(read) == written);
+    // The value: every field the chain holds.
+    REQUIRE(read.length() == chain.length());
+    CHECK(read.input_bytes == chain.input_bytes);
+    CHECK(read.input_storages == chain.input_storages);
+    CHECK(read.loss_bwd_ms == chain.loss_bwd_ms);
+    CHECK(read.loss_bwd_tmp_bytes == chain.loss_bwd_tmp_bytes);
+    for (int i = 0; i < chain.length(); ++i) {
+      const Stage &a = read.stages[static_cast<size_t>(i)], &b = chain.stages[static_cast<size_t>(i)];
+      CAPTURE(i);
+      CHECK(a.name == b.name);
+      CHECK(a.fwd_ms == b.fwd_ms);
+      CHECK(a.bwd_ms == b.bwd_ms);
+      CHECK(a.fwd_nograd_ms == b.fwd_nograd_ms);
+      CHECK(a.out_bytes == b.out_bytes);
+      CHECK(a.saved_bytes == b.saved_bytes);
+      CHECK(a.fwd_tmp_bytes == b.fwd_tmp_bytes);
+      CHECK(a.bwd_tmp_bytes == b.bwd_tmp_bytes);
+      CHECK(a.modules == b.modules);
+      CHECK(a.first_op == b.first_op);
+      CHECK(a.last_op == b.last_op);
+      CHECK(a.out_storages == b.out_storages);
+      CHECK(a.private_saved_bytes == b.private_saved_bytes);
+      CHECK(a.kept_out_storages == b.kept_out_storages);
+    }
+  }
 }
 
 TEST_CASE("chain errors name the file and the field") {

@@ -361,6 +361,13 @@ double JsonReader::NonNegativeNumber(double max) const {
   return value;
 }
 
+double JsonReader::FiniteNumber() const {
+  if (!node_.is_number()) Fail("expected a number");
+  const double value = node_.get<double>();
+  if (!std::isfinite(value)) Fail("expected a finite number");
+  return value;
+}
+
 int64_t JsonReader::NonNegativeBytes() const {
   if (!node_.is_number()) Fail("expected a byte count");
   const std::string too_large = "too large: " + node_.dump() + " B is above " + LimitText(kMaxFieldBytes) +

@@ -15,6 +15,8 @@
 #include "ckplan/planner/baselines.h"
 #include "ckplan/planner/error.h"
 #include "ckplan/planner/json_io.h"
+#include "ckplan/planner/plan_document.h"
+#include "ckplan/planner/run_report.h"
 #include "ckplan/planner/plan.h"
 #include "ckplan/planner/schedule.h"
 #include "ckplan/planner/sha256.h"
@@ -202,11 +204,15 @@ class Executor {
     if (options_.progress) options_.progress(what, done / (1.0 + 2.0 * (options_.steps + 1)));
   }
 
+  // The plan through its contract (plan_document.h); what a run needs
+  // beyond it (a profile's source, op ranges, a schedule) is checked here.
   void ReadPlan() {
-    JsonReader root(plan_, options_.plan_path);
-    root.ExpectObject();
-    std::string schema = root.Field("schema").String();
-    if (schema != "ckplan.plan/1") root.Field("schema").Fail("expected \"ckplan.plan/1\", got \"" + schema + "\"");
+    const PlanDocument doc = PlanFromJson(plan_, options_.plan_path);
+    JsonReader root(plan_, options_.plan_path);  // names the fields in this function's errors
+    if (doc.is_pipeline) {
+      root.Field("distributed").Fail("a pipeline plan has no schedule of its own: each of distributed.stages is the "
+                                     "plan of one pipeline stage");
+    }
     JsonReader source = root.Field("source");
     if (source.Field("kind").String() != "profile") {
       source.Field("kind").Fail("the plan was made from a chain file; `ckplan run` needs a plan made from a profile of the model");
@@ -216,39 +222,32 @@ class Executor {
     for (size_t i = 0; i < inputs.ArraySize(); ++i) {
       input_specs_.push_back(ParseInputSpec(inputs.Item(i).Field("text").String()));
     }
-    JsonReader stages = root.Field("stages");
     int next = 0;
-    for (size_t s = 0; s < stages.ArraySize(); ++s) {
-      JsonReader stage = stages.Item(s);
-      int first = static_cast<int>(stage.Field("first_op").Integer());
-      int last = static_cast<int>(stage.Field("last_op").Integer());
-      if (first != next || last < first) stage.Fail("op ranges must follow one another from op 0");
-      op_ranges_.push_back({first, last});
-      std::vector<std::string> modules;
-      if (stage.Has("modules")) {
-        for (size_t m = 0; m < stage.Field("modules").ArraySize(); ++m) {
-          modules.push_back(stage.Field("modules").Item(m).String());
-        }
-      }
-      stage_modules_.push_back(modules);
-      stage_names_.push_back(stage.Field("name").String());
-      next = last + 1;
+    for (size_t s = 0; s < doc.stages.size(); ++s) {
+      const PlanStage& stage = doc.stages[s];
+      JsonReader field = root.Field("stages").Item(s);
+      if (stage.first_op < 0) field.Field("first_op");  // throws: missing
+      if (stage.last_op < 0) field.Field("last_op");
+      if (stage.first_op != next || stage.last_op < stage.first_op) field.Fail("op ranges must follow one another from op 0");
+      op_ranges_.push_back({stage.first_op, stage.last_op});
+      stage_modules_.push_back(stage.modules);
+      stage_names_.push_back(stage.name);
+      next = stage.last_op + 1;
     }
-    if (op_ranges_.empty()) stages.Fail("no stages");
+    if (op_ranges_.empty()) root.Field("stages").Fail("no stages");
     num_ops_ = next;
-    schedule_ = ScheduleFromJson(root.Field("schedule").node(), options_.plan_path, "schedule");
+    schedule_ = doc.schedule;
     if (schedule_.empty()) root.Field("schedule").Fail("empty: the plan has no schedule");
     for (const Operation& op : schedule_) {
       int max_stage = static_cast<int>(op_ranges_.size()) - (op.kind == OpKind::kLoss ? 0 : 1);
       if (op.stage > max_stage) root.Field("schedule").Fail("names stage " + std::to_string(op.stage) + ", out of range");
     }
-    optimizer_ = root.Field("fixed").Field("optimizer").String();
-    algorithm_ = root.Field("algorithm").String();
-    budget_bytes_ = root.Field("budget_bytes").NonNegativeBytes();
-    JsonReader predicted = root.Field("predicted");
-    predicted_peak_ = predicted.Field("peak_bytes").NonNegativeBytes();
-    predicted_ms_ = predicted.Field("time_ms").NonNegativeNumber();
-    predicted_overhead_ = predicted.Field("overhead_pct").node().get<double>();
+    optimizer_ = doc.fixed.optimizer;
+    algorithm_ = doc.algorithm;
+    budget_bytes_ = doc.budget_bytes;
+    predicted_peak_ = doc.predicted.peak_bytes;
+    predicted_ms_ = doc.predicted.time_ms;
+    predicted_overhead_ = doc.predicted.overhead_pct;
   }
 
   void CheckIdentity() {
@@ -706,18 +705,8 @@ class Executor {
     r.measured_overhead_pct = OverheadPct(r.measured.step_ms, r.baseline.step_ms);
     r.max_abs_grad_diff = max_abs_;
     r.max_rel_grad_diff = max_rel_;
-    r.peak_error_pct = r.measured.peak_bytes > 0
-                           ? static_cast<double>(predicted_peak_ - r.measured.peak_bytes) / r.measured.peak_bytes * 100
-                           : 0;
-    if (r.measured.peak_bytes > budget_bytes_) {
-      r.verdict = "over_budget";
-    } else if (max_rel_ > 1e-6) {
-      r.verdict = "grads_differ";
-    } else if (std::fabs(r.peak_error_pct) > 5.0) {
-      r.verdict = "prediction_off";
-    } else {
-      r.verdict = "ok";
-    }
+    r.peak_error_pct = PeakErrorPct(predicted_peak_, r.measured.peak_bytes);
+    r.verdict = RunVerdict(r.measured.peak_bytes, budget_bytes_, max_rel_, r.peak_error_pct);
     return r;
   }
 
@@ -749,28 +738,5 @@ class Executor {
 }  // namespace
 
 RunReport RunPlan(const RunOptions& options, const nlohmann::json& plan) { return Executor(options, plan).Run(); }
-
-nlohmann::json RunReportToJson(const RunReport& r) {
-  auto measure = [](const StepMeasure& m) {
-    return nlohmann::json{{"peak_bytes", m.peak_bytes}, {"live_after_forward_bytes", m.live_after_forward_bytes},
-                          {"step_ms", m.step_ms}};
-  };
-  return {{"schema", "ckplan.run/1"},
-          {"model", r.model_path},
-          {"plan", r.plan_path},
-          {"algorithm", r.algorithm},
-          {"optimizer", r.optimizer},
-          {"steps", r.steps},
-          {"measured", measure(r.measured)},
-          {"baseline", measure(r.baseline)},
-          {"predicted", {{"peak_bytes", r.predicted_peak_bytes}, {"time_ms", r.predicted_time_ms},
-                         {"overhead_pct", r.predicted_overhead_pct}}},
-          {"measured_overhead_pct", r.measured_overhead_pct},
-          {"peak_error_pct", r.peak_error_pct},
-          {"budget_bytes", r.budget_bytes},
-          {"max_abs_grad_diff", r.max_abs_grad_diff},
-          {"max_rel_grad_diff", r.max_rel_grad_diff},
-          {"verdict", r.verdict}};
-}
 
 }  // namespace ckplan

@@ -114,8 +114,8 @@ int RunDataParallel(const DistributedOptions& o, const PlannerInput& in, const s
                FormatBytes(budget.bytes, budget.style).c_str());
   std::fprintf(human, "per-rank fixed part: %s\nactivation budget: %s\n", DescribeRank(rank, budget.style).c_str(),
                FormatBytes(budget.bytes - fixed.total(), budget.style).c_str());
-  std::fprintf(human, "optimal plan per rank: peak %s, step %s (%+.1f%% over no checkpointing), %zu of %d stages recomputed\n",
-               FormatBytes(plan.peak_bytes, budget.style).c_str(), Ms(plan.time_ms).c_str(), plan.overhead_pct(),
+  std::fprintf(human, "optimal plan per rank: peak %s, step %s (%s over no checkpointing), %zu of %d stages recomputed\n",
+               FormatBytes(plan.peak_bytes, budget.style).c_str(), Ms(plan.time_ms).c_str(), FormatPct(plan.overhead_pct()).c_str(),
                plan.checkpointed_stages.size(), in.chain.length());
   nlohmann::json doc = PlanToJson(plan, in.chain, in.source);
   nlohmann::json rank_doc = {{"fixed", RankMemoryToJson(rank)},

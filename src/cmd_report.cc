@@ -8,6 +8,8 @@
 #include "ckplan/planner/json_io.h"
 #include "commands.h"
 #include "report.h"
+#include "report_writers.h"
+#include "strategy_table.h"
 #include "terminal.h"
 
 namespace ckplan {
@@ -29,7 +31,7 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-int RunReport(const ReportOptions& o) {
+int RunReportCommand(const ReportOptions& o) {
   const bool to_stdout = o.output.empty() || o.output == "-";
   std::string format = o.format;
   if (format.empty()) {
@@ -69,14 +71,7 @@ int RunReport(const ReportOptions& o) {
     return 0;
   }
   WriteFileAtomic(o.output, text);
-  std::printf("%s", FormatTable([&] {
-                std::vector<std::vector<std::string>> rows = {{"strategy", "peak", "step", "overhead", "fits"}};
-                for (const auto& p : report.strategies) {
-                  rows.push_back({p.name, FormatBytes(p.peak_bytes, report.style), Format("%.2f ms", p.time_ms),
-                                  Format("%+.1f%%", p.overhead_pct), p.fits ? "yes" : "no"});
-                }
-                return rows;
-              }(), {false, true, true, true, false}).c_str());
+  std::printf("%s", StrategyTableText(report.strategies, report.style).c_str());
   std::printf("wrote %s (%s) for budget %s\n", o.output.c_str(), format.c_str(),
               FormatBytes(report.budget_bytes, report.style).c_str());
   return 0;
@@ -105,7 +100,7 @@ void AddReportCommand(CLI::App& app, Action* action) {
   cmd->add_option("--every", o->every, "segment lengths for the every-n baselines")->delimiter(',')->capture_default_str();
   cmd->add_option("--plan", o->plan, "a distributed plan (solve --data-parallel or --pipeline): per-rank memory");
   cmd->add_option("--runs", o->runs, "run reports from `ckplan run -o`: measured points beside predicted ones");
-  cmd->callback([o, action] { *action = [o] { return RunReport(*o); }; });
+  cmd->callback([o, action] { *action = [o] { return RunReportCommand(*o); }; });
 }
 
 }  // namespace ckplan

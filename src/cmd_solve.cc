@@ -16,6 +16,7 @@
 #include "ckplan/planner/solver_modules.h"
 #include "commands.h"
 #include "distributed_solve.h"
+#include "strategy_table.h"
 #include "terminal.h"
 
 namespace ckplan {
@@ -199,9 +200,9 @@ int RunSolve(const SolveOptions& options) {
     std::fprintf(human, "fixed part: %s\nactivation budget: %s\n", DescribeFixed(in.fixed, budget.style).c_str(),
                  FormatBytes(budget.bytes - in.fixed.total(), budget.style).c_str());
   }
-  std::fprintf(human, "%s plan: peak %s, step %s (%+.1f%% over no checkpointing), %zu of %d stages recomputed\n",
+  std::fprintf(human, "%s plan: peak %s, step %s (%s over no checkpointing), %zu of %d stages recomputed\n",
                AlgorithmName(plan.algorithm), FormatBytes(plan.peak_bytes, budget.style).c_str(), Ms(plan.time_ms).c_str(),
-               plan.overhead_pct(), plan.checkpointed_stages.size(), in.chain.length());
+               FormatPct(plan.overhead_pct()).c_str(), plan.checkpointed_stages.size(), in.chain.length());
   if (plan.target == "pytorch") {
     std::fprintf(human, "pytorch target: wrap %zu modules with torch.utils.checkpoint (apply_plan)\n",
                  plan.pytorch.checkpoint_modules.size());
@@ -221,11 +222,8 @@ int RunSolve(const SolveOptions& options) {
   }
   std::fprintf(human, "\n");
 
-  std::vector<std::vector<std::string>> rows = {{"strategy", "peak", "step", "overhead", "fits"}};
-  auto add_row = [&](const std::string& name, const Plan& p) {
-    rows.push_back({name, FormatBytes(p.peak_bytes, budget.style), Ms(p.time_ms), Format("%+.1f%%", p.overhead_pct()),
-                    p.peak_bytes <= budget.bytes ? "yes" : "no"});
-  };
+  std::vector<StrategyPoint> rows;
+  auto add_row = [&](const std::string& name, const Plan& p) { rows.push_back(StrategyPointOf(name, p, budget.bytes)); };
   for (Algorithm a : {Algorithm::kNone, Algorithm::kEvery, Algorithm::kSqrt}) {
     PlanRequest r = request;
     r.algorithm = a;
@@ -243,7 +241,7 @@ int RunSolve(const SolveOptions& options) {
     Plan nested = MakePlan(in.chain, in.fixed, r);
     if (nested.feasible) add_row("optimal (schedule)", nested);
   }
-  std::fprintf(human, "\n%s", FormatTable(rows, {false, true, true, true, false}).c_str());
+  std::fprintf(human, "\n%s", StrategyTableText(rows, budget.style).c_str());
 
   if (!o.sweep_path.empty()) {
     nlohmann::json points = nlohmann::json::array();
@@ -264,7 +262,7 @@ int RunSolve(const SolveOptions& options) {
       bool changes = point.time_ms != last_time;
       if ((k % stride == 0 && changes) || k + 1 == plan.curve.size()) {
         const double overhead = OverheadPct(point.time_ms, plan.no_recompute_ms);
-        curve_rows.push_back({FormatBytes(point.budget_bytes, budget.style), Ms(point.time_ms), Format("%+.1f%%", overhead)});
+        curve_rows.push_back({FormatBytes(point.budget_bytes, budget.style), Ms(point.time_ms), FormatPct(overhead)});
         last_time = point.time_ms;
       }
     }

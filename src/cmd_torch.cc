@@ -215,14 +215,14 @@ int RunRun(const RunCommandOptions& o) {
                r.optimizer.c_str(), r.steps);
   std::vector<std::vector<std::string>> rows = {{"", "peak", "live after forward", "step", "overhead"}};
   rows.push_back({"predicted", bytes(r.predicted_peak_bytes), "", Format("%.2f ms", r.predicted_time_ms),
-                  Format("%+.1f%%", r.predicted_overhead_pct)});
+                  FormatPct(r.predicted_overhead_pct)});
   rows.push_back({"under the plan", bytes(r.measured.peak_bytes), bytes(r.measured.live_after_forward_bytes),
-                  Format("%.2f ms", r.measured.step_ms), Format("%+.1f%%", r.measured_overhead_pct)});
+                  Format("%.2f ms", r.measured.step_ms), FormatPct(r.measured_overhead_pct)});
   rows.push_back({"no checkpointing", bytes(r.baseline.peak_bytes),
                   bytes(r.baseline.live_after_forward_bytes), Format("%.2f ms", r.baseline.step_ms), ""});
   std::fprintf(out, "%s", FormatTable(rows, {false, true, true, true, true}).c_str());
-  std::fprintf(out, "predicted peak %+.1f%% against measured; gradients: max abs diff %.3g, max rel diff %.3g\n",
-               r.peak_error_pct, r.max_abs_grad_diff, r.max_rel_grad_diff);
+  std::fprintf(out, "predicted peak %s against measured; gradients: max abs diff %.3g, max rel diff %.3g\n",
+               FormatPct(r.peak_error_pct).c_str(), r.max_abs_grad_diff, r.max_rel_grad_diff);
   std::fprintf(out, "verdict: %s\n", r.verdict.c_str());
   EmitOutput(o.output, RunReportToJson(r).dump(2) + "\n", out);
   return r.verdict == "ok" ? 0 : static_cast<int>(ExitCode::kVerifyFailed);

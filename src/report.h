@@ -1,7 +1,7 @@
 #pragma once
-// `ckplan report`: the memory/time trade-off of a model, strategies
-// compared, as self-contained HTML (inline SVG, no JavaScript), Markdown or
-// JSON. Torch-free: a writer of planner values.
+// `ckplan report`: the report model, the memory/time trade-off of a model
+// with strategies compared (report_figures.h draws it, report_writers.h
+// writes it as HTML, Markdown or JSON). Torch-free: planner values only.
 
 #include <functional>
 #include <string>
@@ -11,28 +11,16 @@
 
 #include "ckplan/planner/input.h"
 #include "ckplan/planner/plan.h"
+#include "ckplan/planner/run_report.h"
 #include "report_distributed.h"
+#include "strategy_table.h"
 
 namespace ckplan {
 
-struct StrategyPoint {
-  std::string name;       ///< `none`, `every`, `every-4`, `sqrt (n=4)`, `optimal`
-  int64_t peak_bytes = 0;
-  double time_ms = 0;
-  double overhead_pct = 0;
-  bool fits = false;
-};
-
+/// A run report from `ckplan run -o` (`--runs`), and its file's name.
 struct RunPoint {
-  std::string label;          ///< file name
-  std::string algorithm;
-  int64_t budget_bytes = 0;
-  int64_t measured_peak_bytes = 0;
-  double measured_ms = 0;
-  int64_t predicted_peak_bytes = 0;
-  double predicted_ms = 0;
-  double baseline_ms = 0;
-  std::string verdict;
+  std::string label;  ///< file name
+  RunReport run;
 };
 
 struct Report {
@@ -58,8 +46,5 @@ Report MakeReport(const PlannerInput& input, const std::string& source, int64_t 
                   int slots, const std::vector<int>& every_n, const std::vector<std::string>& run_files,
                   const std::function<void(double)>& progress = nullptr);
 
-std::string ReportHtml(const Report& report);
-std::string ReportMarkdown(const Report& report);
-nlohmann::json ReportJson(const Report& report);
 
 }  // namespace ckplan

@@ -4,6 +4,7 @@
 
 #include "ckplan/planner/error.h"
 #include "ckplan/planner/json_io.h"
+#include "html_escape.h"
 #include "terminal.h"
 
 namespace ckplan {
@@ -31,12 +32,6 @@ std::vector<std::string> Cells(const RankMemoryRow& r, UnitStyle style) {
   return {r.label, b(r.param_bytes), b(r.grad_bytes), b(r.optimizer_bytes), b(r.buffer_bytes), b(r.gathered_bytes),
           b(r.activation_budget_bytes), std::to_string(r.in_flight), r.stored_bytes > 0 ? b(r.stored_bytes) : "-",
           b(r.peak_bytes)};
-}
-
-std::string Escape(const std::string& s) {
-  std::string out;
-  for (char c : s) out += c == '<' ? "&lt;" : c == '>' ? "&gt;" : c == '&' ? "&amp;" : std::string(1, c);
-  return out;
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
@@ -42,6 +43,8 @@ std::string Format(const char* format, ...) {
   va_end(args);
   return buffer;
 }
+
+std::string FormatPct(double pct) { return Format("%+.1f%%", std::fabs(pct) < 0.05 ? 0.0 : pct); }
 
 void EmitOutput(const std::string& path, const std::string& text, FILE* human) {
   if (path.empty()) return;

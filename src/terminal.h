@@ -16,6 +16,10 @@ std::string FormatTable(const std::vector<std::vector<std::string>>& rows,
 /// printf into a std::string.
 std::string Format(const char* format, ...) __attribute__((format(printf, 1, 2)));
 
+/// A percentage (an overhead, an error) as every output prints it: `+3.5%`,
+/// and `+0.0%` for anything that rounds to zero (never `-0.0%`).
+std::string FormatPct(double pct);
+
 /// Where a command's JSON goes: `-` is stdout, an empty path nowhere, any
 /// other path a file written atomically, announced on `human` as `wrote PATH`.
 void EmitOutput(const std::string& path, const std::string& text, FILE* human);

@@ -62,6 +62,8 @@ class JsonReader {
   /// Finite, >= 0 and at most `max` (by default kMaxFieldMs: the fields read
   /// this way are times).
   double NonNegativeNumber(double max = kMaxFieldMs) const;
+  /// Any finite number, of either sign (a percentage).
+  double FiniteNumber() const;
   int64_t NonNegativeBytes() const;   ///< integral, >= 0 and at most kMaxFieldBytes
   int64_t Integer() const;            ///< any int64
   int IntegerIn(int64_t lo, int64_t hi) const;  ///< an integer in [lo, hi] (within int)

@@ -10,6 +10,8 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "ckplan/planner/chain.h"
+#include "ckplan/planner/plan_document.h"
+#include "ckplan/planner/pytorch_export.h"
 #include "ckplan/planner/schedule.h"
 #include "ckplan/planner/simulator.h"
 #include "ckplan/planner/solver_modules.h"
@@ -72,27 +74,6 @@ struct CurvePoint {
   double time_ms;
 };
 
-/// What a PyTorch training job does with a plan: wrap whole modules with
-/// torch.utils.checkpoint (non-reentrant, RNG state kept), each on its own.
-/// Checkpointed stages that are not whole modules cannot be wrapped and are
-/// run normally. The schedule that amounts to is simulated like any other.
-struct ModuleExport {
-  std::vector<std::string> checkpoint_modules;
-  std::vector<std::string> skipped_stages; ///< checkpointed in the plan, not whole modules
-  Schedule schedule;                       ///< per wrapped module: forward keeping its input, recomputed once
-  SimulationResult simulation;
-  /// Kept for backward when the loss starts under PyTorch's autograd (which
-  /// frees what no op saves), model inputs excluded: needs storages; else
-  /// the simulation's figure.
-  int64_t saved_bytes = 0;
-};
-
-/// The export of `checkpointed` stages (empty when the chain has no module paths).
-ModuleExport ExportForPyTorch(const Chain& chain, const std::vector<int>& checkpointed);
-
-/// The export of wrapping exactly `wrapped` (disjoint stage ranges).
-ModuleExport ExportForModules(const Chain& chain, const std::vector<WrappableModule>& wrapped);
-
 struct Plan {
   Algorithm algorithm = Algorithm::kOptimal;
   int every_n = 0;                     ///< segment length for every-n / sqrt
@@ -145,9 +126,13 @@ bool OptimalBudgetFeasible(const Chain& chain, const FixedMemory& fixed, int64_t
 /// `slots` slots is feasible.
 int64_t MinimumOptimalBudget(const Chain& chain, const FixedMemory& fixed, int slots);
 
-/// The `ckplan.plan/1` document. `source` says where the chain came from
-/// (`{"kind":"chain","path":..}` or, for a profile, the model's sha256 and
-/// inputs, so that `ckplan run` can refuse a plan made for another model).
+/// The `ckplan.plan/1` document of `plan` (plan_document.h). `source` says
+/// where the chain came from (`{"kind":"chain","path":..}` or, for a profile,
+/// the model's sha256 and inputs, so that `ckplan run` can refuse a plan made
+/// for another model).
+PlanDocument MakePlanDocument(const Plan& plan, const Chain& chain, const nlohmann::json& source);
+
+/// PlanToJson(MakePlanDocument(plan, chain, source)).
 nlohmann::json PlanToJson(const Plan& plan, const Chain& chain, const nlohmann::json& source);
 
 }  // namespace ckplan

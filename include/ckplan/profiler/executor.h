@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ckplan/planner/run_report.h"
+
 namespace ckplan {
 
 struct RunOptions {
@@ -24,38 +26,10 @@ struct RunOptions {
   std::function<void(const std::string& what, double fraction)> progress;
 };
 
-struct StepMeasure {
-  int64_t peak_bytes = 0;               ///< the step's peak, everything included
-  int64_t live_after_forward_bytes = 0; ///< live when the loss starts
-  double step_ms = 0;                   ///< median over steps
-};
-
-struct RunReport {
-  std::string model_path;
-  std::string plan_path;
-  std::string algorithm;
-  std::string optimizer;
-  int64_t budget_bytes = 0;
-  StepMeasure measured;   ///< under the plan
-  StepMeasure baseline;   ///< no checkpointing
-  int64_t predicted_peak_bytes = 0;
-  double predicted_time_ms = 0;
-  double predicted_overhead_pct = 0;
-  double measured_overhead_pct = 0;
-  double max_abs_grad_diff = 0;
-  double max_rel_grad_diff = 0;
-  double peak_error_pct = 0;  ///< (predicted - measured) / measured
-  std::string verdict;        ///< ok, over_budget, grads_differ, prediction_off
-  int steps = 0;
-};
-
 /// Runs the plan (a parsed `ckplan.plan/1` made from a profile of the model).
 /// Throws BadInput (exit 2) for a plan whose schema, stages or module paths
 /// do not match the model, or made for another model or inputs without
 /// `force`; an op failing during recompute names the stage and op.
 RunReport RunPlan(const RunOptions& options, const nlohmann::json& plan);
-
-/// `{"measured":{..},"baseline":{..},"predicted":{..},"budget_bytes",..}`
-nlohmann::json RunReportToJson(const RunReport& report);
 
 }  // namespace ckplan

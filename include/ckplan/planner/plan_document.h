@@ -1,0 +1,121 @@
+#pragma once
+/// The plan contract, `ckplan.plan/1`, as one value: what `ckplan solve`
+/// writes (PlanToJson) and `ckplan run` reads (PlanFromJson). Torch-free.
+/// The README's "Plan" section documents every field.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ckplan/planner/schedule.h"
+
+namespace ckplan {
+
+/// One stage of the plan (`stages[]`).
+struct PlanStage {
+  int index = 0;
+  std::string name;
+  bool checkpointed = false;
+  std::vector<std::string> modules;  ///< empty: not written (a plain chain)
+  int first_op = -1;                 ///< -1: first_op/last_op not written
+  int last_op = -1;
+  bool operator==(const PlanStage& o) const;
+};
+
+/// `fixed`: what the step holds besides the activations.
+struct PlanFixed {
+  int64_t param_bytes = 0;
+  int64_t buffer_bytes = 0;
+  int64_t grad_bytes = 0;
+  int64_t optimizer_bytes = 0;
+  std::string optimizer = "none";
+  int64_t total_bytes = 0;
+  bool operator==(const PlanFixed& o) const;
+};
+
+/// `predicted`: the whole step as the planner predicts it.
+struct PlanPredicted {
+  int64_t peak_bytes = 0;
+  double time_ms = 0;
+  double overhead_pct = 0;
+  double no_recompute_ms = 0;
+  int64_t live_after_forward_bytes = 0;
+  std::optional<double> optimizer_step_ms;  ///< written when the profile timed the optimizer
+  bool operator==(const PlanPredicted& o) const;
+};
+
+/// `pytorch`: the modules apply_plan wraps, and what that predicts.
+struct PlanPyTorch {
+  std::vector<std::string> checkpoint_modules;
+  std::vector<std::string> skipped_stages;
+  bool use_reentrant = false;
+  bool preserve_rng_state = true;
+  int64_t peak_bytes = 0;
+  int64_t saved_bytes = 0;
+  double time_ms = 0;
+  double overhead_pct = 0;
+  bool fits_budget = false;
+  bool operator==(const PlanPyTorch& o) const;
+};
+
+/// `solver` (optimal plans): `exact`, `banded` or `modules`.
+struct PlanSolver {
+  std::string method;
+  bool proven_optimal = true;
+  /// Banded only (written when band > 0).
+  int band = 0;
+  double lower_bound_ms = 0;
+  double gap_bound_pct = 0;
+  int64_t min_budget_lower_bytes = 0;
+  bool operator==(const PlanSolver& o) const;
+};
+
+struct PlanDocument {
+  /// A pipeline plan's top level (`--pipeline`): schema, algorithm, source,
+  /// budget_bytes, checkpoint_modules and `distributed` only; each pipeline
+  /// stage's document (in distributed.stages) is a plan. No schedule.
+  bool is_pipeline = false;
+  std::string algorithm;                ///< optimal, none, every, every-n, sqrt
+  std::string target = "schedule";      ///< schedule or pytorch
+  /// Where the chain came from: {"kind": "chain"|"profile", "path", and for
+  /// a profile "model_sha256", "model_path", "inputs" (the profile's
+  /// model.inputs)} (ProfileSource in input.h); kept as written.
+  nlohmann::json source;
+  int64_t budget_bytes = 0;
+  PlanFixed fixed;
+  int64_t activation_budget_bytes = 0;
+  std::vector<PlanStage> stages;
+  std::vector<int> checkpointed_stages;
+  Schedule schedule;
+  PlanPredicted predicted;
+  std::optional<int64_t> min_budget_bytes;  ///< absent in a pipeline stage's document
+  std::vector<int64_t> timeline_peak_during_bytes;  ///< `timeline`, per schedule operation, fixed part included
+  std::vector<int64_t> timeline_stored_after_bytes;
+  std::vector<std::string> checkpoint_modules;
+  PlanPyTorch pytorch;
+  std::optional<int> slots;                 ///< optimal plans
+  std::optional<int64_t> slot_bytes;
+  std::optional<PlanSolver> solver;
+  std::optional<int> every_n;               ///< every-n and sqrt plans
+  std::optional<std::string> unit_style;    ///< decimal or binary; binary when absent
+  /// Extensions written by the distributed commands (cmd_distributed.cc),
+  /// kept as written: `distributed`, and a pipeline stage's `pipeline_stage`.
+  std::optional<nlohmann::json> distributed;
+  std::optional<nlohmann::json> pipeline_stage;
+  bool operator==(const PlanDocument& o) const;
+};
+
+/// The `ckplan.plan/1` document, keys as `ckplan solve` writes them.
+nlohmann::json PlanToJson(const PlanDocument& plan);
+
+/// Reads a `ckplan.plan/1` document. Required: schema, algorithm, source
+/// (an object), budget_bytes; unless it is a pipeline plan's top level
+/// (`distributed.stages`) also fixed.optimizer, stages[].name, schedule and
+/// predicted (peak_bytes, time_ms, overhead_pct). Every other field is read,
+/// and checked, when present. Throws BadInput naming `file` and the field.
+PlanDocument PlanFromJson(const nlohmann::json& doc, const std::string& file);
+
+}  // namespace ckplan

@@ -1,0 +1,53 @@
+#pragma once
+// The search for budgets (planner-internal, used by plan.cc): slot grids,
+// the baselines every optimal plan is compared with, feasibility of the
+// optimal algorithm at a budget, the smallest feasible budget
+// (MinimumOptimalBudget and OptimalBudgetFeasible, declared in plan.h), and
+// the refinement of slots where rounding costs time.
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "ckplan/planner/plan.h"
+#include "ckplan/planner/solver.h"
+
+namespace ckplan {
+
+// The slot size and slot count used for an activation budget.
+struct SlotGrid {
+  int64_t slot_bytes;
+  int64_t memory_slots;
+};
+
+SlotGrid GridFor(int64_t chain_budget_bytes, int slots);
+
+/// The grids RefineSlots may use at this budget: the request's, then halved
+/// slots while the exact solver's table stays small.
+std::vector<SlotGrid> RefinedGrids(const Chain& chain, int64_t chain_budget, int slots);
+
+/// Feasibility with the solver the request's slot count picks (exact or
+/// banded), on the request's grid or a finer one RefineSlots would use.
+bool OptimalFeasible(const Chain& chain, int64_t chain_budget_bytes, int slots);
+
+// The baselines, simulated in bytes. An optimal plan is never slower than a
+// baseline that fits: the solver rounds sizes up to whole slots, and the
+// banded solver searches a band; either can miss a baseline that fits.
+struct Baseline {
+  Schedule schedule;
+  SimulationResult simulation;
+};
+
+std::vector<Baseline> Baselines(const Chain& chain);
+std::optional<Baseline> FastestFitting(const Chain& chain, int64_t chain_budget_bytes);
+int64_t SmallestBaselinePeak(const Chain& chain);
+
+/// Throws BadInput for a chain of more than kMaxStages stages.
+void CheckStageCount(const Chain& chain);
+
+/// Where rounding sizes to slots may cost time, solves again on finer grids
+/// and keeps the fastest solution (and its grid).
+void RefineSlots(const Chain& chain, int64_t chain_budget, const PlanRequest& request, SlotGrid* grid,
+                 OptimalSolution* solution);
+
+}  // namespace ckplan

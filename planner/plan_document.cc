@@ -1,0 +1,239 @@
+#include "ckplan/planner/plan_document.h"
+
+#include <climits>
+
+#include "ckplan/planner/error.h"
+#include "ckplan/planner/json_io.h"
+
+namespace ckplan {
+
+bool PlanStage::operator==(const PlanStage& o) const {
+  return index == o.index && name == o.name && checkpointed == o.checkpointed && modules == o.modules &&
+         first_op == o.first_op && last_op == o.last_op;
+}
+
+bool PlanFixed::operator==(const PlanFixed& o) const {
+  return param_bytes == o.param_bytes && buffer_bytes == o.buffer_bytes && grad_bytes == o.grad_bytes &&
+         optimizer_bytes == o.optimizer_bytes && optimizer == o.optimizer && total_bytes == o.total_bytes;
+}
+
+bool PlanPredicted::operator==(const PlanPredicted& o) const {
+  return peak_bytes == o.peak_bytes && time_ms == o.time_ms && overhead_pct == o.overhead_pct &&
+         no_recompute_ms == o.no_recompute_ms && live_after_forward_bytes == o.live_after_forward_bytes &&
+         optimizer_step_ms == o.optimizer_step_ms;
+}
+
+bool PlanPyTorch::operator==(const PlanPyTorch& o) const {
+  return checkpoint_modules == o.checkpoint_modules && skipped_stages == o.skipped_stages &&
+         use_reentrant == o.use_reentrant && preserve_rng_state == o.preserve_rng_state && peak_bytes == o.peak_bytes &&
+         saved_bytes == o.saved_bytes && time_ms == o.time_ms && overhead_pct == o.overhead_pct &&
+         fits_budget == o.fits_budget;
+}
+
+bool PlanSolver::operator==(const PlanSolver& o) const {
+  return method == o.method && proven_optimal == o.proven_optimal && band == o.band &&
+         lower_bound_ms == o.lower_bound_ms && gap_bound_pct == o.gap_bound_pct &&
+         min_budget_lower_bytes == o.min_budget_lower_bytes;
+}
+
+bool PlanDocument::operator==(const PlanDocument& o) const {
+  return is_pipeline == o.is_pipeline && algorithm == o.algorithm && target == o.target && source == o.source &&
+         budget_bytes == o.budget_bytes && fixed == o.fixed && activation_budget_bytes == o.activation_budget_bytes &&
+         stages == o.stages && checkpointed_stages == o.checkpointed_stages && schedule == o.schedule &&
+         predicted == o.predicted && min_budget_bytes == o.min_budget_bytes &&
+         timeline_peak_during_bytes == o.timeline_peak_during_bytes &&
+         timeline_stored_after_bytes == o.timeline_stored_after_bytes && checkpoint_modules == o.checkpoint_modules &&
+         pytorch == o.pytorch && slots == o.slots && slot_bytes == o.slot_bytes && solver == o.solver &&
+         every_n == o.every_n && unit_style == o.unit_style && distributed == o.distributed &&
+         pipeline_stage == o.pipeline_stage;
+}
+
+nlohmann::json PlanToJson(const PlanDocument& p) {
+  nlohmann::json doc = {{"schema", "ckplan.plan/1"},
+                        {"algorithm", p.algorithm},
+                        {"source", p.source},
+                        {"budget_bytes", p.budget_bytes},
+                        {"checkpoint_modules", p.checkpoint_modules}};
+  if (p.distributed) doc["distributed"] = *p.distributed;
+  if (p.is_pipeline) return doc;  // each stage's document (in distributed.stages) is a plan
+  nlohmann::json stages = nlohmann::json::array();
+  for (const PlanStage& s : p.stages) {
+    nlohmann::json stage = {{"index", s.index}, {"name", s.name}, {"checkpointed", s.checkpointed}};
+    if (!s.modules.empty()) stage["modules"] = s.modules;
+    if (s.first_op >= 0) {
+      stage["first_op"] = s.first_op;
+      stage["last_op"] = s.last_op;
+    }
+    stages.push_back(std::move(stage));
+  }
+  doc["target"] = p.target;
+  doc["fixed"] = {{"param_bytes", p.fixed.param_bytes},
+                  {"buffer_bytes", p.fixed.buffer_bytes},
+                  {"grad_bytes", p.fixed.grad_bytes},
+                  {"optimizer_bytes", p.fixed.optimizer_bytes},
+                  {"optimizer", p.fixed.optimizer},
+                  {"total_bytes", p.fixed.total_bytes}};
+  doc["activation_budget_bytes"] = p.activation_budget_bytes;
+  doc["stages"] = std::move(stages);
+  doc["checkpointed_stages"] = p.checkpointed_stages;
+  doc["schedule"] = ScheduleToJson(p.schedule);
+  doc["predicted"] = {{"peak_bytes", p.predicted.peak_bytes},
+                      {"time_ms", p.predicted.time_ms},
+                      {"overhead_pct", p.predicted.overhead_pct},
+                      {"no_recompute_ms", p.predicted.no_recompute_ms},
+                      {"live_after_forward_bytes", p.predicted.live_after_forward_bytes}};
+  if (p.predicted.optimizer_step_ms) doc["predicted"]["optimizer_step_ms"] = *p.predicted.optimizer_step_ms;
+  if (p.min_budget_bytes) doc["min_budget_bytes"] = *p.min_budget_bytes;
+  doc["timeline"] = {{"peak_during_bytes", p.timeline_peak_during_bytes},
+                     {"stored_after_bytes", p.timeline_stored_after_bytes}};
+  const PlanPyTorch& e = p.pytorch;
+  doc["pytorch"] = {{"checkpoint_modules", e.checkpoint_modules},
+                    {"skipped_stages", e.skipped_stages},
+                    {"settings", {{"use_reentrant", e.use_reentrant}, {"preserve_rng_state", e.preserve_rng_state}}},
+                    {"predicted",
+                     {{"peak_bytes", e.peak_bytes},
+                      {"saved_bytes", e.saved_bytes},
+                      {"time_ms", e.time_ms},
+                      {"overhead_pct", e.overhead_pct},
+                      {"fits_budget", e.fits_budget}}}};
+  if (p.slots) doc["slots"] = *p.slots;
+  if (p.slot_bytes) doc["slot_bytes"] = *p.slot_bytes;
+  if (p.solver) {
+    nlohmann::json solver = {{"method", p.solver->method}, {"proven_optimal", p.solver->proven_optimal}};
+    if (p.solver->band > 0) {
+      solver["band"] = p.solver->band;
+      solver["lower_bound_ms"] = p.solver->lower_bound_ms;
+      solver["gap_bound_pct"] = p.solver->gap_bound_pct;
+      solver["min_budget_lower_bytes"] = p.solver->min_budget_lower_bytes;
+    }
+    doc["solver"] = solver;
+  }
+  if (p.every_n) doc["every_n"] = *p.every_n;
+  if (p.unit_style) doc["unit_style"] = *p.unit_style;
+  if (p.pipeline_stage) doc["pipeline_stage"] = *p.pipeline_stage;
+  return doc;
+}
+
+namespace {
+
+std::vector<std::string> Strings(const JsonReader& list) {
+  std::vector<std::string> out;
+  for (size_t k = 0; k < list.ArraySize(); ++k) out.push_back(list.Item(k).String());
+  return out;
+}
+
+std::vector<int64_t> Bytes(const JsonReader& list) {
+  std::vector<int64_t> out;
+  for (size_t k = 0; k < list.ArraySize(); ++k) out.push_back(list.Item(k).NonNegativeBytes());
+  return out;
+}
+
+}  // namespace
+
+PlanDocument PlanFromJson(const nlohmann::json& json, const std::string& file) {
+  JsonReader root(json, file);
+  root.ExpectObject();
+  const std::string schema = root.Field("schema").String();
+  if (schema != "ckplan.plan/1") root.Field("schema").Fail("expected \"ckplan.plan/1\", got \"" + schema + "\"");
+  PlanDocument p;
+  JsonReader source = root.Field("source");
+  source.ExpectObject();
+  p.source = source.node();
+  p.algorithm = root.Field("algorithm").String();
+  p.budget_bytes = root.Field("budget_bytes").NonNegativeBytes();
+  if (root.Has("checkpoint_modules")) p.checkpoint_modules = Strings(root.Field("checkpoint_modules"));
+  if (root.Has("distributed")) {
+    JsonReader distributed = root.Field("distributed");
+    distributed.ExpectObject();
+    p.distributed = distributed.node();
+    p.is_pipeline = distributed.Has("stages");
+  }
+  if (p.is_pipeline) return p;
+
+  if (root.Has("target")) p.target = root.Field("target").String();
+  JsonReader fixed = root.Field("fixed");
+  p.fixed.optimizer = fixed.Field("optimizer").String();
+  if (fixed.Has("param_bytes")) p.fixed.param_bytes = fixed.Field("param_bytes").NonNegativeBytes();
+  if (fixed.Has("buffer_bytes")) p.fixed.buffer_bytes = fixed.Field("buffer_bytes").NonNegativeBytes();
+  if (fixed.Has("grad_bytes")) p.fixed.grad_bytes = fixed.Field("grad_bytes").NonNegativeBytes();
+  if (fixed.Has("optimizer_bytes")) p.fixed.optimizer_bytes = fixed.Field("optimizer_bytes").NonNegativeBytes();
+  if (fixed.Has("total_bytes")) p.fixed.total_bytes = fixed.Field("total_bytes").NonNegativeBytes();
+  if (root.Has("activation_budget_bytes")) p.activation_budget_bytes = root.Field("activation_budget_bytes").Integer();
+
+  JsonReader stages = root.Field("stages");
+  for (size_t s = 0; s < stages.ArraySize(); ++s) {
+    JsonReader stage = stages.Item(s);
+    PlanStage out;
+    out.index = stage.Has("index") ? stage.Field("index").IntegerIn(0, INT_MAX) : static_cast<int>(s);
+    out.name = stage.Field("name").String();
+    if (stage.Has("checkpointed")) out.checkpointed = stage.Field("checkpointed").Bool();
+    if (stage.Has("modules")) out.modules = Strings(stage.Field("modules"));
+    if (stage.Has("first_op")) out.first_op = stage.Field("first_op").IntegerIn(0, INT_MAX);
+    if (stage.Has("last_op")) out.last_op = stage.Field("last_op").IntegerIn(0, INT_MAX);
+    p.stages.push_back(std::move(out));
+  }
+  if (root.Has("checkpointed_stages")) {
+    JsonReader list = root.Field("checkpointed_stages");
+    for (size_t k = 0; k < list.ArraySize(); ++k) p.checkpointed_stages.push_back(list.Item(k).IntegerIn(0, INT_MAX));
+  }
+  p.schedule = ScheduleFromJson(root.Field("schedule").node(), file, "schedule");
+
+  JsonReader predicted = root.Field("predicted");
+  p.predicted.peak_bytes = predicted.Field("peak_bytes").NonNegativeBytes();
+  p.predicted.time_ms = predicted.Field("time_ms").NonNegativeNumber();
+  p.predicted.overhead_pct = predicted.Field("overhead_pct").FiniteNumber();
+  if (predicted.Has("no_recompute_ms")) p.predicted.no_recompute_ms = predicted.Field("no_recompute_ms").NonNegativeNumber();
+  if (predicted.Has("live_after_forward_bytes")) {
+    p.predicted.live_after_forward_bytes = predicted.Field("live_after_forward_bytes").NonNegativeBytes();
+  }
+  if (predicted.Has("optimizer_step_ms")) p.predicted.optimizer_step_ms = predicted.Field("optimizer_step_ms").NonNegativeNumber();
+  if (root.Has("min_budget_bytes")) p.min_budget_bytes = root.Field("min_budget_bytes").NonNegativeBytes();
+  if (root.Has("timeline")) {
+    JsonReader timeline = root.Field("timeline");
+    p.timeline_peak_during_bytes = Bytes(timeline.Field("peak_during_bytes"));
+    p.timeline_stored_after_bytes = Bytes(timeline.Field("stored_after_bytes"));
+  }
+  if (root.Has("pytorch")) {
+    JsonReader e = root.Field("pytorch");
+    p.pytorch.checkpoint_modules = Strings(e.Field("checkpoint_modules"));
+    if (e.Has("skipped_stages")) p.pytorch.skipped_stages = Strings(e.Field("skipped_stages"));
+    if (e.Has("settings")) {
+      JsonReader settings = e.Field("settings");
+      p.pytorch.use_reentrant = settings.Field("use_reentrant").Bool();
+      p.pytorch.preserve_rng_state = settings.Field("preserve_rng_state").Bool();
+    }
+    if (e.Has("predicted")) {
+      JsonReader ep = e.Field("predicted");
+      p.pytorch.peak_bytes = ep.Field("peak_bytes").NonNegativeBytes();
+      p.pytorch.saved_bytes = ep.Field("saved_bytes").NonNegativeBytes();
+      p.pytorch.time_ms = ep.Field("time_ms").NonNegativeNumber();
+      p.pytorch.overhead_pct = ep.Field("overhead_pct").FiniteNumber();
+      p.pytorch.fits_budget = ep.Field("fits_budget").Bool();
+    }
+  }
+  if (root.Has("slots")) p.slots = root.Field("slots").IntegerIn(0, INT_MAX);
+  if (root.Has("slot_bytes")) p.slot_bytes = root.Field("slot_bytes").NonNegativeBytes();
+  if (root.Has("solver")) {
+    JsonReader solver = root.Field("solver");
+    PlanSolver out;
+    out.method = solver.Field("method").String();
+    out.proven_optimal = solver.Field("proven_optimal").Bool();
+    if (solver.Has("band")) {
+      out.band = solver.Field("band").IntegerIn(1, INT_MAX);
+      out.lower_bound_ms = solver.Field("lower_bound_ms").NonNegativeNumber();
+      out.gap_bound_pct = solver.Field("gap_bound_pct").NonNegativeNumber();
+      out.min_budget_lower_bytes = solver.Field("min_budget_lower_bytes").NonNegativeBytes();
+    }
+    p.solver = out;
+  }
+  if (root.Has("every_n")) p.every_n = root.Field("every_n").IntegerIn(1, INT_MAX);
+  if (root.Has("unit_style")) {
+    JsonReader style = root.Field("unit_style");
+    p.unit_style = style.String();
+    if (*p.unit_style != "decimal" && *p.unit_style != "binary") style.Fail("expected \"decimal\" or \"binary\"");
+  }
+  if (root.Has("pipeline_stage")) p.pipeline_stage = root.Field("pipeline_stage").node();
+  return p;
+}
+
+}  // namespace ckplan

@@ -1,0 +1,142 @@
+// The plan contract: every plan `ckplan solve` can write reads back to the
+// same value and writes back to the same document.
+
+#include "ckplan/planner/plan_document.h"
+
+#include <doctest/doctest.h>
+
+#include "../tests/test_chains.h"
+#include "ckplan/planner/error.h"
+#include "ckplan/planner/input.h"
+#include "ckplan/planner/plan.h"
+#include "ckplan/planner/solver_modules.h"
+#include "ckplan/planner/solver.h"
+#include "ckplan/planner/stages.h"
+
+using namespace ckplan;
+using namespace ckplan::testing;
+
+namespace {
+
+std::string ExampleProfile() { return std::string(CKPLAN_SOURCE_DIR) + "/data/example.profile.json"; }
+
+// Both directions: the document through the value and back, and the value
+// through the document and back.
+void CheckRoundTrip(const nlohmann::json& written) {
+  const PlanDocument read = PlanFromJson(written, "plan.json");
+  CHECK(PlanToJson(read) == written);
+  CHECK(PlanFromJson(PlanToJson(read), "again.json") == read);
+  CHECK(PlanToJson(read).dump(2) == written.dump(2));
+}
+
+std::string Message(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace
+
+TEST_CASE("plans of every algorithm and target made from a profile round-trip") {
+  PlannerInput in = LoadPlannerInput(ExampleProfile(), "adam");
+  const int64_t budget = in.fixed.total() + in.profile.totals.saved_bytes * 3 / 5 + in.chain.input_bytes * 4;
+  std::vector<WrappableModule> modules = WrappableModules(in.chain, &in.profile);
+  StageGradients grads = StageGradientBytes(in.chain, in.profile);
+  int written = 0;
+  for (Algorithm algorithm : {Algorithm::kOptimal, Algorithm::kNone, Algorithm::kEvery, Algorithm::kEveryN,
+                              Algorithm::kSqrt}) {
+    for (bool pytorch : {false, true}) {
+      PlanRequest request;
+      request.algorithm = algorithm;
+      request.budget_bytes = budget;
+      request.every_n = 3;
+      if (pytorch && algorithm == Algorithm::kOptimal) {
+        request.pytorch_modules = &modules;
+        request.pytorch_stage_grads = &grads;
+      }
+      Plan plan = MakePlan(in.chain, in.fixed, request);
+      CAPTURE(AlgorithmName(algorithm));
+      CAPTURE(pytorch);
+      nlohmann::json doc = PlanToJson(plan, in.chain, in.source);
+      doc["unit_style"] = "decimal";
+      CheckRoundTrip(doc);
+      const PlanDocument read = PlanFromJson(doc, "plan.json");
+      // The value holds what the planner decided, not a copy of the text.
+      CHECK(read.algorithm == AlgorithmName(algorithm));
+      CHECK(read.stages.size() == static_cast<size_t>(in.chain.length()));
+      CHECK(read.schedule == plan.schedule);
+      CHECK(read.checkpointed_stages == plan.checkpointed_stages);
+      CHECK(read.predicted.peak_bytes == plan.peak_bytes);
+      CHECK(read.predicted.time_ms == plan.time_ms);
+      CHECK(read.fixed.total_bytes == in.fixed.total());
+      CHECK(read.pytorch.checkpoint_modules == plan.pytorch.checkpoint_modules);
+      CHECK(read.slots.has_value() == (algorithm == Algorithm::kOptimal));
+      CHECK(read.unit_style == std::optional<std::string>("decimal"));
+      ++written;
+    }
+  }
+  CHECK(written == 10);
+}
+
+TEST_CASE("a banded plan, a chain's plan and an infeasible plan round-trip") {
+  const Chain long_chain = RandomChain(kExactMaxStages + 20, 7);
+  PlanRequest request;
+  request.budget_bytes = MinimumOptimalBudget(long_chain, FixedMemory{}, 200) * 3 / 2;
+  request.slots = 200;
+  Plan banded = MakePlan(long_chain, FixedMemory{}, request);
+  REQUIRE(banded.feasible);
+  REQUIRE(banded.band > 0);
+  nlohmann::json doc = PlanToJson(banded, long_chain, {{"kind", "chain"}, {"path", "long.json"}});
+  CHECK(doc["solver"]["method"] == "banded");
+  CheckRoundTrip(doc);
+  CHECK(PlanFromJson(doc, "p").solver->band == banded.band);
+
+  const Chain chain = ThreeStageChain();
+  request.budget_bytes = 1;
+  Plan infeasible = MakePlan(chain, FixedMemory{}, request);
+  REQUIRE(!infeasible.feasible);
+  CheckRoundTrip(PlanToJson(infeasible, chain, {{"kind", "chain"}, {"path", "c.json"}}));
+}
+
+TEST_CASE("a pipeline plan's top level and its stage documents round-trip") {
+  const Chain chain = ThreeStageChain();
+  PlanRequest request;
+  request.budget_bytes = int64_t{1} << 40;
+  nlohmann::json stage = PlanToJson(MakePlan(chain, FixedMemory{}, request), chain, {{"kind", "chain"}, {"path", "c"}});
+  stage.erase("min_budget_bytes");
+  stage["pipeline_stage"] = {{"index", 0}, {"in_flight", 2}, {"peak_bytes", 1234}};
+  CheckRoundTrip(stage);
+  CHECK(!PlanFromJson(stage, "s").min_budget_bytes.has_value());
+  nlohmann::json top = {{"schema", "ckplan.plan/1"},     {"algorithm", "optimal"},
+                        {"source", stage["source"]},     {"budget_bytes", 1000},
+                        {"checkpoint_modules", {"a.b"}}, {"distributed", {{"pipeline", 2}, {"stages", {stage}}}}};
+  CheckRoundTrip(top);
+  const PlanDocument read = PlanFromJson(top, "top.json");
+  CHECK(read.is_pipeline);
+  CHECK(read.schedule.empty());
+}
+
+TEST_CASE("the plan reader names the file and field it refuses") {
+  const Chain chain = ThreeStageChain();
+  PlanRequest request;
+  request.budget_bytes = int64_t{1} << 40;
+  const nlohmann::json good = PlanToJson(MakePlan(chain, FixedMemory{}, request), chain, {{"kind", "chain"}, {"path", "c"}});
+  auto refused = [&](const std::function<void(nlohmann::json&)>& mutate) {
+    nlohmann::json doc = good;
+    mutate(doc);
+    return Message([&] { PlanFromJson(doc, "bad.json"); });
+  };
+  CHECK(refused([](nlohmann::json& d) { d["schema"] = "ckplan.chain/1"; }).find("bad.json") != std::string::npos);
+  CHECK(refused([](nlohmann::json& d) { d["schema"] = "ckplan.chain/1"; }).find("ckplan.plan/1") != std::string::npos);
+  CHECK(refused([](nlohmann::json& d) { d.erase("schedule"); }).find("schedule") != std::string::npos);
+  CHECK(refused([](nlohmann::json& d) { d["unit_style"] = "metric"; }).find("unit_style") != std::string::npos);
+  CHECK(refused([](nlohmann::json& d) { d["predicted"]["time_ms"] = -1; }).find("predicted.time_ms") != std::string::npos);
+  CHECK(refused([](nlohmann::json& d) { d["stages"][1]["first_op"] = "x"; }).find("stages[1].first_op") !=
+        std::string::npos);
+  CHECK(refused([](nlohmann::json& d) { d["pytorch"]["predicted"]["fits_budget"] = 1; }).find("fits_budget") !=
+        std::string::npos);
+  CHECK(refused([](nlohmann::json& d) {}) == "(no error)");
+}
