@@ -63,6 +63,23 @@ def _supports_non_reentrant():
     return "use_reentrant" in inspect.signature(torch.utils.checkpoint.checkpoint).parameters
 
 
+def _snapshot(value):
+    """A copy of the lists and dicts in a call's arguments (the tensors shared).
+
+    Checkpointing calls the forward again in backward with the same arguments.
+    A caller may grow a list after the call: torchvision's DenseNet passes its
+    running list of features to each dense layer and appends to it, so the
+    recomputation would read more features than the forward did.
+    """
+    if isinstance(value, list):
+        return [_snapshot(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _snapshot(v) for k, v in value.items()}
+    if type(value) is tuple:
+        return tuple(_snapshot(v) for v in value)
+    return value
+
+
 def _wrap(module):
     original = module.forward
     non_reentrant = _supports_non_reentrant()
@@ -71,6 +88,8 @@ def _wrap(module):
     def forward(*args, **kwargs):
         if not torch.is_grad_enabled():
             return original(*args, **kwargs)
+        args = _snapshot(args)
+        kwargs = _snapshot(kwargs)
         if non_reentrant:
             return torch.utils.checkpoint.checkpoint(original, *args, use_reentrant=False, preserve_rng_state=True,
                                                      **kwargs)

@@ -218,14 +218,13 @@ def main():
     # Left out: llama, whose chain counts 7% more kept for backward than
     # saved_tensors_hooks see even with nothing wrapped (3920384 B against
     # 3658240 B), a profile-side difference the module solver inherits (its
-    # step peak then +4.0%); densenet, whose plan apply_plan cannot apply
-    # (a wrapped dense layer fails in batch_norm: running_mean should contain
-    # 40 elements not 24); two_heads, whose output is a tuple (this test's
-    # loss and counts take one tensor).
+    # step peak then +4.0%); two_heads, whose output is a tuple (this test's
+    # loss and counts take one tensor). densenet: its blocks pass a list that
+    # grows after each dense layer's call, which apply_plan copies.
     parser.add_argument("names", nargs="*", default=["gpt", "mlp_chain", "resnet18", "unet", "transformer_encoder",
                                                      "mobilenet_v2", "bert", "vit", "gpt2", "sdpa_decoder",
                                                      "bf16_decoder", "seq_first_encoder", "transformer_decoder",
-                                                     "recurrent", "inplace_head", "mobilenet_v3_small"])
+                                                     "recurrent", "inplace_head", "mobilenet_v3_small", "densenet"])
     args = parser.parse_args()
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as workdir:
