@@ -1,7 +1,10 @@
 #include "ckplan/planner/input.h"
 
+#include <algorithm>
+
 #include "ckplan/planner/error.h"
 #include "ckplan/planner/json_io.h"
+#include "ckplan/planner/param_grads.h"
 #include "ckplan/planner/stages.h"
 
 namespace ckplan {
@@ -33,8 +36,12 @@ PlannerInput LoadPlannerInput(const std::string& path, const std::string& optimi
     input.from_profile = true;
     input.profile = ProfileFromJson(doc, path);
     input.chain = ChainFromProfile(input.profile);
+    // Gradients appear during backward, stage by stage (param_grads.h); a
+    // profile without its `parameters` list keeps them for the whole step.
+    const int64_t backward_grad_bytes = AttachParamGrads(&input.chain, input.profile);
     ValidateChain(input.chain, path, "the chain cut from it");
     input.fixed = FixedMemoryFor(input.profile.totals.param_bytes, input.profile.totals.buffer_bytes, optimizer);
+    input.fixed.backward_grad_bytes = std::min(backward_grad_bytes, input.fixed.grad_bytes);
     auto step = input.profile.totals.optimizer_step_ms.find(optimizer);
     if (step != input.profile.totals.optimizer_step_ms.end()) input.fixed.optimizer_step_ms = step->second;
     input.source = ProfileSource(input.profile, path);

@@ -11,6 +11,7 @@
 
 #include "ckplan/planner/baselines.h"
 #include "ckplan/planner/error.h"
+#include "ckplan/planner/param_grads.h"
 #include "ckplan/planner/solver.h"
 #include "ckplan/planner/units.h"
 
@@ -340,9 +341,14 @@ Plan MakeModulePlan(const Chain& chain, const FixedMemory& fixed, const PlanRequ
   const std::vector<WrappableModule>& modules = *request.pytorch_modules;
   // Parameter gradients: as PyTorch allocates them (during backward, stage
   // by stage) when known, in the chain's part; else for the whole step.
+  // One memory model: the chain's own gradients when it carries them.
   static const StageGradients kWholeStep;
-  const StageGradients& grads = request.pytorch_stage_grads != nullptr ? *request.pytorch_stage_grads : kWholeStep;
-  const int64_t fixed_bytes = fixed.total() - (request.pytorch_stage_grads != nullptr ? fixed.grad_bytes : 0);
+  const StageGradients chain_grads = StageGradientsOf(chain);
+  const bool in_chain = fixed.backward_grad_bytes > 0 || chain.has_param_grads();
+  const bool from_request = !in_chain && request.pytorch_stage_grads != nullptr;
+  const StageGradients& grads =
+      in_chain ? chain_grads : (from_request ? *request.pytorch_stage_grads : kWholeStep);
+  const int64_t fixed_bytes = fixed.total() - (from_request ? fixed.grad_bytes : 0);
   const int64_t chain_budget = request.budget_bytes - fixed_bytes;
   plan.target = "pytorch";
   plan.solver = "modules";
@@ -529,6 +535,8 @@ nlohmann::json PlanToJson(const Plan& plan, const Chain& chain, const nlohmann::
     stored.push_back(plan.fixed.total() + plan.simulation.stored_after_bytes[k]);
   }
   doc["timeline"] = {{"peak_during_bytes", peaks}, {"stored_after_bytes", stored}};
+  // Gradients counted as they appear in backward: not in total_bytes.
+  if (plan.fixed.backward_grad_bytes > 0) doc["fixed"]["backward_grad_bytes"] = plan.fixed.backward_grad_bytes;
   if (plan.fixed.optimizer_step_ms > 0) doc["predicted"]["optimizer_step_ms"] = plan.fixed.optimizer_step_ms;
   // For PyTorch training jobs: the modules to wrap, and what that predicts.
   const ModuleExport& e = plan.pytorch;

@@ -1,0 +1,46 @@
+#include "ckplan/planner/param_grads.h"
+
+#include <algorithm>
+
+namespace ckplan {
+
+int64_t AttachParamGrads(Chain* chain, const Profile& profile) {
+  if (profile.parameters.empty()) return 0;
+  const StageGradients grads = StageGradientBytes(*chain, profile);
+  int64_t total = 0;
+  for (size_t i = 0; i < chain->stages.size(); ++i) {
+    Stage& s = chain->stages[i];
+    s.param_grad_bytes = grads.bytes[i];
+    s.param_grad_bwd_bytes = std::min(grads.held_in_bwd[i], grads.bytes[i]);
+    total += grads.bytes[i];
+  }
+  return total;
+}
+
+Chain WithoutParamGrads(Chain chain) {
+  for (Stage& s : chain.stages) {
+    s.param_grad_bytes = 0;
+    s.param_grad_bwd_bytes = -1;
+  }
+  return chain;
+}
+
+Chain WithParamGradShards(Chain chain, int data_parallel) {
+  const int64_t n = std::max(1, data_parallel);
+  for (Stage& s : chain.stages) {
+    s.param_grad_bytes = (s.param_grad_bytes + n - 1) / n;
+    if (s.param_grad_bwd_bytes >= 0) s.param_grad_bwd_bytes = std::min(s.param_grad_bytes, (s.param_grad_bwd_bytes + n - 1) / n);
+  }
+  return chain;
+}
+
+StageGradients StageGradientsOf(const Chain& chain) {
+  StageGradients out;
+  for (const Stage& s : chain.stages) {
+    out.bytes.push_back(s.param_grad_bytes);
+    out.held_in_bwd.push_back(s.BwdParamGradBytes());
+  }
+  return out;
+}
+
+}  // namespace ckplan
