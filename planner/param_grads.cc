@@ -25,15 +25,6 @@ Chain WithoutParamGrads(Chain chain) {
   return chain;
 }
 
-Chain WithParamGradShards(Chain chain, int data_parallel) {
-  const int64_t n = std::max(1, data_parallel);
-  for (Stage& s : chain.stages) {
-    s.param_grad_bytes = (s.param_grad_bytes + n - 1) / n;
-    if (s.param_grad_bwd_bytes >= 0) s.param_grad_bwd_bytes = std::min(s.param_grad_bytes, (s.param_grad_bwd_bytes + n - 1) / n);
-  }
-  return chain;
-}
-
 StageGradients StageGradientsOf(const Chain& chain) {
   StageGradients out;
   for (const Stage& s : chain.stages) {

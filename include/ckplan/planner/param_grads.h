@@ -25,14 +25,11 @@ namespace ckplan {
 /// is then left as it is, and gradients stay in the fixed part).
 int64_t AttachParamGrads(Chain* chain, const Profile& profile);
 
-/// The chain without parameter gradients (all 0): for a model that holds
-/// them for the whole step (DDP's gradient buckets, a pipeline stage with
-/// several microbatches in flight), counted in the fixed part instead.
+/// The chain without parameter gradients (all 0): for a job that holds
+/// them for the whole step (a data-parallel rank's gradient buckets, a
+/// pipeline stage with several microbatches in flight), counted in the fixed
+/// part instead.
 Chain WithoutParamGrads(Chain chain);
-
-/// One data-parallel rank's share of each stage's gradients (ceil(bytes / N)):
-/// ZeRO-2 and FSDP keep a gradient shard, made in that stage's backward.
-Chain WithParamGradShards(Chain chain, int data_parallel);
 
 /// The chain's gradients in the form the PyTorch target's solver takes:
 /// per stage, what its backward makes and what its peak holds of them.
