@@ -378,6 +378,48 @@ Plan MakeModulePlan(const Chain& chain, const FixedMemory& fixed, const PlanRequ
   return plan;
 }
 
+// A baseline for the PyTorch target: its segments as apply_plan can wrap
+// them (a module covering a whole segment, else each stage of it that is a
+// module), counted as the PyTorch target counts (EvaluateModules): the
+// optimum over sets of modules is then never slower than it, and `none`
+// (nothing wrapped) peaks where that optimum with nothing wrapped does.
+void ModuleBaseline(const Chain& chain, const FixedMemory& fixed, const PlanRequest& request, Plan* plan) {
+  const std::vector<WrappableModule>& modules = *request.pytorch_modules;
+  const int length = chain.length();
+  std::vector<WrappableModule> wrapped;
+  const int n = plan->every_n;
+  for (int begin = 0; n > 0 && begin < length; begin += n) {
+    const int end = std::min(length, begin + n) - 1;
+    auto whole = std::find_if(modules.begin(), modules.end(),
+                              [&](const WrappableModule& m) { return m.first_stage == begin && m.last_stage == end; });
+    if (whole != modules.end()) {
+      wrapped.push_back(*whole);
+      continue;
+    }
+    for (int k = begin; k <= end; ++k) {
+      auto single = std::find_if(modules.begin(), modules.end(),
+                                 [&](const WrappableModule& m) { return m.first_stage == k && m.last_stage == k; });
+      if (single != modules.end()) wrapped.push_back(*single);
+    }
+  }
+  const bool in_chain = fixed.backward_grad_bytes > 0 || chain.has_param_grads();
+  const int64_t fixed_bytes = fixed.total() - (!in_chain && request.pytorch_stage_grads != nullptr ? fixed.grad_bytes : 0);
+  const StageGradients grads = in_chain ? StageGradientsOf(chain)
+                                        : (request.pytorch_stage_grads != nullptr ? *request.pytorch_stage_grads : StageGradients{});
+  const ModuleSolution solution = EvaluateModules(chain, wrapped, ModuleAccounting::kPyTorch, grads);
+  plan->target = "pytorch";
+  plan->schedule = solution.schedule;
+  plan->simulation = Simulate(chain, plan->schedule);
+  plan->time_ms = solution.time_ms + fixed.optimizer_step_ms;
+  plan->peak_bytes = fixed_bytes + solution.peak_bytes;
+  plan->min_budget_bytes = plan->min_budget_lower_bytes = plan->peak_bytes;
+  plan->feasible = plan->peak_bytes <= request.budget_bytes;
+  plan->checkpointed_stages = CheckpointedStages(plan->schedule, length);
+  plan->pytorch = ExportForModules(chain, solution.wrapped);
+  plan->pytorch.simulation.peak_bytes = solution.peak_bytes - (fixed.total() - fixed_bytes);
+  plan->pytorch.saved_bytes = solution.kept_bytes;
+}
+
 }  // namespace
 
 Plan MakePlan(const Chain& chain, const FixedMemory& fixed, const PlanRequest& request) {
@@ -410,6 +452,10 @@ Plan MakePlan(const Chain& chain, const FixedMemory& fixed, const PlanRequest& r
         plan.schedule = SqrtSchedule(length);
         break;
       default: break;
+    }
+    if (request.pytorch_modules != nullptr) {
+      ModuleBaseline(chain, fixed, request, &plan);
+      return plan;
     }
     plan.simulation = Simulate(chain, plan.schedule);
     plan.time_ms = plan.simulation.time_ms + step;
