@@ -18,6 +18,25 @@ nlohmann::json ProfileSource(const Profile& profile, const std::string& profile_
   return source;
 }
 
+namespace {
+
+// `ckplan run`'s adam updates each parameter in slices of 64K elements: its
+// temporary (the denominator) is at most that many of the largest
+// parameter's elements. With gradients appearing in backward the step's end
+// (every gradient made, the update running) can be its peak, so it counts.
+int64_t AdamUpdateTmpBytes(const std::vector<ParameterRecord>& parameters) {
+  int64_t most = 0;
+  for (const ParameterRecord& p : parameters) {
+    int64_t elements = 1;
+    for (int64_t d : p.shape) elements *= d;
+    if (elements <= 0) continue;
+    most = std::max(most, std::min<int64_t>(elements, int64_t{1} << 16) * (p.bytes / elements));
+  }
+  return most;
+}
+
+}  // namespace
+
 PlannerInput LoadPlannerInput(const std::string& path, const std::string& optimizer) {
   nlohmann::json doc = ReadJsonFile(path);
   if (!doc.is_object() || !doc.contains("schema") || !doc["schema"].is_string()) {
@@ -42,6 +61,7 @@ PlannerInput LoadPlannerInput(const std::string& path, const std::string& optimi
     ValidateChain(input.chain, path, "the chain cut from it");
     input.fixed = FixedMemoryFor(input.profile.totals.param_bytes, input.profile.totals.buffer_bytes, optimizer);
     input.fixed.backward_grad_bytes = std::min(backward_grad_bytes, input.fixed.grad_bytes);
+    if (optimizer == "adam") input.fixed.optimizer_bytes += AdamUpdateTmpBytes(input.profile.parameters);
     auto step = input.profile.totals.optimizer_step_ms.find(optimizer);
     if (step != input.profile.totals.optimizer_step_ms.end()) input.fixed.optimizer_step_ms = step->second;
     input.source = ProfileSource(input.profile, path);
