@@ -32,6 +32,13 @@ int64_t Stage::BwdParamGradBytes() const {
   return std::max(held, param_grad_bytes - saved_bytes - out_bytes - bwd_tmp_bytes);
 }
 
+int64_t Chain::BwdGradBytes(int i) const {
+  const Stage& s = stages[static_cast<size_t>(i)];
+  if (i != 0 || update_tmp_bytes == 0) return s.BwdParamGradBytes();
+  return std::max(s.BwdParamGradBytes(),
+                  s.param_grad_bytes + update_tmp_bytes - s.saved_bytes - s.out_bytes - s.bwd_tmp_bytes);
+}
+
 bool Chain::has_param_grads() const {
   for (const Stage& s : stages) {
     if (s.param_grad_bytes > 0) return true;
@@ -67,7 +74,7 @@ void ValidateChain(const Chain& chain, const std::string& file, const std::strin
   };
   if (chain.stages.empty()) fail("stages", "a chain needs at least one stage");
   // Every byte figure together: the planner's sums of them then fit in an int64.
-  int64_t total = SaturatingAdd(chain.input_bytes, chain.loss_bwd_tmp_bytes);
+  int64_t total = SaturatingAdd(SaturatingAdd(chain.input_bytes, chain.loss_bwd_tmp_bytes), chain.update_tmp_bytes);
   for (const auto& entry : chain.input_storages) total = SaturatingAdd(total, entry.second);
   for (const Stage& s : chain.stages) {
     for (int64_t bytes : {s.out_bytes, s.saved_bytes, s.fwd_tmp_bytes, s.bwd_tmp_bytes, s.private_saved_bytes,
@@ -189,6 +196,7 @@ Chain ChainFromJson(const nlohmann::json& doc, const std::string& file) {
   JsonReader loss = root.Field("loss");
   chain.loss_bwd_ms = loss.Field("bwd_ms").NonNegativeNumber();
   chain.loss_bwd_tmp_bytes = loss.Field("bwd_tmp_bytes").NonNegativeBytes();
+  if (root.Has("update_tmp_bytes")) chain.update_tmp_bytes = root.Field("update_tmp_bytes").NonNegativeBytes();
   if (root.Has("input_storages")) {
     JsonReader list = root.Field("input_storages");
     for (size_t k = 0; k < list.ArraySize(); ++k) chain.input_storages.push_back(ReadStorage(list.Item(k)));
@@ -229,6 +237,7 @@ nlohmann::json ChainToJson(const Chain& chain) {
                         {"stages", std::move(stages)},
                         {"loss", {{"bwd_ms", chain.loss_bwd_ms}, {"bwd_tmp_bytes", chain.loss_bwd_tmp_bytes}}}};
   if (!chain.input_storages.empty()) doc["input_storages"] = chain.input_storages;
+  if (chain.update_tmp_bytes > 0) doc["update_tmp_bytes"] = chain.update_tmp_bytes;
   return doc;
 }
 

@@ -37,6 +37,24 @@ int64_t AdamUpdateTmpBytes(const std::vector<ParameterRecord>& parameters) {
 
 }  // namespace
 
+PlannerInput PlannerInputFromProfile(Profile profile, const std::string& path, const std::string& optimizer) {
+  PlannerInput input;
+  input.from_profile = true;
+  input.profile = std::move(profile);
+  input.chain = ChainFromProfile(input.profile);
+  // Gradients appear during backward, stage by stage (param_grads.h); a
+  // profile without its `parameters` list keeps them for the whole step.
+  const int64_t backward_grad_bytes = AttachParamGrads(&input.chain, input.profile);
+  if (optimizer == "adam") input.chain.update_tmp_bytes = AdamUpdateTmpBytes(input.profile.parameters);
+  ValidateChain(input.chain, path, "the chain cut from it");
+  input.fixed = FixedMemoryFor(input.profile.totals.param_bytes, input.profile.totals.buffer_bytes, optimizer);
+  input.fixed.backward_grad_bytes = std::min(backward_grad_bytes, input.fixed.grad_bytes);
+  auto step = input.profile.totals.optimizer_step_ms.find(optimizer);
+  if (step != input.profile.totals.optimizer_step_ms.end()) input.fixed.optimizer_step_ms = step->second;
+  input.source = ProfileSource(input.profile, path);
+  return input;
+}
+
 PlannerInput LoadPlannerInput(const std::string& path, const std::string& optimizer) {
   nlohmann::json doc = ReadJsonFile(path);
   if (!doc.is_object() || !doc.contains("schema") || !doc["schema"].is_string()) {
@@ -51,22 +69,7 @@ PlannerInput LoadPlannerInput(const std::string& path, const std::string& optimi
     input.source = {{"kind", "chain"}, {"path", path}};
     return input;
   }
-  if (schema == "ckplan.profile/1") {
-    input.from_profile = true;
-    input.profile = ProfileFromJson(doc, path);
-    input.chain = ChainFromProfile(input.profile);
-    // Gradients appear during backward, stage by stage (param_grads.h); a
-    // profile without its `parameters` list keeps them for the whole step.
-    const int64_t backward_grad_bytes = AttachParamGrads(&input.chain, input.profile);
-    ValidateChain(input.chain, path, "the chain cut from it");
-    input.fixed = FixedMemoryFor(input.profile.totals.param_bytes, input.profile.totals.buffer_bytes, optimizer);
-    input.fixed.backward_grad_bytes = std::min(backward_grad_bytes, input.fixed.grad_bytes);
-    if (optimizer == "adam") input.fixed.optimizer_bytes += AdamUpdateTmpBytes(input.profile.parameters);
-    auto step = input.profile.totals.optimizer_step_ms.find(optimizer);
-    if (step != input.profile.totals.optimizer_step_ms.end()) input.fixed.optimizer_step_ms = step->second;
-    input.source = ProfileSource(input.profile, path);
-    return input;
-  }
+  if (schema == "ckplan.profile/1") return PlannerInputFromProfile(ProfileFromJson(doc, path), path, optimizer);
   throw BadInput(path + ": field 'schema': expected \"ckplan.chain/1\" or \"ckplan.profile/1\", got \"" + schema + "\"");
 }
 

@@ -27,9 +27,9 @@ Chain WithoutParamGrads(Chain chain) {
 
 StageGradients StageGradientsOf(const Chain& chain) {
   StageGradients out;
-  for (const Stage& s : chain.stages) {
-    out.bytes.push_back(s.param_grad_bytes);
-    out.held_in_bwd.push_back(s.BwdParamGradBytes());
+  for (size_t i = 0; i < chain.stages.size(); ++i) {
+    out.bytes.push_back(chain.stages[i].param_grad_bytes);
+    out.held_in_bwd.push_back(chain.BwdGradBytes(static_cast<int>(i)));
   }
   return out;
 }

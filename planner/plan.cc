@@ -339,16 +339,10 @@ namespace {
 Plan MakeModulePlan(const Chain& chain, const FixedMemory& fixed, const PlanRequest& request, Plan plan) {
   CheckStageCount(chain);
   const std::vector<WrappableModule>& modules = *request.pytorch_modules;
-  // Parameter gradients: as PyTorch allocates them (during backward, stage
-  // by stage) when known, in the chain's part; else for the whole step.
-  // One memory model: the chain's own gradients when it carries them.
-  static const StageGradients kWholeStep;
-  const StageGradients chain_grads = StageGradientsOf(chain);
-  const bool in_chain = fixed.backward_grad_bytes > 0 || chain.has_param_grads();
-  const bool from_request = !in_chain && request.pytorch_stage_grads != nullptr;
-  const StageGradients& grads =
-      in_chain ? chain_grads : (from_request ? *request.pytorch_stage_grads : kWholeStep);
-  const int64_t fixed_bytes = fixed.total() - (from_request ? fixed.grad_bytes : 0);
+  // One memory model: the gradients the chain carries appear during backward
+  // (those in the fixed part are held for the whole step).
+  const StageGradients grads = StageGradientsOf(chain);
+  const int64_t fixed_bytes = fixed.total();
   const int64_t chain_budget = request.budget_bytes - fixed_bytes;
   plan.target = "pytorch";
   plan.solver = "modules";
@@ -366,9 +360,8 @@ Plan MakeModulePlan(const Chain& chain, const FixedMemory& fixed, const PlanRequ
   plan.peak_bytes = fixed_bytes + solution.peak_bytes;
   plan.checkpointed_stages = CheckpointedStages(plan.schedule, chain.length());
   plan.pytorch = ExportForModules(chain, solution.wrapped);
-  // pytorch.predicted.peak_bytes is written as fixed.total() + this: the
-  // gradients the solver counted stage by stage are not counted twice.
-  plan.pytorch.simulation.peak_bytes = solution.peak_bytes - (fixed.total() - fixed_bytes);
+  // pytorch.predicted.peak_bytes is written as fixed.total() + this.
+  plan.pytorch.simulation.peak_bytes = solution.peak_bytes;
   plan.pytorch.saved_bytes = solution.kept_bytes;
   if (solution.peak_bytes > chain_budget) {
     throw Error(ExitCode::kVerifyFailed, "internal check failed: the module plan peaks at " +
@@ -402,21 +395,17 @@ void ModuleBaseline(const Chain& chain, const FixedMemory& fixed, const PlanRequ
       if (single != modules.end()) wrapped.push_back(*single);
     }
   }
-  const bool in_chain = fixed.backward_grad_bytes > 0 || chain.has_param_grads();
-  const int64_t fixed_bytes = fixed.total() - (!in_chain && request.pytorch_stage_grads != nullptr ? fixed.grad_bytes : 0);
-  const StageGradients grads = in_chain ? StageGradientsOf(chain)
-                                        : (request.pytorch_stage_grads != nullptr ? *request.pytorch_stage_grads : StageGradients{});
-  const ModuleSolution solution = EvaluateModules(chain, wrapped, ModuleAccounting::kPyTorch, grads);
+  const ModuleSolution solution = EvaluateModules(chain, wrapped, ModuleAccounting::kPyTorch, StageGradientsOf(chain));
   plan->target = "pytorch";
   plan->schedule = solution.schedule;
   plan->simulation = Simulate(chain, plan->schedule);
   plan->time_ms = solution.time_ms + fixed.optimizer_step_ms;
-  plan->peak_bytes = fixed_bytes + solution.peak_bytes;
+  plan->peak_bytes = fixed.total() + solution.peak_bytes;
   plan->min_budget_bytes = plan->min_budget_lower_bytes = plan->peak_bytes;
   plan->feasible = plan->peak_bytes <= request.budget_bytes;
   plan->checkpointed_stages = CheckpointedStages(plan->schedule, length);
   plan->pytorch = ExportForModules(chain, solution.wrapped);
-  plan->pytorch.simulation.peak_bytes = solution.peak_bytes - (fixed.total() - fixed_bytes);
+  plan->pytorch.simulation.peak_bytes = solution.peak_bytes;
   plan->pytorch.saved_bytes = solution.kept_bytes;
 }
 

@@ -146,7 +146,7 @@ SimulationResult Simulate(const Chain& chain, const Schedule& schedule) {
         if (!input_available()) throw fail("needs the input of stage " + std::to_string(i) + ", which is not stored");
         if (backward_runs[u] > 0) throw fail("the backward of stage " + std::to_string(i) + " runs twice");
         // The stage's parameter gradients appear in its backward and stay.
-        peak = stored + x(i) + s.bwd_tmp_bytes + s.BwdParamGradBytes();
+        peak = stored + x(i) + s.bwd_tmp_bytes + chain.BwdGradBytes(i);
         stored += s.param_grad_bytes;
         saved[u] = false;
         stored -= shared ? s.private_saved_bytes + storages.Release(i + 1) : s.saved_bytes;
@@ -182,6 +182,8 @@ SimulationResult Simulate(const Chain& chain, const Schedule& schedule) {
     result.stored_after_bytes.push_back(stored);
     result.peak_during_bytes.push_back(peak);
   }
+  // The step's end: every gradient made, the optimizer's update running.
+  result.peak_bytes = std::max(result.peak_bytes, stored + chain.update_tmp_bytes);
   if (!forward_done) {
     throw Error(ExitCode::kVerifyFailed, "schedule is incomplete: the loss never runs");
   }

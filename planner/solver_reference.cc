@@ -23,7 +23,7 @@ DiscreteChain Discretize(const Chain& chain, int64_t slot_bytes, bool round_up) 
   d.grad_lo.push_back(0);
   for (const Stage& s : chain.stages) {
     d.grad.push_back(up(s.param_grad_bytes));
-    d.bwd_grad.push_back(up(s.BwdParamGradBytes()));
+    d.bwd_grad.push_back(up(chain.BwdGradBytes(static_cast<int>(d.bwd_grad.size()))));
     grad_sum += s.param_grad_bytes;
     d.grad_hi.push_back(up(grad_sum));
     d.grad_lo.push_back(down(grad_sum));

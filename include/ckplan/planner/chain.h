@@ -61,6 +61,9 @@ struct Chain {
   std::vector<Stage> stages;
   double loss_bwd_ms = 0;       ///< the loss's backward (its forward time is 0)
   int64_t loss_bwd_tmp_bytes = 0;
+  /// Optional: the optimizer update's temporary, at the step's end (after
+  /// the last backward, every gradient made); 0 when none.
+  int64_t update_tmp_bytes = 0;
   /// Optional: the storages of the chain input (see Stage::out_storages).
   std::vector<std::pair<int64_t, int64_t>> input_storages;
 
@@ -76,6 +79,11 @@ struct Chain {
   bool has_param_grads() const;
   /// Parameter gradient bytes of all stages.
   int64_t ParamGradBytes() const;
+  /// What stage i's own gradients add to its backward's peak:
+  /// Stage::BwdParamGradBytes, and for stage 0 (the step's last backward) at
+  /// least what keeps the step's end, the update's temporary included,
+  /// within that peak.
+  int64_t BwdGradBytes(int i) const;
   /// Time of one forward and one backward of every stage, plus the loss:
   /// the time of a step without recomputation.
   double NoRecomputeTimeMs() const;

@@ -64,11 +64,6 @@ struct PlanRequest {
   /// kOptimal for the PyTorch target: the fastest set of these modules to
   /// wrap (SolveModules) instead of the nested schedule; null: the schedule target.
   const std::vector<WrappableModule>* pytorch_modules = nullptr;
-  /// With pytorch_modules and a fixed part that holds the gradients for the
-  /// whole step: the gradients each stage's backward allocates
-  /// (StageGradientBytes), counted in backward instead. Not needed when the
-  /// chain carries them (fixed.backward_grad_bytes): the chain's are used.
-  const StageGradients* pytorch_stage_grads = nullptr;
 };
 
 struct CurvePoint {

@@ -22,7 +22,7 @@ namespace ckplan {
 /// one without (what the forwards of a leaf, F_ck and F_null, cost).
 /// `grad` is the parameter gradients each stage's backward makes (held to
 /// the end of the step), `bwd_grad` what of them its backward's peak holds
-/// (Stage::BwdParamGradBytes), both 0 for the loss. The gradients of a run
+/// (Chain::BwdGradBytes), both 0 for the loss. The gradients of a run
 /// of stages are rounded as one sum, not stage by stage (a long chain's
 /// would otherwise gain up to a slot per stage): `grad_hi[k]` and
 /// `grad_lo[k]` are the byte sum over stages < k in slots, rounded up and
