@@ -1,5 +1,6 @@
 #include "ckplan/planner/chain.h"
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -24,6 +25,33 @@ bool Chain::has_storages() const {
   return true;
 }
 
+int64_t Stage::BwdParamGradBytes() const {
+  const int64_t held = param_grad_bwd_bytes >= 0 ? param_grad_bwd_bytes : param_grad_bytes;
+  // After the backward the stage's gradients stay while what it saved and its
+  // output's gradient are gone: never more than its peak.
+  return std::max(held, param_grad_bytes - saved_bytes - out_bytes - bwd_tmp_bytes);
+}
+
+int64_t Chain::BwdGradBytes(int i) const {
+  const Stage& s = stages[static_cast<size_t>(i)];
+  if (i != 0 || update_tmp_bytes == 0) return s.BwdParamGradBytes();
+  return std::max(s.BwdParamGradBytes(),
+                  s.param_grad_bytes + update_tmp_bytes - s.saved_bytes - s.out_bytes - s.bwd_tmp_bytes);
+}
+
+bool Chain::has_param_grads() const {
+  for (const Stage& s : stages) {
+    if (s.param_grad_bytes > 0) return true;
+  }
+  return false;
+}
+
+int64_t Chain::ParamGradBytes() const {
+  int64_t total = 0;
+  for (const Stage& s : stages) total += s.param_grad_bytes;
+  return total;
+}
+
 double Chain::NoRecomputeTimeMs() const {
   double total = 0;
   for (const Stage& s : stages) total += s.fwd_ms + s.bwd_ms;
@@ -46,10 +74,11 @@ void ValidateChain(const Chain& chain, const std::string& file, const std::strin
   };
   if (chain.stages.empty()) fail("stages", "a chain needs at least one stage");
   // Every byte figure together: the planner's sums of them then fit in an int64.
-  int64_t total = SaturatingAdd(chain.input_bytes, chain.loss_bwd_tmp_bytes);
+  int64_t total = SaturatingAdd(SaturatingAdd(chain.input_bytes, chain.loss_bwd_tmp_bytes), chain.update_tmp_bytes);
   for (const auto& entry : chain.input_storages) total = SaturatingAdd(total, entry.second);
   for (const Stage& s : chain.stages) {
-    for (int64_t bytes : {s.out_bytes, s.saved_bytes, s.fwd_tmp_bytes, s.bwd_tmp_bytes, s.private_saved_bytes}) {
+    for (int64_t bytes : {s.out_bytes, s.saved_bytes, s.fwd_tmp_bytes, s.bwd_tmp_bytes, s.private_saved_bytes,
+                          s.param_grad_bytes}) {
       total = SaturatingAdd(total, std::max<int64_t>(bytes, 0));
     }
     for (const auto& entry : s.out_storages) total = SaturatingAdd(total, entry.second);
@@ -86,6 +115,9 @@ void ValidateChain(const Chain& chain, const std::string& file, const std::strin
     const Stage& s = chain.stages[i];
     const std::string prefix = "stages[" + std::to_string(i) + "].";
     check_cut(s.out_storages, prefix + "out_storages", s.out_bytes, "out_bytes");
+    if (s.param_grad_bwd_bytes > s.param_grad_bytes) {
+      fail(prefix + "param_grad_bwd_bytes", "is above param_grad_bytes " + std::to_string(s.param_grad_bytes));
+    }
     if (s.private_saved_bytes > s.saved_bytes) {
       fail(prefix + "private_saved_bytes", "is above saved_bytes " + std::to_string(s.saved_bytes));
     }
@@ -140,6 +172,8 @@ Chain ChainFromJson(const nlohmann::json& doc, const std::string& file) {
     stage.saved_bytes = s.Field("saved_bytes").NonNegativeBytes();
     stage.fwd_tmp_bytes = s.Field("fwd_tmp_bytes").NonNegativeBytes();
     stage.bwd_tmp_bytes = s.Field("bwd_tmp_bytes").NonNegativeBytes();
+    if (s.Has("param_grad_bytes")) stage.param_grad_bytes = s.Field("param_grad_bytes").NonNegativeBytes();
+    if (s.Has("param_grad_bwd_bytes")) stage.param_grad_bwd_bytes = s.Field("param_grad_bwd_bytes").NonNegativeBytes();
     if (s.Has("modules")) {
       JsonReader modules = s.Field("modules");
       for (size_t k = 0; k < modules.ArraySize(); ++k) stage.modules.push_back(modules.Item(k).String());
@@ -162,6 +196,7 @@ Chain ChainFromJson(const nlohmann::json& doc, const std::string& file) {
   JsonReader loss = root.Field("loss");
   chain.loss_bwd_ms = loss.Field("bwd_ms").NonNegativeNumber();
   chain.loss_bwd_tmp_bytes = loss.Field("bwd_tmp_bytes").NonNegativeBytes();
+  if (root.Has("update_tmp_bytes")) chain.update_tmp_bytes = root.Field("update_tmp_bytes").NonNegativeBytes();
   if (root.Has("input_storages")) {
     JsonReader list = root.Field("input_storages");
     for (size_t k = 0; k < list.ArraySize(); ++k) chain.input_storages.push_back(ReadStorage(list.Item(k)));
@@ -181,6 +216,10 @@ nlohmann::json ChainToJson(const Chain& chain) {
                         {"fwd_tmp_bytes", s.fwd_tmp_bytes},
                         {"bwd_tmp_bytes", s.bwd_tmp_bytes}};
     if (s.fwd_nograd_ms >= 0) j["fwd_nograd_ms"] = s.fwd_nograd_ms;
+    if (s.param_grad_bytes > 0) {
+      j["param_grad_bytes"] = s.param_grad_bytes;
+      if (s.param_grad_bwd_bytes >= 0) j["param_grad_bwd_bytes"] = s.param_grad_bwd_bytes;
+    }
     if (!s.modules.empty()) j["modules"] = s.modules;
     if (s.first_op >= 0) {
       j["first_op"] = s.first_op;
@@ -198,6 +237,7 @@ nlohmann::json ChainToJson(const Chain& chain) {
                         {"stages", std::move(stages)},
                         {"loss", {{"bwd_ms", chain.loss_bwd_ms}, {"bwd_tmp_bytes", chain.loss_bwd_tmp_bytes}}}};
   if (!chain.input_storages.empty()) doc["input_storages"] = chain.input_storages;
+  if (chain.update_tmp_bytes > 0) doc["update_tmp_bytes"] = chain.update_tmp_bytes;
   return doc;
 }
 

@@ -1,7 +1,10 @@
 #include "ckplan/planner/input.h"
 
+#include <algorithm>
+
 #include "ckplan/planner/error.h"
 #include "ckplan/planner/json_io.h"
+#include "ckplan/planner/param_grads.h"
 #include "ckplan/planner/stages.h"
 
 namespace ckplan {
@@ -13,6 +16,43 @@ nlohmann::json ProfileSource(const Profile& profile, const std::string& profile_
   if (model.contains("path")) source["model_path"] = model["path"];
   if (model.contains("inputs")) source["inputs"] = model["inputs"];
   return source;
+}
+
+namespace {
+
+// `ckplan run`'s adam updates each parameter in slices of 64K elements: its
+// temporary (the denominator) is at most that many of the largest
+// parameter's elements. With gradients appearing in backward the step's end
+// (every gradient made, the update running) can be its peak, so it counts.
+int64_t AdamUpdateTmpBytes(const std::vector<ParameterRecord>& parameters) {
+  int64_t most = 0;
+  for (const ParameterRecord& p : parameters) {
+    int64_t elements = 1;
+    for (int64_t d : p.shape) elements *= d;
+    if (elements <= 0) continue;
+    most = std::max(most, std::min<int64_t>(elements, int64_t{1} << 16) * (p.bytes / elements));
+  }
+  return most;
+}
+
+}  // namespace
+
+PlannerInput PlannerInputFromProfile(Profile profile, const std::string& path, const std::string& optimizer) {
+  PlannerInput input;
+  input.from_profile = true;
+  input.profile = std::move(profile);
+  input.chain = ChainFromProfile(input.profile);
+  // Gradients appear during backward, stage by stage (param_grads.h); a
+  // profile without its `parameters` list keeps them for the whole step.
+  const int64_t backward_grad_bytes = AttachParamGrads(&input.chain, input.profile);
+  if (optimizer == "adam") input.chain.update_tmp_bytes = AdamUpdateTmpBytes(input.profile.parameters);
+  ValidateChain(input.chain, path, "the chain cut from it");
+  input.fixed = FixedMemoryFor(input.profile.totals.param_bytes, input.profile.totals.buffer_bytes, optimizer);
+  input.fixed.backward_grad_bytes = std::min(backward_grad_bytes, input.fixed.grad_bytes);
+  auto step = input.profile.totals.optimizer_step_ms.find(optimizer);
+  if (step != input.profile.totals.optimizer_step_ms.end()) input.fixed.optimizer_step_ms = step->second;
+  input.source = ProfileSource(input.profile, path);
+  return input;
 }
 
 PlannerInput LoadPlannerInput(const std::string& path, const std::string& optimizer) {
@@ -29,17 +69,7 @@ PlannerInput LoadPlannerInput(const std::string& path, const std::string& optimi
     input.source = {{"kind", "chain"}, {"path", path}};
     return input;
   }
-  if (schema == "ckplan.profile/1") {
-    input.from_profile = true;
-    input.profile = ProfileFromJson(doc, path);
-    input.chain = ChainFromProfile(input.profile);
-    ValidateChain(input.chain, path, "the chain cut from it");
-    input.fixed = FixedMemoryFor(input.profile.totals.param_bytes, input.profile.totals.buffer_bytes, optimizer);
-    auto step = input.profile.totals.optimizer_step_ms.find(optimizer);
-    if (step != input.profile.totals.optimizer_step_ms.end()) input.fixed.optimizer_step_ms = step->second;
-    input.source = ProfileSource(input.profile, path);
-    return input;
-  }
+  if (schema == "ckplan.profile/1") return PlannerInputFromProfile(ProfileFromJson(doc, path), path, optimizer);
   throw BadInput(path + ": field 'schema': expected \"ckplan.chain/1\" or \"ckplan.profile/1\", got \"" + schema + "\"");
 }
 

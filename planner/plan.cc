@@ -7,6 +7,7 @@
 #include "budget_search.h"
 #include "ckplan/planner/baselines.h"
 #include "ckplan/planner/error.h"
+#include "ckplan/planner/param_grads.h"
 #include "ckplan/planner/solver.h"
 #include "ckplan/planner/units.h"
 
@@ -68,11 +69,10 @@ namespace {
 Plan MakeModulePlan(const Chain& chain, const FixedMemory& fixed, const PlanRequest& request, Plan plan) {
   CheckStageCount(chain);
   const std::vector<WrappableModule>& modules = *request.pytorch_modules;
-  // Parameter gradients: as PyTorch allocates them (during backward, stage
-  // by stage) when known, in the chain's part; else for the whole step.
-  static const StageGradients kWholeStep;
-  const StageGradients& grads = request.pytorch_stage_grads != nullptr ? *request.pytorch_stage_grads : kWholeStep;
-  const int64_t fixed_bytes = fixed.total() - (request.pytorch_stage_grads != nullptr ? fixed.grad_bytes : 0);
+  // One memory model: the gradients the chain carries appear during backward
+  // (those in the fixed part are held for the whole step).
+  const StageGradients grads = StageGradientsOf(chain);
+  const int64_t fixed_bytes = fixed.total();
   const int64_t chain_budget = request.budget_bytes - fixed_bytes;
   plan.target = "pytorch";
   plan.solver = "modules";
@@ -90,9 +90,8 @@ Plan MakeModulePlan(const Chain& chain, const FixedMemory& fixed, const PlanRequ
   plan.peak_bytes = fixed_bytes + solution.peak_bytes;
   plan.checkpointed_stages = CheckpointedStages(plan.schedule, chain.length());
   plan.pytorch = ExportForModules(chain, solution.wrapped);
-  // pytorch.predicted.peak_bytes is written as fixed.total() + this: the
-  // gradients the solver counted stage by stage are not counted twice.
-  plan.pytorch.simulation.peak_bytes = solution.peak_bytes - (fixed.total() - fixed_bytes);
+  // pytorch.predicted.peak_bytes is written as fixed.total() + this.
+  plan.pytorch.simulation.peak_bytes = solution.peak_bytes;
   plan.pytorch.saved_bytes = solution.kept_bytes;
   if (solution.peak_bytes > chain_budget) {
     throw Error(ExitCode::kVerifyFailed, "internal check failed: the module plan peaks at " +
@@ -100,6 +99,44 @@ Plan MakeModulePlan(const Chain& chain, const FixedMemory& fixed, const PlanRequ
                                              " B, above the activation budget " + std::to_string(chain_budget) + " B");
   }
   return plan;
+}
+
+// A baseline for the PyTorch target: its segments as apply_plan can wrap
+// them (a module covering a whole segment, else each stage of it that is a
+// module), counted as the PyTorch target counts (EvaluateModules): the
+// optimum over sets of modules is then never slower than it, and `none`
+// (nothing wrapped) peaks where that optimum with nothing wrapped does.
+void ModuleBaseline(const Chain& chain, const FixedMemory& fixed, const PlanRequest& request, Plan* plan) {
+  const std::vector<WrappableModule>& modules = *request.pytorch_modules;
+  const int length = chain.length();
+  std::vector<WrappableModule> wrapped;
+  const int n = plan->every_n;
+  for (int begin = 0; n > 0 && begin < length; begin += n) {
+    const int end = std::min(length, begin + n) - 1;
+    auto whole = std::find_if(modules.begin(), modules.end(),
+                              [&](const WrappableModule& m) { return m.first_stage == begin && m.last_stage == end; });
+    if (whole != modules.end()) {
+      wrapped.push_back(*whole);
+      continue;
+    }
+    for (int k = begin; k <= end; ++k) {
+      auto single = std::find_if(modules.begin(), modules.end(),
+                                 [&](const WrappableModule& m) { return m.first_stage == k && m.last_stage == k; });
+      if (single != modules.end()) wrapped.push_back(*single);
+    }
+  }
+  const ModuleSolution solution = EvaluateModules(chain, wrapped, ModuleAccounting::kPyTorch, StageGradientsOf(chain));
+  plan->target = "pytorch";
+  plan->schedule = solution.schedule;
+  plan->simulation = Simulate(chain, plan->schedule);
+  plan->time_ms = solution.time_ms + fixed.optimizer_step_ms;
+  plan->peak_bytes = fixed.total() + solution.peak_bytes;
+  plan->min_budget_bytes = plan->min_budget_lower_bytes = plan->peak_bytes;
+  plan->feasible = plan->peak_bytes <= request.budget_bytes;
+  plan->checkpointed_stages = CheckpointedStages(plan->schedule, length);
+  plan->pytorch = ExportForModules(chain, solution.wrapped);
+  plan->pytorch.simulation.peak_bytes = solution.peak_bytes;
+  plan->pytorch.saved_bytes = solution.kept_bytes;
 }
 
 }  // namespace
@@ -134,6 +171,10 @@ Plan MakePlan(const Chain& chain, const FixedMemory& fixed, const PlanRequest& r
         plan.schedule = SqrtSchedule(length);
         break;
       default: break;
+    }
+    if (request.pytorch_modules != nullptr) {
+      ModuleBaseline(chain, fixed, request, &plan);
+      return plan;
     }
     plan.simulation = Simulate(chain, plan.schedule);
     plan.time_ms = plan.simulation.time_ms + step;

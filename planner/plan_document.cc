@@ -14,7 +14,8 @@ bool PlanStage::operator==(const PlanStage& o) const {
 
 bool PlanFixed::operator==(const PlanFixed& o) const {
   return param_bytes == o.param_bytes && buffer_bytes == o.buffer_bytes && grad_bytes == o.grad_bytes &&
-         optimizer_bytes == o.optimizer_bytes && optimizer == o.optimizer && total_bytes == o.total_bytes;
+         optimizer_bytes == o.optimizer_bytes && optimizer == o.optimizer && total_bytes == o.total_bytes &&
+         backward_grad_bytes == o.backward_grad_bytes;
 }
 
 bool PlanPredicted::operator==(const PlanPredicted& o) const {
@@ -73,6 +74,7 @@ nlohmann::json PlanToJson(const PlanDocument& p) {
                   {"optimizer_bytes", p.fixed.optimizer_bytes},
                   {"optimizer", p.fixed.optimizer},
                   {"total_bytes", p.fixed.total_bytes}};
+  if (p.fixed.backward_grad_bytes) doc["fixed"]["backward_grad_bytes"] = *p.fixed.backward_grad_bytes;
   doc["activation_budget_bytes"] = p.activation_budget_bytes;
   doc["stages"] = std::move(stages);
   doc["checkpointed_stages"] = p.checkpointed_stages;
@@ -158,6 +160,7 @@ PlanDocument PlanFromJson(const nlohmann::json& json, const std::string& file) {
   if (fixed.Has("grad_bytes")) p.fixed.grad_bytes = fixed.Field("grad_bytes").NonNegativeBytes();
   if (fixed.Has("optimizer_bytes")) p.fixed.optimizer_bytes = fixed.Field("optimizer_bytes").NonNegativeBytes();
   if (fixed.Has("total_bytes")) p.fixed.total_bytes = fixed.Field("total_bytes").NonNegativeBytes();
+  if (fixed.Has("backward_grad_bytes")) p.fixed.backward_grad_bytes = fixed.Field("backward_grad_bytes").NonNegativeBytes();
   if (root.Has("activation_budget_bytes")) p.activation_budget_bytes = root.Field("activation_budget_bytes").Integer();
 
   JsonReader stages = root.Field("stages");

@@ -19,6 +19,8 @@ PlanDocument MakePlanDocument(const Plan& plan, const Chain& chain, const nlohma
   doc.budget_bytes = plan.budget_bytes;
   doc.fixed = {plan.fixed.param_bytes,     plan.fixed.buffer_bytes, plan.fixed.grad_bytes,
                plan.fixed.optimizer_bytes, plan.fixed.optimizer,    plan.fixed.total()};
+  // Gradients counted as they appear in backward: not in total_bytes.
+  if (plan.fixed.backward_grad_bytes > 0) doc.fixed.backward_grad_bytes = plan.fixed.backward_grad_bytes;
   doc.activation_budget_bytes = plan.budget_bytes - plan.fixed.total();
   doc.checkpointed_stages = plan.checkpointed_stages;
   doc.schedule = plan.schedule;

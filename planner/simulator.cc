@@ -145,7 +145,9 @@ SimulationResult Simulate(const Chain& chain, const Schedule& schedule) {
         if (!grad[u + 1]) throw fail("needs the gradient of the output of stage " + std::to_string(i) + ", which is not there");
         if (!input_available()) throw fail("needs the input of stage " + std::to_string(i) + ", which is not stored");
         if (backward_runs[u] > 0) throw fail("the backward of stage " + std::to_string(i) + " runs twice");
-        peak = stored + x(i) + s.bwd_tmp_bytes;
+        // The stage's parameter gradients appear in its backward and stay.
+        peak = stored + x(i) + s.bwd_tmp_bytes + chain.BwdGradBytes(i);
+        stored += s.param_grad_bytes;
         saved[u] = false;
         stored -= shared ? s.private_saved_bytes + storages.Release(i + 1) : s.saved_bytes;
         grad[u + 1] = false;
@@ -175,10 +177,13 @@ SimulationResult Simulate(const Chain& chain, const Schedule& schedule) {
         result.time_ms += chain.stages[u].bwd_ms;
         break;
     }
+    peak = std::max(peak, stored);  // what stays after it is held at its end
     result.peak_bytes = std::max(result.peak_bytes, peak);
     result.stored_after_bytes.push_back(stored);
     result.peak_during_bytes.push_back(peak);
   }
+  // The step's end: every gradient made, the optimizer's update running.
+  result.peak_bytes = std::max(result.peak_bytes, stored + chain.update_tmp_bytes);
   if (!forward_done) {
     throw Error(ExitCode::kVerifyFailed, "schedule is incomplete: the loss never runs");
   }

@@ -170,7 +170,8 @@ struct Segment {
   double cost = 0;        // sum of fwd + bwd over the segment's stages
   int64_t floor = 0;      // the recurrence's floor of the segment
   int64_t base_max = 0;   // the largest memory of its stages: kept ones i..l-1, then l's base
-  int64_t kept_max = 0;   // the largest KeptStageMemory of stages i..l-1 (grows with l)
+  int64_t kept_max = 0;   // the largest ChainMemory(k, l) of stages k = i..l-1 (grows with l)
+  int64_t kept_rel = std::numeric_limits<int64_t>::min() / 4;  // kept_max less the gradients of stages < l+1
   double forward_min = kInfinity;  // cheapest forward without autograd among stages i..l-1
   int64_t running = 0;    // the floor's maximum over stages, without x_{l+1}
   // What running every stage with autograd needs (the recurrence's choice
@@ -181,6 +182,7 @@ struct Segment {
   int64_t keep_floor = std::numeric_limits<int64_t>::min() / 2;
   int64_t keep_base = 0;
   int64_t keep_kept = std::numeric_limits<int64_t>::min() / 2;  // as keep_base, stages i..l-1 only
+  int64_t keep_kept_rel = std::numeric_limits<int64_t>::min() / 4;  // keep_kept less the gradients of stages < l+1
 };
 
 class FastSolver {
@@ -325,7 +327,9 @@ class FastSolver {
   const Cell& at(int i, int l) const { return cells_[Index(i, l)]; }
 
   int64_t BaseNeed(int i) const { return base_need_[static_cast<size_t>(i)]; }
-  int64_t ChainNeed(int i) const { return chain_need_[static_cast<size_t>(i)]; }
+  // Choice (b) on (i, l): stage i's backward with the gradients of i+1..l held.
+  int64_t ChainNeed(int i, int l) const { return chain_need_[static_cast<size_t>(i)] + c_.GradBytes(i + 1, l); }
+  int64_t Grads(int a, int b) const { return c_.GradBytes(a, b); }
 
   // A long segment (i, l), l - i >= band, of the banded programs, with
   // `segment` its sums. Its cost as the programs see it, as a function of
@@ -375,7 +379,11 @@ class FastSolver {
   }
   void Extend(Segment* s, int i, int l) const {
     s->cost += c_.fwd[static_cast<size_t>(l)] + c_.bwd[static_cast<size_t>(l)];
-    s->kept_max = std::max(s->kept_max, ChainNeed(l - 1));
+    // Stage k's backward holds the gradients of k+1..l: kept as running
+    // maxima without the prefix sum of gradients up to l+1, added back here.
+    const int64_t grads_to = c_.grad_hi[static_cast<size_t>(l) + 1];
+    s->kept_rel = std::max(s->kept_rel, chain_need_[static_cast<size_t>(l) - 1] - c_.grad_lo[static_cast<size_t>(l)]);
+    s->kept_max = std::max<int64_t>(0, s->kept_rel + grads_to);
     s->base_max = std::max(s->kept_max, BaseNeed(l));
     s->forward_min = std::min(s->forward_min, c_.fwd_nograd[static_cast<size_t>(l) - 1]);
     if (l - 1 > i) {
@@ -388,7 +396,8 @@ class FastSolver {
     const size_t k = static_cast<size_t>(l) - 1;
     s->keep_floor = std::max(s->keep_floor, saved_prefix_[k] + c_.x[k + 1] + c_.fwd_tmp[k]);
     if (l - 1 > i) s->keep_floor = std::max(s->keep_floor, saved_prefix_[k - 1] + c_.x[k] + c_.x[k + 1] + c_.fwd_tmp[k]);
-    s->keep_kept = std::max(s->keep_kept, saved_prefix_[k] + ChainNeed(l - 1));
+    s->keep_kept_rel = std::max(s->keep_kept_rel, saved_prefix_[k] + chain_need_[k] - c_.grad_lo[k + 1]);
+    s->keep_kept = s->keep_kept_rel + grads_to;
     s->keep_base = std::max(s->keep_kept, saved_prefix_[static_cast<size_t>(l)] + BaseNeed(l));
   }
 
@@ -419,7 +428,7 @@ class FastSolver {
       const int64_t floor = mm[idx(i, l)];
       const int64_t xbar = c_.xbar[static_cast<size_t>(i) + 1];
       mm[idx(i, l)] = std::max(floor, best);
-      nr[idx(i, l)] = std::max({floor, ChainNeed(i), xbar + nr[idx(i + 1, l)]});
+      nr[idx(i, l)] = std::max({floor, ChainNeed(i, l), xbar + nr[idx(i + 1, l)]});
       nr_cost[idx(i, l)] = nr_cost[idx(i, i)] + nr_cost[idx(i + 1, l)];
     };
     for (int i = 0; i < n_; ++i) fill_floors(i);
@@ -428,9 +437,9 @@ class FastSolver {
       for (int i = 0; i + d < n_; ++i) {
         const int l = i + d;
         const int64_t xbar = c_.xbar[static_cast<size_t>(i) + 1];
-        int64_t best = std::max(ChainNeed(i), xbar + mm[idx(i + 1, l)]);
+        int64_t best = std::max(ChainNeed(i, l), xbar + mm[idx(i + 1, l)]);
         for (int j = i + 1; j <= l; ++j) {
-          best = std::min(best, std::max(c_.x[static_cast<size_t>(j)] + mm[idx(j, l)], mm[idx(i, j - 1)]));
+          best = std::min(best, std::max(c_.x[static_cast<size_t>(j)] + mm[idx(j, l)], Grads(j, l) + mm[idx(i, j - 1)]));
         }
         finish(i, l, best);
       }
@@ -440,7 +449,7 @@ class FastSolver {
       const int l = c_.length;
       for (int i = l - band_; i >= 0; --i) {
         const int64_t xbar = c_.xbar[static_cast<size_t>(i) + 1];
-        int64_t best = std::max(ChainNeed(i), xbar + mm[idx(i + 1, l)]);
+        int64_t best = std::max(ChainNeed(i, l), xbar + mm[idx(i + 1, l)]);
         Segment segment = Start(i);
         for (int j = i + 1; j <= l; ++j) {
           const int64_t right = c_.x[static_cast<size_t>(j)] + mm[idx(j, l)];
@@ -453,7 +462,7 @@ class FastSolver {
             if (steps.rising_floor >= best) break;  // no later j can lower best
             left = steps.from[0];
           }
-          best = std::min(best, std::max(right, left));
+          best = std::min(best, std::max(right, Grads(j, l) + left));
         }
         finish(i, l, best);
       }
@@ -504,13 +513,15 @@ class FastSolver {
       if (j - 1 > i) Extend(&segment, i, j - 1);
       const int64_t xj = c_.x[static_cast<size_t>(j)];
       if (m < xj) continue;
+      const int64_t grads = Grads(j, l);  // held while the left part runs
+      if (m < grads) continue;
       double left;
       int what = j;
       if (Stored(i, j - 1)) {
-        left = Value(i, j - 1, m);
+        left = Value(i, j - 1, m - grads);
       } else {
         const Steps steps = LongSegment(i, j - 1, segment);
-        left = m >= steps.from[0] ? steps.cost[0] : kInfinity;
+        left = m - grads >= steps.from[0] ? steps.cost[0] : kInfinity;
         what = kLong + j;
       }
       const double value = forward_sum + Value(j, l, m - xj) + left;
@@ -521,7 +532,7 @@ class FastSolver {
     }
     double chain_value = kInfinity;
     const int64_t xbar = c_.xbar[static_cast<size_t>(i) + 1];
-    if (m >= xbar && m >= ChainNeed(i)) {
+    if (m >= xbar && m >= ChainNeed(i, l)) {
       chain_value = (c_.fwd[static_cast<size_t>(i)] + c_.bwd[static_cast<size_t>(i)]) + Value(i + 1, l, m - xbar);
     }
     return best_j >= 0 && best_leaf <= chain_value ? best_j : kChain;
@@ -556,7 +567,7 @@ class FastSolver {
       const double own = c_.fwd[static_cast<size_t>(i)] + c_.bwd[static_cast<size_t>(i)];
       const int64_t xbar = c_.xbar[static_cast<size_t>(i) + 1];
       const Operand rest = View(i + 1, l, xbar);
-      const int64_t from = std::clamp(std::max({xbar, ChainNeed(i), rest.begin}), lo, hi);
+      const int64_t from = std::clamp(std::max({xbar, ChainNeed(i, l), rest.begin}), lo, hi);
       const int64_t middle = std::clamp(rest.end, from, hi);
       for (int64_t m = lo; m < from; ++m) best[m - lo] = kInfinity;
       const double* r = rest.data + (from - rest.begin);
@@ -586,8 +597,9 @@ class FastSolver {
       forward_sum += c_.fwd_nograd[static_cast<size_t>(j) - 1];
       const Operand a = View(j, l, c_.x[static_cast<size_t>(j)]);
       if (program_ != Program::kExact && j - 1 > i) Extend(&segment, i, j - 1);
+      const int64_t grads = Grads(j, l);  // the left part runs with these held
       if (Stored(i, j - 1)) {
-        const Operand b = View(i, j - 1, 0);
+        const Operand b = View(i, j - 1, grads);
         const int64_t begin = std::max({lo, a.begin, b.begin});
         if (begin < hi) leaves[leaf_count++] = {forward_sum, begin, a, b};  // else infinite here
       } else {
@@ -596,7 +608,7 @@ class FastSolver {
         const Steps steps = LongSegment(i, j - 1, segment);
         if (steps.rising_floor >= hi) break;  // this and every later leaf infinite here
         for (int s = 0; s < steps.count; ++s) {
-          const Operand b = {steps.from[s], steps.from[s], values_, steps.cost[s]};
+          const Operand b = {steps.from[s] + grads, steps.from[s] + grads, values_, steps.cost[s]};
           const int64_t begin = std::max({lo, a.begin, b.begin});
           if (begin < hi) leaves[leaf_count++] = {forward_sum, begin, a, b};
         }
@@ -700,7 +712,8 @@ class FastSolver {
         ReadBackNoRecompute(i, j - 1, out);
         break;
       }
-      l = j - 1;  // the left part, at the same memory
+      m -= Grads(j, l);  // the left part, with the right part's gradients held
+      l = j - 1;
     }
     for (auto k = pending_backward.rbegin(); k != pending_backward.rend(); ++k) {
       out->push_back({OpKind::kBackward, *k});

@@ -657,4 +657,36 @@ int64_t MinimumModulesMemory(const Chain& chain, const std::vector<WrappableModu
   return upper;
 }
 
+ModuleSolution EvaluateModules(const Chain& chain, const std::vector<WrappableModule>& wrapped,
+                               ModuleAccounting accounting, const StageGradients& grads) {
+  // The frontier walk of SolveModules along one path: the wrapped modules'
+  // units where they start, single stages elsewhere.
+  ModuleSolution solution;
+  const int length = chain.length();
+  const Units all = UnitsByStage(chain, wrapped, accounting, grads);
+  int64_t input = 0;
+  const Cuts cuts = CutsOf(chain);
+  for (const auto& entry : cuts.storages[0]) input += entry.second;
+  State state{0u, input, 0.0, -1, -1, -1};
+  int64_t peak = input;
+  for (int k = 0; k < length;) {
+    const std::vector<Unit>& here = all.by_stage[static_cast<size_t>(k)];
+    const Unit* unit = &here.front();  // the stage run normally
+    for (const Unit& u : here) {
+      if (u.wrapped >= 0) unit = &u;
+    }
+    const Step step = Walk(all, *unit, state);
+    peak = std::max(peak, step.need);
+    state = {step.bits, step.held, state.time_ms + unit->time_ms, k, -1, -1};
+    if (unit->wrapped >= 0) solution.wrapped.push_back(wrapped[static_cast<size_t>(unit->wrapped)]);
+    k = unit->last + 1;
+  }
+  solution.feasible = true;
+  solution.time_ms = state.time_ms + chain.loss_bwd_ms;
+  solution.kept_bytes = state.held - input;
+  solution.peak_bytes = std::max(peak, state.held + chain.InputBytes(length) + chain.loss_bwd_tmp_bytes);
+  solution.schedule = ModuleSchedule(length, solution.wrapped);
+  return solution;
+}
+
 }  // namespace ckplan

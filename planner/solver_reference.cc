@@ -17,7 +17,16 @@ DiscreteChain Discretize(const Chain& chain, int64_t slot_bytes, bool round_up) 
   d.xbar.resize(static_cast<size_t>(length) + 2, 0);
   for (int k = 0; k <= length + 1; ++k) d.x[static_cast<size_t>(k)] = up(chain.InputBytes(k));
   for (int k = 1; k <= length; ++k) d.xbar[static_cast<size_t>(k)] = up(chain.stages[static_cast<size_t>(k - 1)].saved_bytes);
+  auto down = [slot_bytes, round_up](int64_t bytes) { return (bytes + (round_up ? 0 : slot_bytes - 1)) / slot_bytes; };
+  int64_t grad_sum = 0;  // bytes
+  d.grad_hi.push_back(0);
+  d.grad_lo.push_back(0);
   for (const Stage& s : chain.stages) {
+    d.grad.push_back(up(s.param_grad_bytes));
+    d.bwd_grad.push_back(up(chain.BwdGradBytes(static_cast<int>(d.bwd_grad.size()))));
+    grad_sum += s.param_grad_bytes;
+    d.grad_hi.push_back(up(grad_sum));
+    d.grad_lo.push_back(down(grad_sum));
     d.fwd.push_back(s.fwd_ms);
     d.fwd_nograd.push_back(s.NoGradFwdMs());
     d.bwd.push_back(s.bwd_ms);
@@ -29,13 +38,17 @@ DiscreteChain Discretize(const Chain& chain, int64_t slot_bytes, bool round_up) 
   d.bwd.push_back(chain.loss_bwd_ms);
   d.fwd_tmp.push_back(0);
   d.bwd_tmp.push_back(up(chain.loss_bwd_tmp_bytes));
+  d.grad.push_back(0);
+  d.bwd_grad.push_back(0);
+  d.grad_hi.push_back(d.grad_hi.back());
+  d.grad_lo.push_back(d.grad_lo.back());
   return d;
 }
 
 namespace {
 
 int64_t BaseNeed(const DiscreteChain& c, int i) { return BaseMemory(c, i); }
-int64_t ChainNeed(const DiscreteChain& c, int i) { return KeptStageMemory(c, i); }
+int64_t ChainNeed(const DiscreteChain& c, int i, int l) { return ChainMemory(c, i, l); }
 
 // The floor for l > i: every forward of i..l-1 while the gradient of x_{l+1} is held.
 int64_t FloorNeed(const DiscreteChain& c, int i, int l) {
@@ -59,8 +72,10 @@ int64_t BaseMemory(const DiscreteChain& c, int i) {
 
 int64_t KeptStageMemory(const DiscreteChain& c, int i) {
   const size_t u = static_cast<size_t>(i);
-  return c.x[u] + c.x[u + 1] + c.xbar[u + 1] + c.bwd_tmp[u];
+  return c.x[u] + c.x[u + 1] + c.xbar[u + 1] + c.bwd_tmp[u] + c.bwd_grad[u];
 }
+
+int64_t ChainMemory(const DiscreteChain& c, int i, int l) { return KeptStageMemory(c, i) + c.GradBytes(i + 1, l); }
 
 int64_t MinimumMemory(const DiscreteChain& c) {
   // By growing l, and i down from l: mm(i, l) reads mm(j, l) (this column)
@@ -77,10 +92,12 @@ int64_t MinimumMemory(const DiscreteChain& c) {
       const size_t u = static_cast<size_t>(i);
       if (i + 1 < l) inner = std::max(inner, c.x[u + 1] + c.x[u + 2] + c.fwd_tmp[u + 1]);
       const int64_t floor = c.x[static_cast<size_t>(l) + 1] + std::max(c.x[u + 1] + c.fwd_tmp[u], inner);
-      int64_t best = std::max(ChainNeed(c, i), c.xbar[u + 1] + column[u + 1]);
+      int64_t best = std::max(ChainNeed(c, i, l), c.xbar[u + 1] + column[u + 1]);
       const int64_t* left = &row[u * n];
       for (int j = i + 1; j <= l; ++j) {
-        best = std::min(best, std::max(c.x[static_cast<size_t>(j)] + column[static_cast<size_t>(j)], left[j - 1]));
+        // The left part runs with the right part's parameter gradients held.
+        best = std::min(best, std::max(c.x[static_cast<size_t>(j)] + column[static_cast<size_t>(j)],
+                                       c.GradBytes(j, l) + left[j - 1]));
       }
       at(i, l) = column[u] = std::max(floor, best);
     }
@@ -92,7 +109,7 @@ int64_t NoRecomputeMemory(const DiscreteChain& c) {
   // Always choosing (b): stage i with autograd, its saved values held below.
   int64_t need = BaseNeed(c, c.length);
   for (int i = c.length - 1; i >= 0; --i) {
-    need = std::max({ChainNeed(c, i), FloorNeed(c, i, c.length),
+    need = std::max({ChainNeed(c, i, c.length), FloorNeed(c, i, c.length),
                      c.xbar[static_cast<size_t>(i) + 1] + need});
   }
   return c.x[0] + need;
@@ -127,7 +144,10 @@ OptimalSolution SolveOptimalReference(const DiscreteChain& c, int64_t memory_slo
           forward_sum += c.fwd_nograd[static_cast<size_t>(j) - 1];
           const int64_t xj = c.x[static_cast<size_t>(j)];
           if (m < xj) continue;
-          double value = forward_sum + opt[index(m - xj, j, l)] + opt[index(m, i, j - 1)];
+          // The left part runs with the right part's parameter gradients held.
+          const int64_t grads = c.GradBytes(j, l);
+          if (m < grads) continue;
+          double value = forward_sum + opt[index(m - xj, j, l)] + opt[index(m - grads, i, j - 1)];
           if (best_j < 0 || value < best_leaf) {
             best_leaf = value;
             best_j = j;
@@ -135,7 +155,7 @@ OptimalSolution SolveOptimalReference(const DiscreteChain& c, int64_t memory_slo
         }
         double chain_value = kInfinity;
         const int64_t xbar = c.xbar[static_cast<size_t>(i) + 1];
-        if (m >= xbar && m >= ChainNeed(c, i)) {
+        if (m >= xbar && m >= ChainNeed(c, i, l)) {
           chain_value = (c.fwd[static_cast<size_t>(i)] + c.bwd[static_cast<size_t>(i)]) + opt[index(m - xbar, i + 1, l)];
         }
         if (best_j >= 0 && best_leaf <= chain_value) {
@@ -174,7 +194,7 @@ OptimalSolution SolveOptimalReference(const DiscreteChain& c, int64_t memory_slo
       solution.schedule.push_back({OpKind::kForwardKeepInput, i});
       for (int k = i + 1; k < j; ++k) solution.schedule.push_back({OpKind::kForwardNoGrad, k});
       read_back(m - c.x[static_cast<size_t>(j)], j, l);
-      read_back(m, i, j - 1);
+      read_back(m - c.GradBytes(j, l), i, j - 1);
     }
   };
   read_back(top, 0, length);

@@ -54,12 +54,19 @@ void EnumerateFeasible(const DiscreteChain& c, int64_t m, int i, int l, double f
                        const std::function<void(double)>& emit) {
   auto base_need = [&](int k) {
     size_t u = static_cast<size_t>(k);
-    return std::max(c.x[u] + c.x[u + 1] + c.xbar[u + 1] + c.bwd_tmp[u],
+    return std::max(c.x[u] + c.x[u + 1] + c.xbar[u + 1] + c.bwd_tmp[u] + c.bwd_grad[u],
                     c.x[u + 1] + std::max(c.xbar[u + 1], c.x[u + 1] + c.fwd_tmp[u]));
+  };
+  // Parameter gradients: stage k's backward holds its own (bwd_grad) and
+  // those of the stages back-propagated before it.
+  auto grads = [&](int a, int b) {
+    int64_t total = 0;
+    for (int k = a; k <= b; ++k) total += c.grad[static_cast<size_t>(k)];
+    return total;
   };
   auto kept_need = [&](int k) {
     size_t u = static_cast<size_t>(k);
-    return c.x[u] + c.x[u + 1] + c.xbar[u + 1] + c.bwd_tmp[u];
+    return c.x[u] + c.x[u + 1] + c.xbar[u + 1] + c.bwd_tmp[u] + c.bwd_grad[u];
   };
   if (i == l) {
     if (m >= base_need(i)) emit(forward_prefix + c.fwd[static_cast<size_t>(i)] + c.bwd[static_cast<size_t>(i)]);
@@ -76,12 +83,15 @@ void EnumerateFeasible(const DiscreteChain& c, int64_t m, int i, int l, double f
     forward += c.fwd_nograd[static_cast<size_t>(j) - 1];
     const int64_t xj = c.x[static_cast<size_t>(j)];
     if (m < xj) continue;
+    // The left part runs with the right part's gradients held.
+    const int64_t held = grads(j, l);
+    if (m < held) continue;
     EnumerateFeasible(c, m - xj, j, l, 0, [&](double right) {
-      EnumerateFeasible(c, m, i, j - 1, 0, [&](double left) { emit(forward_prefix + forward + right + left); });
+      EnumerateFeasible(c, m - held, i, j - 1, 0, [&](double left) { emit(forward_prefix + forward + right + left); });
     });
   }
   const int64_t xbar = c.xbar[static_cast<size_t>(i) + 1];
-  if (m >= xbar && m >= kept_need(i)) {
+  if (m >= xbar && m >= kept_need(i) + grads(i + 1, l)) {
     double own = c.fwd[static_cast<size_t>(i)] + c.bwd[static_cast<size_t>(i)];
     EnumerateFeasible(c, m - xbar, i + 1, l, 0, [&](double rest) { emit(forward_prefix + own + rest); });
   }
@@ -99,9 +109,13 @@ double BruteForceRecurrence(const DiscreteChain& c, int64_t memory) {
 TEST_CASE("the DP equals brute force over every schedule on random chains of up to 6 stages") {
   int compared = 0, feasible = 0;
   for (int length = 1; length <= 6; ++length) {
-    for (uint32_t seed = 0; seed < 6; ++seed) {
-      Chain chain = testing::SmallIntegerChain(length, 1000 * length + seed);
+    // Seeds 6..11: the same kind of chains with parameter gradients, which
+    // appear in each stage's backward and stay to the end of the step.
+    for (uint32_t seed = 0; seed < 12; ++seed) {
+      Chain chain = testing::SmallIntegerChain(length, 1000 * length + seed % 6);
       if (seed % 2 == 1) chain = testing::WithNoGradForwards(chain, seed);
+      if (seed >= 6) chain = testing::WithParamGrads(chain, 77 * length + seed);
+      if (seed >= 9) chain.update_tmp_bytes = seed - 8;  // an optimizer update's temporary at the end
       DiscreteChain c = Discretize(chain, 1);
       std::vector<Schedule> all = AllSchedules(0, length, length);
       std::vector<SimulationResult> simulated;
@@ -221,6 +235,7 @@ TEST_CASE("the fast solver gives the reference's optimum to the last digit, its 
     const int length = 5 + static_cast<int>(seed % 6) * 7;
     Chain chain = testing::RandomChain(length, 900 + seed);
     if (seed % 3 == 1) chain = testing::WithNoGradForwards(chain, seed);
+    if (seed % 2 == 0) chain = testing::WithParamGrads(chain, seed, 700000);
     if (seed % 4 == 3) {
       // Zero forward times make leaf and chain choices tie: no shortcut then.
       for (size_t k = 0; k < chain.stages.size(); k += 3) chain.stages[k].fwd_ms = 0;
@@ -251,6 +266,7 @@ TEST_CASE("the banded solver brackets the exact optimum, its plan costs what it 
     const int length = 12 + static_cast<int>(seed % 5) * 9;
     Chain chain = testing::RandomChain(length, 5000 + seed);
     if (seed % 3 == 1) chain = testing::WithNoGradForwards(chain, seed);
+    if (seed % 2 == 0) chain = testing::WithParamGrads(chain, seed, 700000);
     if (seed % 6 == 5) {
       for (size_t k = 0; k < chain.stages.size(); k += 4) chain.stages[k].fwd_ms = 0;
     }
@@ -324,6 +340,7 @@ TEST_CASE("the banded lower program's smallest memory bounds the exact one from 
   for (uint32_t seed = 0; seed < 12; ++seed) {
     const int length = 20 + static_cast<int>(seed) * 13;
     Chain chain = testing::RandomChain(length, 8100 + seed);
+    if (seed % 2 == 1) chain = testing::WithParamGrads(chain, seed, 700000);
     DiscreteChain c = Discretize(chain, 200000 + 30000 * seed);
     const int64_t exact = MinimumMemory(c);  // chain input included
     CAPTURE(seed);
@@ -345,7 +362,7 @@ TEST_CASE("an optimal plan is never slower than a baseline that fits the same bu
   // simulated in bytes, at budgets up to the no-checkpointing peak.
   FixedMemory none = FixedMemoryFor(0, 0, "none");
   for (int length : {30, 120, 600}) {
-    Chain chain = testing::RandomChain(length, 7 + static_cast<uint32_t>(length));
+    Chain chain = testing::WithParamGrads(testing::RandomChain(length, 7 + static_cast<uint32_t>(length)), 3, 500000);
     const int64_t minimum = MinimumOptimalBudget(chain, none, 200);
     const int64_t keep_all = MakePlan(chain, none, {Algorithm::kNone, 1 << 30}).peak_bytes;
     for (double fraction : {0.0, 0.3, 0.7, 1.0}) {
@@ -377,6 +394,7 @@ TEST_CASE("rounding sizes to slots costs at most 0.5% of the activation budget, 
   int compared = 0;
   for (uint32_t seed = 0; seed < 6; ++seed) {
     Chain chain = testing::RandomChain(8 + static_cast<int>(seed), 700 + seed, 100);
+    if (seed % 2 == 1) chain = testing::WithParamGrads(chain, seed, 40);
     const DiscreteChain bytes = Discretize(chain, 1);
     const int64_t low = MinimumMemory(bytes);
     const int64_t high = NoRecomputeMemory(bytes);

@@ -300,11 +300,10 @@ class Executor {
     return tracker_.live_bytes() - step;
   }
 
+  // As `optimizer.zero_grad()` (set_to_none, PyTorch's default): gradients
+  // appear during the backward, as the plan counts them.
   void ZeroGrads() {
-    torch::NoGradGuard no_grad;
-    for (auto& p : params_) {
-      if (p.grad().defined()) p.mutable_grad().zero_();
-    }
+    for (auto& p : params_) p.mutable_grad() = at::Tensor();
   }
 
   void Seed() {

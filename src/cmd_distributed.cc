@@ -9,6 +9,7 @@
 
 #include "ckplan/planner/distributed.h"
 #include "ckplan/planner/error.h"
+#include "ckplan/planner/param_grads.h"
 #include "ckplan/planner/pipeline.h"
 #include "ckplan/planner/plan.h"
 #include "ckplan/planner/simulator.h"
@@ -96,10 +97,15 @@ int RunDataParallel(const DistributedOptions& o, const PlannerInput& in, const s
   const std::vector<ParameterRecord> none;
   const auto& params = in.from_profile ? in.profile.parameters : none;
   RankMemory rank = RankFor(in, params, in.from_profile ? in.profile.totals.param_bytes : 0, in.chain, o, optimizer);
+  // Gradients: a rank's are held for the whole step, in its fixed part (DDP's
+  // buckets and ZeRO's partitions are allocated once; FSDP's shards appear
+  // in backward, which this counts conservatively), so the chain carries none.
+  const Chain chain = WithoutParamGrads(in.chain);
+  if (!in.from_profile) rank.grad_bytes += in.chain.ParamGradBytes();  // a chain's own
   const FixedMemory fixed = rank.AsFixed();
   FILE* human = output == "-" ? stderr : stdout;
-  if (fixed.total() >= budget.bytes || !OptimalBudgetFeasible(in.chain, fixed, budget.bytes, slots)) {
-    int64_t minimum = MinimumOptimalBudget(in.chain, fixed, slots);
+  if (fixed.total() >= budget.bytes || !OptimalBudgetFeasible(chain, fixed, budget.bytes, slots)) {
+    int64_t minimum = MinimumOptimalBudget(chain, fixed, slots);
     throw Error(ExitCode::kInfeasible,
                 Format("budget %s is below the per-rank minimum %s (--data-parallel %d --shard %s; per-rank fixed part: %s)",
                        budget_text.c_str(), FormatBytesCompact(minimum, budget.style).c_str(), o.data_parallel,
@@ -108,7 +114,7 @@ int RunDataParallel(const DistributedOptions& o, const PlannerInput& in, const s
   PlanRequest request;
   request.budget_bytes = budget.bytes;
   request.slots = slots;
-  Plan plan = MakePlan(in.chain, fixed, request);
+  Plan plan = MakePlan(chain, fixed, request);
   std::fprintf(human, "%s: %d data-parallel rank(s), --shard %s, budget %s per rank (the profile's batch is one rank's)\n",
                in.source.value("path", std::string()).c_str(), o.data_parallel, o.shard.c_str(),
                FormatBytes(budget.bytes, budget.style).c_str());
@@ -116,8 +122,8 @@ int RunDataParallel(const DistributedOptions& o, const PlannerInput& in, const s
                FormatBytes(budget.bytes - fixed.total(), budget.style).c_str());
   std::fprintf(human, "optimal plan per rank: peak %s, step %s (%s over no checkpointing), %zu of %d stages recomputed\n",
                FormatBytes(plan.peak_bytes, budget.style).c_str(), Ms(plan.time_ms).c_str(), FormatPct(plan.overhead_pct()).c_str(),
-               plan.checkpointed_stages.size(), in.chain.length());
-  nlohmann::json doc = PlanToJson(plan, in.chain, in.source);
+               plan.checkpointed_stages.size(), chain.length());
+  nlohmann::json doc = PlanToJson(plan, chain, in.source);
   nlohmann::json rank_doc = {{"fixed", RankMemoryToJson(rank)},
                              {"activation_budget_bytes", budget.bytes - fixed.total()},
                              {"peak_bytes", plan.peak_bytes},
@@ -135,7 +141,10 @@ int RunDataParallel(const DistributedOptions& o, const PlannerInput& in, const s
 
 int RunPipeline(const DistributedOptions& o, const PlannerInput& in, const std::string& budget_text,
                 const ByteQuantity& budget, int slots, const std::string& optimizer, const std::string& output) {
-  const Chain& chain = in.chain;
+  // With several microbatches in flight a stage's gradients are held from
+  // its first backward on (while later microbatches run forward): for the
+  // whole step, in each stage's fixed part.
+  const Chain chain = WithoutParamGrads(in.chain);
   if (o.pipeline > chain.length()) {
     throw BadInput(Format("invalid --pipeline %d: the %s has %d stages, so at most --pipeline %d", o.pipeline,
                           in.from_profile ? "model" : "chain", chain.length(), chain.length()));
@@ -158,6 +167,7 @@ int RunPipeline(const DistributedOptions& o, const PlannerInput& in, const std::
     }
     Chain sub = SubChain(chain, first, last);
     RankMemory m = RankFor(in, mine, bytes, sub, o, optimizer);
+    if (!in.from_profile) m.grad_bytes = SubChain(in.chain, first, last).ParamGradBytes();  // a chain's own
     if (first > 0) m.buffer_bytes = 0;  // buffers counted once, on the first stage (their module is not known)
     return m;
   };

@@ -73,9 +73,13 @@ void PrintStages(const PlannerInput& in, UnitStyle style) {
 
 std::string DescribeFixed(const FixedMemory& fixed, UnitStyle style) {
   auto bytes = [style](int64_t value) { return FormatBytes(value, style); };
-  return Format("parameters %s + buffers %s + gradients %s + %s state %s = %s", bytes(fixed.param_bytes).c_str(),
-                bytes(fixed.buffer_bytes).c_str(), bytes(fixed.grad_bytes).c_str(), fixed.optimizer.c_str(),
-                bytes(fixed.optimizer_bytes).c_str(), bytes(fixed.total()).c_str());
+  const int64_t whole_step_grads = fixed.grad_bytes - fixed.backward_grad_bytes;
+  std::string text = Format("parameters %s + buffers %s + ", bytes(fixed.param_bytes).c_str(), bytes(fixed.buffer_bytes).c_str());
+  if (whole_step_grads > 0 || fixed.backward_grad_bytes == 0) text += "gradients " + bytes(whole_step_grads) + " + ";
+  text += Format("%s state %s = %s", fixed.optimizer.c_str(), bytes(fixed.optimizer_bytes).c_str(), bytes(fixed.total()).c_str());
+  // One memory model: gradients appear during backward, stage by stage.
+  if (fixed.backward_grad_bytes > 0) text += "; gradients " + bytes(fixed.backward_grad_bytes) + " counted as they appear in backward";
+  return text;
 }
 
 // The minimum budget as the user would type it, rounded up and checked so
@@ -135,17 +139,12 @@ int RunSolve(const SolveOptions& options) {
     throw BadInput("invalid --target '" + o.target + "': use pytorch or schedule");
   }
   std::vector<WrappableModule> modules;
-  StageGradients stage_grads;  // gradients as PyTorch allocates them, per stage
   if (target == "pytorch" && request.algorithm == Algorithm::kOptimal) {
     modules = WrappableModules(in.chain, in.from_profile ? &in.profile : nullptr);
     if (!in.from_profile && modules.empty()) {
       throw BadInput(o.input + ": --target pytorch needs module paths (a profile, or a chain whose stages name modules)");
     }
-    request.pytorch_modules = &modules;
-    if (in.from_profile && !in.profile.parameters.empty()) {
-      stage_grads = StageGradientBytes(in.chain, in.profile);
-      request.pytorch_stage_grads = &stage_grads;
-    }
+    request.pytorch_modules = &modules;  // gradients: the chain's (LoadPlannerInput), as every target counts them
   }
 
   const bool json_to_stdout = o.output == "-";

@@ -44,10 +44,12 @@ const Prepared& Prepare(const std::string& name) {
   options.reps = 1;
   std::vector<std::string> warnings;
   Prepared p;
-  p.profile = ProfileModel(options, &warnings);
-  p.chain = ChainFromProfile(p.profile);
-  p.fixed = FixedMemoryFor(p.profile.totals.param_bytes, p.profile.totals.buffer_bytes, "adam");
-  p.source = ProfileSource(p.profile, name + ".profile.json");
+  // As `ckplan solve` reads a profile: gradients on the chain's stages.
+  PlannerInput input = PlannerInputFromProfile(ProfileModel(options, &warnings), name + ".profile.json", "adam");
+  p.profile = std::move(input.profile);
+  p.chain = std::move(input.chain);
+  p.fixed = input.fixed;
+  p.source = input.source;
   return cache.emplace(name, std::move(p)).first->second;
 }
 
@@ -100,7 +102,10 @@ void CheckOk(const std::string& name) {
     CHECK(r.max_rel_grad_diff == 0.0);
     CHECK(std::fabs(r.peak_error_pct) <= 5.0);
     CHECK(r.measured.peak_bytes <= r.budget_bytes);
-    if (algorithm == Algorithm::kOptimal) {
+    // Where the step's end (every gradient made, the update running) is its
+    // peak, no checkpointing lowers it: the smallest budget is none's
+    // (mlp_chain: 16 Linear layers of 256, 32 samples, adam).
+    if (algorithm == Algorithm::kOptimal && budget < NonePeak(p)) {
       CHECK(!plan["checkpointed_stages"].empty());
       // Below what no checkpointing is predicted to need (the budget is
       // halfway to it). Not always below its measured peak: where the next op

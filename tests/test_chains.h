@@ -88,4 +88,18 @@ inline Chain SmallIntegerChain(int length, uint32_t seed) {
   return c;
 }
 
+// The same chain with parameter gradients (param_grad_bytes) drawn with their
+// own seed, on about two stages in three, at `scale` times the sizes' range;
+// some stages' backward peaks hold only part of them (param_grad_bwd_bytes).
+inline Chain WithParamGrads(Chain c, uint32_t seed, int64_t scale = 1) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> size(0, 6), pick(0, 2);
+  for (Stage& s : c.stages) {
+    if (pick(rng) == 0) continue;
+    s.param_grad_bytes = size(rng) * scale;
+    if (pick(rng) == 0) s.param_grad_bwd_bytes = s.param_grad_bytes / 2;
+  }
+  return c;
+}
+
 }  // namespace ckplan::testing

@@ -40,6 +40,20 @@ struct Stage {
   /// Those of out_storages made by this stage that backward needs anyway
   /// (saved by an op), as opposed to ones the model frees after their next use.
   std::vector<int64_t> kept_out_storages;
+  /// Optional: the parameter gradients the stage's backward allocates (its
+  /// first backward; they stay to the end of the step: gradients set to
+  /// None before the step, as `zero_grad()` does); 0 when unknown. A tied
+  /// parameter counts once, at the stage whose backward makes its gradient.
+  int64_t param_grad_bytes = 0;
+  /// Optional: of those, the bytes held at the backward's peak on top of
+  /// bwd_tmp_bytes (an op's measured transient already counts the gradients
+  /// it makes); -1 when unknown: all of them.
+  int64_t param_grad_bwd_bytes = -1;
+  /// What the memory model adds to the backward's peak for the stage's own
+  /// gradients: param_grad_bwd_bytes (param_grad_bytes when unknown), at
+  /// least what keeps the state after the backward (its gradients made,
+  /// saved values and the output's gradient freed) within that peak.
+  int64_t BwdParamGradBytes() const;
 };
 
 struct Chain {
@@ -47,6 +61,9 @@ struct Chain {
   std::vector<Stage> stages;
   double loss_bwd_ms = 0;       ///< the loss's backward (its forward time is 0)
   int64_t loss_bwd_tmp_bytes = 0;
+  /// Optional: the optimizer update's temporary, at the step's end (after
+  /// the last backward, every gradient made); 0 when none.
+  int64_t update_tmp_bytes = 0;
   /// Optional: the storages of the chain input (see Stage::out_storages).
   std::vector<std::pair<int64_t, int64_t>> input_storages;
 
@@ -57,6 +74,16 @@ struct Chain {
   int length() const { return static_cast<int>(stages.size()); }
   /// x_k for k in 0..L+1: the input of stage k; x_{L+1} (the loss output) is 0.
   int64_t InputBytes(int k) const;
+  /// True when some stage has parameter gradients (param_grad_bytes): the
+  /// step's gradients are then counted as they appear in backward.
+  bool has_param_grads() const;
+  /// Parameter gradient bytes of all stages.
+  int64_t ParamGradBytes() const;
+  /// What stage i's own gradients add to its backward's peak:
+  /// Stage::BwdParamGradBytes, and for stage 0 (the step's last backward) at
+  /// least what keeps the step's end, the update's temporary included,
+  /// within that peak.
+  int64_t BwdGradBytes(int i) const;
   /// Time of one forward and one backward of every stage, plus the loss:
   /// the time of a step without recomputation.
   double NoRecomputeTimeMs() const;

@@ -24,6 +24,11 @@ struct PlannerInput {
 /// path and inputs.
 nlohmann::json ProfileSource(const Profile& profile, const std::string& profile_path);
 
+/// The planner's input for a profile read from (or to be written to)
+/// `path`: its chain, with the parameter gradients on its stages, and the
+/// fixed part of the step with `optimizer` state.
+PlannerInput PlannerInputFromProfile(Profile profile, const std::string& path, const std::string& optimizer);
+
 /// Reads `path`. For a profile, the fixed part of the step is parameters,
 /// buffers, gradients and `optimizer` state. Throws BadInput naming the file.
 PlannerInput LoadPlannerInput(const std::string& path, const std::string& optimizer);

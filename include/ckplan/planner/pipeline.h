@@ -75,7 +75,10 @@ struct PipelinePlan {
 };
 
 /// `stage_fixed_bytes(first, last)`: the fixed part a stage covering chain
-/// stages [first, last) holds. Chooses the split minimising the slowest
+/// stages [first, last) holds, its parameter gradients included: with several
+/// microbatches in flight they are held from the stage's first backward on,
+/// while later microbatches run forward, so the chain passed here carries
+/// none (WithoutParamGrads). Chooses the split minimising the slowest
 /// stage's time (recomputation included) under `budget_bytes` per stage, each
 /// stage planned by SolveInFlight with `slots` memory slots. Throws BadInput
 /// when `stages` exceeds the chain's length or is below 1.

@@ -38,7 +38,11 @@ struct FixedMemory {
   /// update of every parameter, added to every predicted step (0 when
   /// unknown, as for a plain chain).
   double optimizer_step_ms = 0;
-  int64_t total() const { return param_bytes + buffer_bytes + grad_bytes + optimizer_bytes; }
+  /// Of grad_bytes, those the chain's stages carry (param_grads.h): they
+  /// appear during backward and are counted there, so they are listed but
+  /// not in total(). 0: every gradient held for the whole step.
+  int64_t backward_grad_bytes = 0;
+  int64_t total() const { return param_bytes + buffer_bytes + grad_bytes - backward_grad_bytes + optimizer_bytes; }
 };
 
 /// The overhead of a step of `time_ms` over one of `baseline_ms`, in
@@ -62,11 +66,6 @@ struct PlanRequest {
   /// kOptimal for the PyTorch target: the fastest set of these modules to
   /// wrap (SolveModules) instead of the nested schedule; null: the schedule target.
   const std::vector<WrappableModule>* pytorch_modules = nullptr;
-  /// With pytorch_modules: the gradients each stage's backward allocates
-  /// (StageGradientBytes). The plan then counts parameter gradients as
-  /// PyTorch allocates them (in backward, none during the forward) instead of
-  /// for the whole step; null: fixed.grad_bytes for the whole step.
-  const StageGradients* pytorch_stage_grads = nullptr;
 };
 
 struct CurvePoint {

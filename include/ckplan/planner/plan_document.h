@@ -33,6 +33,9 @@ struct PlanFixed {
   int64_t optimizer_bytes = 0;
   std::string optimizer = "none";
   int64_t total_bytes = 0;
+  /// `backward_grad_bytes` (optional): gradients counted as they appear in
+  /// backward, part of grad_bytes but not of total_bytes.
+  std::optional<int64_t> backward_grad_bytes;
   bool operator==(const PlanFixed& o) const;
 };
 

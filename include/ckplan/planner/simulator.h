@@ -13,7 +13,12 @@
 /// - loss: needs act[L]; peak = stored + x_L + loss bwd_tmp; adds grad[L],
 ///   drops act[L].
 /// - bwd i: needs saved[i], grad[i+1] and act[i]; peak = stored + x_i +
-///   bwd_tmp_i; drops saved[i], grad[i+1], act[i]; adds grad[i].
+///   bwd_tmp_i + the stage's own parameter gradients held at that peak
+///   (Chain::BwdGradBytes); drops saved[i], grad[i+1], act[i]; adds grad[i]
+///   and the stage's parameter gradients (param_grad_bytes), which stay to
+///   the end of the step: gradients appear during backward.
+/// An operation's peak is at least what is stored after it; the step's, at
+/// least what is stored at its end plus the update's temporary.
 /// A step is complete when every backward and the loss ran exactly once.
 /// Time: fwd_grad costs the stage's fwd_ms, fwd_nograd(_keep) its forward
 /// without autograd (NoGradFwdMs), bwd its bwd_ms, loss the loss's bwd_ms.

@@ -111,6 +111,13 @@ ModuleSolution SolveModules(const Chain& chain, const std::vector<WrappableModul
                             ModuleAccounting accounting = ModuleAccounting::kSimulator,
                             const StageGradients& grads = {});
 
+/// Wrapping exactly `wrapped` (disjoint, by stage range), counted as
+/// SolveModules counts it: a baseline in the PyTorch target's accounting
+/// (feasible is true; peak_bytes whatever it is).
+ModuleSolution EvaluateModules(const Chain& chain, const std::vector<WrappableModule>& wrapped,
+                               ModuleAccounting accounting = ModuleAccounting::kSimulator,
+                               const StageGradients& grads = {});
+
 /// The smallest budget (chain input included) for which SolveModules is feasible.
 int64_t MinimumModulesMemory(const Chain& chain, const std::vector<WrappableModule>& modules,
                              ModuleAccounting accounting = ModuleAccounting::kSimulator,
