@@ -174,6 +174,7 @@ Chain ChainFromJson(const nlohmann::json& doc, const std::string& file) {
     stage.bwd_tmp_bytes = s.Field("bwd_tmp_bytes").NonNegativeBytes();
     if (s.Has("param_grad_bytes")) stage.param_grad_bytes = s.Field("param_grad_bytes").NonNegativeBytes();
     if (s.Has("param_grad_bwd_bytes")) stage.param_grad_bwd_bytes = s.Field("param_grad_bwd_bytes").NonNegativeBytes();
+    if (s.Has("bwd_replay_peak_bytes")) stage.bwd_replay_peak_bytes = s.Field("bwd_replay_peak_bytes").NonNegativeBytes();
     if (s.Has("modules")) {
       JsonReader modules = s.Field("modules");
       for (size_t k = 0; k < modules.ArraySize(); ++k) stage.modules.push_back(modules.Item(k).String());
@@ -197,6 +198,9 @@ Chain ChainFromJson(const nlohmann::json& doc, const std::string& file) {
   chain.loss_bwd_ms = loss.Field("bwd_ms").NonNegativeNumber();
   chain.loss_bwd_tmp_bytes = loss.Field("bwd_tmp_bytes").NonNegativeBytes();
   if (root.Has("update_tmp_bytes")) chain.update_tmp_bytes = root.Field("update_tmp_bytes").NonNegativeBytes();
+  if (root.Has("checkpoint_state_bytes")) {
+    chain.checkpoint_state_bytes = root.Field("checkpoint_state_bytes").NonNegativeBytes();
+  }
   if (root.Has("input_storages")) {
     JsonReader list = root.Field("input_storages");
     for (size_t k = 0; k < list.ArraySize(); ++k) chain.input_storages.push_back(ReadStorage(list.Item(k)));
@@ -220,6 +224,7 @@ nlohmann::json ChainToJson(const Chain& chain) {
       j["param_grad_bytes"] = s.param_grad_bytes;
       if (s.param_grad_bwd_bytes >= 0) j["param_grad_bwd_bytes"] = s.param_grad_bwd_bytes;
     }
+    if (s.bwd_replay_peak_bytes >= 0) j["bwd_replay_peak_bytes"] = s.bwd_replay_peak_bytes;
     if (!s.modules.empty()) j["modules"] = s.modules;
     if (s.first_op >= 0) {
       j["first_op"] = s.first_op;
@@ -238,6 +243,7 @@ nlohmann::json ChainToJson(const Chain& chain) {
                         {"loss", {{"bwd_ms", chain.loss_bwd_ms}, {"bwd_tmp_bytes", chain.loss_bwd_tmp_bytes}}}};
   if (!chain.input_storages.empty()) doc["input_storages"] = chain.input_storages;
   if (chain.update_tmp_bytes > 0) doc["update_tmp_bytes"] = chain.update_tmp_bytes;
+  if (chain.checkpoint_state_bytes > 0) doc["checkpoint_state_bytes"] = chain.checkpoint_state_bytes;
   return doc;
 }
 

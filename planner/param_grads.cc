@@ -12,8 +12,10 @@ int64_t AttachParamGrads(Chain* chain, const Profile& profile) {
     Stage& s = chain->stages[i];
     s.param_grad_bytes = grads.bytes[i];
     s.param_grad_bwd_bytes = std::min(grads.held_in_bwd[i], grads.bytes[i]);
+    s.bwd_replay_peak_bytes = i < grads.bwd_peak_bytes.size() ? grads.bwd_peak_bytes[i] : -1;
     total += grads.bytes[i];
   }
+  chain->checkpoint_state_bytes = grads.checkpoint_state_bytes;
   return total;
 }
 
@@ -21,6 +23,7 @@ Chain WithoutParamGrads(Chain chain) {
   for (Stage& s : chain.stages) {
     s.param_grad_bytes = 0;
     s.param_grad_bwd_bytes = -1;
+    s.bwd_replay_peak_bytes = -1;  // it counts the stage's gradients
   }
   return chain;
 }
@@ -30,7 +33,9 @@ StageGradients StageGradientsOf(const Chain& chain) {
   for (size_t i = 0; i < chain.stages.size(); ++i) {
     out.bytes.push_back(chain.stages[i].param_grad_bytes);
     out.held_in_bwd.push_back(chain.BwdGradBytes(static_cast<int>(i)));
+    out.bwd_peak_bytes.push_back(chain.stages[i].bwd_replay_peak_bytes);
   }
+  out.checkpoint_state_bytes = chain.checkpoint_state_bytes;
   return out;
 }
 

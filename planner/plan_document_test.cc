@@ -44,7 +44,6 @@ TEST_CASE("plans of every algorithm and target made from a profile round-trip") 
   PlannerInput in = LoadPlannerInput(ExampleProfile(), "adam");
   const int64_t budget = in.fixed.total() + in.profile.totals.saved_bytes * 3 / 5 + in.chain.input_bytes * 4;
   std::vector<WrappableModule> modules = WrappableModules(in.chain, &in.profile);
-  StageGradients grads = StageGradientBytes(in.chain, in.profile);
   int written = 0;
   for (Algorithm algorithm : {Algorithm::kOptimal, Algorithm::kNone, Algorithm::kEvery, Algorithm::kEveryN,
                               Algorithm::kSqrt}) {
@@ -53,10 +52,7 @@ TEST_CASE("plans of every algorithm and target made from a profile round-trip") 
       request.algorithm = algorithm;
       request.budget_bytes = budget;
       request.every_n = 3;
-      if (pytorch && algorithm == Algorithm::kOptimal) {
-        request.pytorch_modules = &modules;
-        request.pytorch_stage_grads = &grads;
-      }
+      if (pytorch) request.pytorch_modules = &modules;
       Plan plan = MakePlan(in.chain, in.fixed, request);
       CAPTURE(AlgorithmName(algorithm));
       CAPTURE(pytorch);

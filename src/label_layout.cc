@@ -37,16 +37,23 @@ bool Box::Inside(const Box& frame) const {
   return left >= frame.left && right <= frame.right && top >= frame.top && bottom <= frame.bottom;
 }
 
+namespace {
+
+// A byte's advance in font units (2048 per em): ASCII from the table, the
+// first byte of a character outside ASCII a full em, continuation bytes 0.
+double ByteUnits(unsigned char c) {
+  if (c >= 32 && c < 127) return kAdvance[c - 32];
+  return (c & 0xC0) != 0x80 ? 2048 : 0;
+}
+
+double UnitsToPx(double units, double font_px) { return units / 2048.0 * font_px * 1.03; }
+
+}  // namespace
+
 double TextWidthPx(const std::string& text, double font_px) {
   double units = 0;
-  for (unsigned char c : text) {
-    if (c >= 32 && c < 127) {
-      units += kAdvance[c - 32];
-    } else if ((c & 0xC0) != 0x80) {
-      units += 2048;  // the first byte of a character outside ASCII
-    }
-  }
-  return units / 2048.0 * font_px * 1.03;
+  for (unsigned char c : text) units += ByteUnits(c);
+  return UnitsToPx(units, font_px);
 }
 
 Box TextBox(double x, double baseline_y, const std::string& text, double font_px, bool anchor_end) {
@@ -59,12 +66,16 @@ std::string ElideMiddle(const std::string& text, double font_px, double max_px) 
   if (TextWidthPx(text, font_px) <= max_px) return text;
   // Whole characters only: cut at UTF-8 lead bytes.
   auto lead = [&text](size_t i) { return i >= text.size() || (static_cast<unsigned char>(text[i]) & 0xC0) != 0x80; };
+  // Widths of every prefix, so each try costs O(1) (a name can be long).
+  std::vector<double> prefix(text.size() + 1, 0);
+  for (size_t i = 0; i < text.size(); ++i) prefix[i + 1] = prefix[i] + ByteUnits(static_cast<unsigned char>(text[i]));
+  const double dots = 3 * ByteUnits('.');
   size_t head = text.size() / 2, tail = text.size() / 2;
   while (head > 0) {
     while (head > 0 && !lead(head)) --head;
     while (tail < text.size() && !lead(tail)) ++tail;
-    std::string shorter = text.substr(0, head) + "..." + text.substr(tail);
-    if (TextWidthPx(shorter, font_px) <= max_px) return shorter;
+    const double units = prefix[head] + dots + (prefix[text.size()] - prefix[tail]);
+    if (UnitsToPx(units, font_px) <= max_px) return text.substr(0, head) + "..." + text.substr(tail);
     // Drop one character from each side, the tail first (it is what differs
     // between sibling modules: keep more of it).
     --head;

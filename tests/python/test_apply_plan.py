@@ -51,6 +51,10 @@ def kept_for_backward(model, inputs):
     kept = {}
 
     def note(t):
+        if isinstance(t, (list, tuple)):  # a DenseNet layer takes its list of features
+            for item in t:
+                note(item)
+            return
         if isinstance(t, torch.Tensor) and storage_of(t).nbytes() > 0:
             ptr = storage_of(t).data_ptr()
             if ptr not in excluded:

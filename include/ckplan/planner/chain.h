@@ -54,6 +54,12 @@ struct Stage {
   /// least what keeps the state after the backward (its gradients made,
   /// saved values and the output's gradient freed) within that peak.
   int64_t BwdParamGradBytes() const;
+  /// Optional: the stage's backward peak as PyTorch runs it, above what it
+  /// keeps and the gradients of later stages' parameters (its ops' backward
+  /// replayed op by op: StageGradients::bwd_peak_bytes); the PyTorch target
+  /// takes it in place of its boundary gradients, transient and gradients
+  /// each at their maximum over the stage. -1 when unknown.
+  int64_t bwd_replay_peak_bytes = -1;
 };
 
 struct Chain {
@@ -64,6 +70,9 @@ struct Chain {
   /// Optional: the optimizer update's temporary, at the step's end (after
   /// the last backward, every gradient made); 0 when none.
   int64_t update_tmp_bytes = 0;
+  /// Optional: what torch.utils.checkpoint keeps per wrapped module beyond
+  /// tensors (StageGradients::checkpoint_state_bytes); 0 when not counted.
+  int64_t checkpoint_state_bytes = 0;
   /// Optional: the storages of the chain input (see Stage::out_storages).
   std::vector<std::pair<int64_t, int64_t>> input_storages;
 
