@@ -16,6 +16,20 @@ int64_t AttachParamGrads(Chain* chain, const Profile& profile) {
     total += grads.bytes[i];
   }
   chain->checkpoint_state_bytes = grads.checkpoint_state_bytes;
+  // One memory model: the schedule target bounds a stage's backward by its
+  // two boundary gradients, its transient and its gradients, each at their
+  // maximum over the stage; that bound is never below the stage's backward
+  // replayed as PyTorch runs it (what the PyTorch target counts), so the
+  // transient is raised where the replay needs more (a GRU's stage: oneDNN's
+  // workspace and the gradients of its gates at once).
+  for (size_t i = 0; i < chain->stages.size(); ++i) {
+    Stage& s = chain->stages[i];
+    if (s.bwd_replay_peak_bytes < 0) continue;
+    const int k = static_cast<int>(i);
+    const int64_t held = s.param_grad_bwd_bytes >= 0 ? s.param_grad_bwd_bytes : s.param_grad_bytes;
+    s.bwd_tmp_bytes = std::max(s.bwd_tmp_bytes,
+                               s.bwd_replay_peak_bytes - chain->InputBytes(k) - chain->InputBytes(k + 1) - held);
+  }
   return total;
 }
 
