@@ -238,8 +238,8 @@ class Executor {
     num_ops_ = next;
     schedule_ = doc.schedule;
     if (schedule_.empty()) root.Field("schedule").Fail("empty: the plan has no schedule");
-    for (const Operation& op : schedule_) {
-      int max_stage = static_cast<int>(op_ranges_.size()) - (op.kind == OpKind::kLoss ? 0 : 1);
+    for (const ScheduleStep& op : schedule_) {
+      int max_stage = static_cast<int>(op_ranges_.size()) - (op.kind == StepKind::kLoss ? 0 : 1);
       if (op.stage > max_stage) root.Field("schedule").Fail("names stage " + std::to_string(op.stage) + ", out of range");
     }
     optimizer_ = doc.fixed.optimizer;
@@ -526,25 +526,25 @@ class Executor {
                    static_cast<long long>(tracker_.live_bytes()), static_cast<long long>(params),
                    static_cast<long long>(grads), static_cast<long long>(state));
     }
-    for (const Operation& op : schedule) {
+    for (const ScheduleStep& op : schedule) {
       const size_t i = static_cast<size_t>(op.stage);
       if (trace) tracker_.ResetWindowPeak();
       switch (op.kind) {
-        case OpKind::kForwardKeepInput:
-        case OpKind::kForwardNoGrad: {
+        case StepKind::kForwardNoGradKeep:
+        case StepKind::kForwardNoGrad: {
           act[i + 1] = RunStage(staged, i, input_of(i), inputs, false, nullptr, !ran[i]);
           ran[i] = true;
-          if (op.kind == OpKind::kForwardNoGrad && i > 0) act[i].reset();
+          if (op.kind == StepKind::kForwardNoGrad && i > 0) act[i].reset();
           break;
         }
-        case OpKind::kForwardGrad: {
+        case StepKind::kForwardGrad: {
           SavedStage s;
           s.outputs = RunStage(staged, i, input_of(i), inputs, true, &s.leaves, !ran[i], &s.tensor_counts);
           ran[i] = true;
           saved[i] = std::move(s);
           break;
         }
-        case OpKind::kLoss: {
+        case StepKind::kLoss: {
           m.live_after_forward_bytes = tracker_.live_bytes() - m.other_bytes;
           std::vector<at::Tensor> outputs = Flatten(input_of(i));
           std::vector<at::Tensor> leaves;
@@ -561,7 +561,7 @@ class Executor {
           act[i].reset();
           break;
         }
-        case OpKind::kBackward: {
+        case StepKind::kBackward: {
           if (!saved[i] || !grad[i + 1]) {
             throw Error(ExitCode::kVerifyFailed, "the schedule runs the backward of stage " + std::to_string(i) +
                                                      " before its forward with autograd or its output gradient");

@@ -128,7 +128,7 @@ int RunDataParallel(const DistributedOptions& o, const PlannerInput& in, const s
                              {"activation_budget_bytes", budget.bytes - fixed.total()},
                              {"peak_bytes", plan.peak_bytes},
                              {"pytorch_peak_bytes", doc["pytorch"]["predicted"]["peak_bytes"]},
-                             {"saved_bytes", plan.pytorch.saved_bytes}};
+                             {"saved_bytes", plan.pytorch.held_at_loss_bytes}};
   nlohmann::json units = nlohmann::json::array();
   for (const ShardUnit& u : rank.units) {
     if (!u.name.empty()) units.push_back(u.name);
@@ -216,7 +216,7 @@ int RunPipeline(const DistributedOptions& o, const PlannerInput& in, const std::
         {"peak_bytes", sp.peak_bytes},
         // What PyTorch keeps per microbatch: a later stage's input is an
         // activation it receives and holds (the first stage's is the model input).
-        {"pytorch_saved_bytes", p.pytorch.saved_bytes + (s > 0 ? sub.input_bytes : 0)},
+        {"pytorch_saved_bytes", p.pytorch.held_at_loss_bytes + (s > 0 ? sub.input_bytes : 0)},
         {"pytorch_peak_bytes", rank.total() + (sp.in_flight - 1) * p.pytorch.simulation.live_after_forward_bytes +
                                    p.pytorch.simulation.peak_bytes}};
     for (const std::string& m : p.pytorch.checkpoint_modules) all_modules.push_back(m);

@@ -188,7 +188,7 @@ UnitStyle PlanUnitStyle(const nlohmann::json& plan, const std::string& file) {
   return *style;
 }
 
-int RunRun(const RunCommandOptions& o) {
+int RunRunCommand(const RunCommandOptions& o) {
   CheckOutputPath(o.output);
   nlohmann::json plan = ReadJsonFile(o.plan);
   const UnitStyle style = PlanUnitStyle(plan, o.plan);
@@ -249,7 +249,7 @@ void AddRunCommand(CLI::App& app, Action* action) {
                   "cpu, or cuda[:N]: GPU memory from the CUDA caching allocator, kernel time from CUPTI\n"
                   "(needs a build whose LibTorch has CUDA, as the torch wheel's has, and a GPU)")
       ->capture_default_str();
-  cmd->callback([o, action] { *action = [o] { return RunRun(*o); }; });
+  cmd->callback([o, action] { *action = [o] { return RunRunCommand(*o); }; });
 }
 
 }  // namespace ckplan
