@@ -43,8 +43,6 @@ void CheckDistributedOptions(const DistributedOptions& o) {
 
 namespace {
 
-std::string Ms(double ms) { return Format("%.2f ms", ms); }
-
 bool Prefixes(const std::string& module, const std::string& name) {
   return name.size() > module.size() && name.compare(0, module.size(), module) == 0 && name[module.size()] == '.';
 }
@@ -121,7 +119,7 @@ int RunDataParallel(const DistributedOptions& o, const PlannerInput& in, const s
   std::fprintf(human, "per-rank fixed part: %s\nactivation budget: %s\n", DescribeRank(rank, budget.style).c_str(),
                FormatBytes(budget.bytes - fixed.total(), budget.style).c_str());
   std::fprintf(human, "optimal plan per rank: peak %s, step %s (%s over no checkpointing), %zu of %d stages recomputed\n",
-               FormatBytes(plan.peak_bytes, budget.style).c_str(), Ms(plan.time_ms).c_str(), FormatPct(plan.overhead_pct()).c_str(),
+               FormatBytes(plan.peak_bytes, budget.style).c_str(), FormatMs(plan.time_ms).c_str(), FormatPct(plan.overhead_pct()).c_str(),
                plan.checkpointed_stages.size(), chain.length());
   nlohmann::json doc = PlanToJson(plan, chain, in.source);
   nlohmann::json rank_doc = {{"fixed", RankMemoryToJson(rank)},
@@ -223,11 +221,11 @@ int RunPipeline(const DistributedOptions& o, const PlannerInput& in, const std::
     stage_docs.push_back(doc);
     rows.push_back({std::to_string(s), Format("%d-%d", sp.first, sp.last - 1), std::to_string(sp.in_flight),
                     FormatBytes(sp.fixed_bytes, budget.style), FormatBytes(sp.stored_after_forward_bytes, budget.style),
-                    FormatBytes(sp.peak_bytes, budget.style), Ms(sp.time_ms),
+                    FormatBytes(sp.peak_bytes, budget.style), FormatMs(sp.time_ms),
                     Format("%zu of %d", p.checkpointed_stages.size(), sub.length())});
   }
   std::fprintf(human, "%s", FormatTable(rows, {true, true, true, true, true, true, true, true}).c_str());
-  std::fprintf(human, "slowest stage: %s per microbatch\n", Ms(plan.slowest_stage_ms).c_str());
+  std::fprintf(human, "slowest stage: %s per microbatch\n", FormatMs(plan.slowest_stage_ms).c_str());
   nlohmann::json doc = {{"schema", "ckplan.plan/1"},
                         {"algorithm", "optimal"},
                         {"source", in.source},
