@@ -40,7 +40,7 @@ BackwardReplay ReplayBackward(const Profile& profile, int first_op, int last_op,
   return replay;
 }
 
-Chain ChainFromProfile(const Profile& profile) {
+Chain ChainFromProfile(const Profile& profile, const std::string& file) {
   if (profile.ops.empty()) throw BadInput("profile has no ops");
   Liveness liveness(profile);
   std::vector<StageCut> cuts = CutStages(profile, liveness);
@@ -174,6 +174,7 @@ Chain ChainFromProfile(const Profile& profile) {
                           ? std::max(0.0, profile.totals.step_ms - ops_fwd - ops_bwd)
                           : std::max(0.0, profile.totals.fwd_ms - ops_fwd) + std::max(0.0, profile.totals.bwd_ms - ops_bwd);
   chain.loss_bwd_tmp_bytes = 0;
+  ValidateChain(chain, file, "the chain cut from it");
   return chain;
 }
 

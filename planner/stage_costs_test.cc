@@ -5,7 +5,11 @@
 
 #include <doctest/doctest.h>
 
+#include <string>
+
 #include "../tests/test_profiles.h"
+#include "ckplan/planner/error.h"
+#include "ckplan/planner/json_io.h"
 #include "ckplan/planner/profile.h"
 #include "ckplan/planner/stages.h"
 
@@ -67,4 +71,20 @@ TEST_CASE("a profile's chain: a stage's backward transient counts the gradients 
   doc["ops"][2]["fwd_tmp_bytes"] = 1000;
   chain = ChainFromProfile(ProfileFromJson(doc, "two_blocks.json"));
   CHECK(chain.stages[2].fwd_tmp_bytes == 1000);  // t3 (800) + 1000 - 800
+}
+
+TEST_CASE("a profile's chain is checked when it is built: one beyond the planner's limits is refused") {
+  // Each tensor within the profile reader's per-field limit, the stages'
+  // bytes together beyond kMaxTotalBytes: ValidateChain refuses the chain,
+  // naming the file, as it refuses the same chain read from a chain file.
+  Profile profile = ProfileFromJson(TwoBlockProfile(), "two_blocks.json");
+  for (TensorRecord& t : profile.tensors) t.bytes = kMaxTotalBytes / 4;
+  try {
+    ChainFromProfile(profile, "big.json");
+    FAIL("a chain beyond kMaxTotalBytes was built");
+  } catch (const Error& e) {
+    CHECK(e.code() == ExitCode::kBadInput);
+    const std::string what = e.what();
+    CHECK(what.find("big.json: the chain cut from it: field 'stages'") != std::string::npos);
+  }
 }

@@ -63,7 +63,7 @@ void PrintProfileSummary(const Profile& p, FILE* out, int top) {
                  m.value("description", "").c_str());
   }
 
-  Chain chain = ChainFromProfile(p);
+  Chain chain = ChainFromProfile(p, p.model["path"].get<std::string>());
   std::vector<std::vector<std::string>> rows = {{"#", "stage", "ops", "fwd", "bwd", "out", "saved"}};
   for (int i = 0; i < chain.length(); ++i) {
     const Stage& s = chain.stages[static_cast<size_t>(i)];
