@@ -11,7 +11,7 @@
 
 namespace ckplan {
 
-int64_t Chain::InputBytes(int k) const {
+int64_t Chain::StageInputBytes(int k) const {
   if (k == 0) return input_bytes;
   if (k >= 1 && k <= length()) return stages[k - 1].out_bytes;
   return 0;  // the loss output

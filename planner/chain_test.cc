@@ -30,8 +30,8 @@ TEST_CASE("a chain round-trips through JSON") {
   CHECK(back.stages[1].saved_bytes == 15);
   CHECK(back.stages[2].bwd_tmp_bytes == 7);
   CHECK(back.loss_bwd_ms == 0.5);
-  CHECK(back.InputBytes(4) == 0);
-  CHECK(back.InputBytes(3) == 8);
+  CHECK(back.StageInputBytes(4) == 0);
+  CHECK(back.StageInputBytes(3) == 8);
 }
 
 TEST_CASE("chains, plain and cut from a profile with storages, round-trip both ways") {

@@ -41,7 +41,7 @@ PlannerInput PlannerInputFromProfile(Profile profile, const std::string& path, c
   PlannerInput input;
   input.from_profile = true;
   input.profile = std::move(profile);
-  input.chain = ChainFromProfile(input.profile);
+  input.chain = ChainFromProfile(input.profile, path);
   // Gradients appear during backward, stage by stage (param_grads.h); a
   // profile without its `parameters` list keeps them for the whole step.
   const int64_t backward_grad_bytes = AttachParamGrads(&input.chain, input.profile);

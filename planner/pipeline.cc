@@ -101,21 +101,21 @@ Table BuildTable(const DiscreteChain& c, int64_t top) {
 void ReadBack(const DiscreteChain& c, const Table& t, int64_t m, int i, int l, Schedule& out) {
   if (i == l) {
     if (i == c.length) {
-      out.push_back({OpKind::kLoss, i});
+      out.push_back({StepKind::kLoss, i});
     } else {
-      out.push_back({OpKind::kForwardGrad, i});
-      out.push_back({OpKind::kBackward, i});
+      out.push_back({StepKind::kForwardGrad, i});
+      out.push_back({StepKind::kBackward, i});
     }
     return;
   }
   const int choice = t.what[t.Index(m, i, l)];
   if (choice < 0) {
-    out.push_back({OpKind::kForwardGrad, i});
+    out.push_back({StepKind::kForwardGrad, i});
     ReadBack(c, t, m - c.xbar[U(i) + 1], i + 1, l, out);
-    out.push_back({OpKind::kBackward, i});
+    out.push_back({StepKind::kBackward, i});
   } else {
-    out.push_back({OpKind::kForwardKeepInput, i});
-    for (int k = i + 1; k < choice; ++k) out.push_back({OpKind::kForwardNoGrad, k});
+    out.push_back({StepKind::kForwardNoGradKeep, i});
+    for (int k = i + 1; k < choice; ++k) out.push_back({StepKind::kForwardNoGrad, k});
     ReadBack(c, t, m - c.x[U(choice)], choice, l, out);
     ReadBack(c, t, m, i, choice - 1, out);
   }
@@ -133,12 +133,12 @@ struct Summary {
 // Need and stored of a schedule given as a list of operations, parsed back
 // into the recurrence's tree. `pos` advances over `schedule`.
 Summary Summarize(const DiscreteChain& c, const Schedule& s, size_t& pos, int i, int l) {
-  const Operation op = s.at(pos);
+  const ScheduleStep op = s.at(pos);
   if (i == l) {
     pos += i == c.length ? 1 : 2;
     return {LeafTime(c, i), BaseMemory(c, i), 0};
   }
-  if (op.kind == OpKind::kForwardGrad) {
+  if (op.kind == StepKind::kForwardGrad) {
     ++pos;
     const int64_t xbar = c.xbar[U(i) + 1];
     Summary right = Summarize(c, s, pos, i + 1, l);
@@ -149,7 +149,7 @@ Summary Summarize(const DiscreteChain& c, const Schedule& s, size_t& pos, int i,
   int j = i + 1;
   double forward_sum = c.fwd[U(i)];
   ++pos;
-  while (pos < s.size() && s[pos].kind == OpKind::kForwardNoGrad) {
+  while (pos < s.size() && s[pos].kind == StepKind::kForwardNoGrad) {
     forward_sum += c.fwd[U(s[pos].stage)];
     ++pos;
     ++j;
@@ -219,17 +219,17 @@ InFlightSolution SolveInFlight(const DiscreteChain& c, int64_t memory_slots, int
     // Read the first-descent path from the spine table, the rest from the plain one.
     std::function<void(int64_t, int)> read_spine = [&](int64_t m, int i) {
       if (i == L) {
-        best.schedule.push_back({OpKind::kLoss, L});
+        best.schedule.push_back({StepKind::kLoss, L});
         return;
       }
       const int choice = spine_what[at(m, i)];
       if (choice < 0) {
-        best.schedule.push_back({OpKind::kForwardGrad, i});
+        best.schedule.push_back({StepKind::kForwardGrad, i});
         read_spine(m - c.xbar[U(i) + 1], i + 1);
-        best.schedule.push_back({OpKind::kBackward, i});
+        best.schedule.push_back({StepKind::kBackward, i});
       } else {
-        best.schedule.push_back({OpKind::kForwardKeepInput, i});
-        for (int k = i + 1; k < choice; ++k) best.schedule.push_back({OpKind::kForwardNoGrad, k});
+        best.schedule.push_back({StepKind::kForwardNoGradKeep, i});
+        for (int k = i + 1; k < choice; ++k) best.schedule.push_back({StepKind::kForwardNoGrad, k});
         read_spine(m - c.x[U(choice)], choice);
         ReadBack(c, table, m, i, choice - 1, best.schedule);
       }
@@ -259,10 +259,10 @@ InFlightSolution BruteForceInFlight(const DiscreteChain& c, int64_t memory_slots
       t.summary = {LeafTime(c, i), BaseMemory(c, i), 0};
       // push_back, not assignment from a list: GCC 12 warns falsely (-Wnonnull) on the latter.
       if (i == c.length) {
-        t.schedule.push_back({OpKind::kLoss, i});
+        t.schedule.push_back({StepKind::kLoss, i});
       } else {
-        t.schedule.push_back({OpKind::kForwardGrad, i});
-        t.schedule.push_back({OpKind::kBackward, i});
+        t.schedule.push_back({StepKind::kForwardGrad, i});
+        t.schedule.push_back({StepKind::kBackward, i});
       }
       trees.push_back(t);
     } else {
@@ -272,9 +272,9 @@ InFlightSolution BruteForceInFlight(const DiscreteChain& c, int64_t memory_slots
         Tree t;
         t.summary = {LeafTime(c, i) + right.summary.time_ms,
                      std::max({floor, BaseMemory(c, i), xbar + right.summary.need}), xbar + right.summary.stored};
-        t.schedule.push_back({OpKind::kForwardGrad, i});
+        t.schedule.push_back({StepKind::kForwardGrad, i});
         t.schedule.insert(t.schedule.end(), right.schedule.begin(), right.schedule.end());
-        t.schedule.push_back({OpKind::kBackward, i});
+        t.schedule.push_back({StepKind::kBackward, i});
         trees.push_back(std::move(t));
       }
       double forward_sum = 0;
@@ -286,8 +286,8 @@ InFlightSolution BruteForceInFlight(const DiscreteChain& c, int64_t memory_slots
             t.summary = {forward_sum + right.summary.time_ms + left.summary.time_ms,
                          std::max({floor, c.x[U(j)] + right.summary.need, left.summary.need}),
                          c.x[U(j)] + right.summary.stored};
-            t.schedule.push_back({OpKind::kForwardKeepInput, i});
-            for (int k = i + 1; k < j; ++k) t.schedule.push_back({OpKind::kForwardNoGrad, k});
+            t.schedule.push_back({StepKind::kForwardNoGradKeep, i});
+            for (int k = i + 1; k < j; ++k) t.schedule.push_back({StepKind::kForwardNoGrad, k});
             t.schedule.insert(t.schedule.end(), right.schedule.begin(), right.schedule.end());
             t.schedule.insert(t.schedule.end(), left.schedule.begin(), left.schedule.end());
             trees.push_back(std::move(t));
@@ -316,7 +316,7 @@ InFlightSolution BruteForceInFlight(const DiscreteChain& c, int64_t memory_slots
 
 Chain SubChain(const Chain& chain, int first, int last) {
   Chain sub;
-  sub.input_bytes = chain.InputBytes(first);
+  sub.input_bytes = chain.StageInputBytes(first);
   // Storages (shared between cuts) carry over: the input's are those crossing the cut before `first`.
   if (chain.has_storages()) {
     sub.input_storages = first == 0 ? chain.input_storages : chain.stages[U(first) - 1].out_storages;

@@ -92,7 +92,7 @@ Plan MakeModulePlan(const Chain& chain, const FixedMemory& fixed, const PlanRequ
   plan.pytorch = ExportForModules(chain, solution.wrapped);
   // pytorch.predicted.peak_bytes is written as fixed.total() + this.
   plan.pytorch.simulation.peak_bytes = solution.peak_bytes;
-  plan.pytorch.saved_bytes = solution.kept_bytes;
+  plan.pytorch.held_at_loss_bytes = solution.kept_bytes;
   if (solution.peak_bytes > chain_budget) {
     throw Error(ExitCode::kVerifyFailed, "internal check failed: the module plan peaks at " +
                                              std::to_string(solution.peak_bytes) +
@@ -136,7 +136,7 @@ void ModuleBaseline(const Chain& chain, const FixedMemory& fixed, const PlanRequ
   plan->checkpointed_stages = CheckpointedStages(plan->schedule, length);
   plan->pytorch = ExportForModules(chain, solution.wrapped);
   plan->pytorch.simulation.peak_bytes = solution.peak_bytes;
-  plan->pytorch.saved_bytes = solution.kept_bytes;
+  plan->pytorch.held_at_loss_bytes = solution.kept_bytes;
 }
 
 }  // namespace

@@ -27,7 +27,7 @@ bool PlanPredicted::operator==(const PlanPredicted& o) const {
 bool PlanPyTorch::operator==(const PlanPyTorch& o) const {
   return checkpoint_modules == o.checkpoint_modules && skipped_stages == o.skipped_stages &&
          use_reentrant == o.use_reentrant && preserve_rng_state == o.preserve_rng_state && peak_bytes == o.peak_bytes &&
-         saved_bytes == o.saved_bytes && time_ms == o.time_ms && overhead_pct == o.overhead_pct &&
+         held_at_loss_bytes == o.held_at_loss_bytes && time_ms == o.time_ms && overhead_pct == o.overhead_pct &&
          fits_budget == o.fits_budget;
 }
 
@@ -94,7 +94,7 @@ nlohmann::json PlanToJson(const PlanDocument& p) {
                     {"settings", {{"use_reentrant", e.use_reentrant}, {"preserve_rng_state", e.preserve_rng_state}}},
                     {"predicted",
                      {{"peak_bytes", e.peak_bytes},
-                      {"saved_bytes", e.saved_bytes},
+                      {"saved_bytes", e.held_at_loss_bytes},
                       {"time_ms", e.time_ms},
                       {"overhead_pct", e.overhead_pct},
                       {"fits_budget", e.fits_budget}}}};
@@ -208,7 +208,7 @@ PlanDocument PlanFromJson(const nlohmann::json& json, const std::string& file) {
     if (e.Has("predicted")) {
       JsonReader ep = e.Field("predicted");
       p.pytorch.peak_bytes = ep.Field("peak_bytes").NonNegativeBytes();
-      p.pytorch.saved_bytes = ep.Field("saved_bytes").NonNegativeBytes();
+      p.pytorch.held_at_loss_bytes = ep.Field("saved_bytes").NonNegativeBytes();
       p.pytorch.time_ms = ep.Field("time_ms").NonNegativeNumber();
       p.pytorch.overhead_pct = ep.Field("overhead_pct").FiniteNumber();
       p.pytorch.fits_budget = ep.Field("fits_budget").Bool();

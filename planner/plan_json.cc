@@ -48,7 +48,7 @@ PlanDocument MakePlanDocument(const Plan& plan, const Chain& chain, const nlohma
   doc.pytorch.peak_bytes = plan.fixed.total() + e.simulation.peak_bytes;
   // Kept for backward when the loss starts, model inputs excluded: what
   // saved_tensors_hooks see, plus the checkpointed modules' inputs.
-  doc.pytorch.saved_bytes = e.saved_bytes;
+  doc.pytorch.held_at_loss_bytes = e.held_at_loss_bytes;
   doc.pytorch.time_ms = export_ms;
   doc.pytorch.overhead_pct = OverheadPct(export_ms, plan.no_recompute_ms);
   doc.pytorch.fits_budget = plan.fixed.total() + e.simulation.peak_bytes <= plan.budget_bytes;

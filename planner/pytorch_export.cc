@@ -17,7 +17,7 @@ ModuleExport ExportFor(const Chain& chain, const std::vector<WrappableModule>& w
   }
   out.schedule = ModuleSchedule(length, wrapped);
   out.simulation = Simulate(chain, out.schedule);
-  out.saved_bytes = out.simulation.live_after_forward_bytes - chain.input_bytes;
+  out.held_at_loss_bytes = out.simulation.live_after_forward_bytes - chain.input_bytes;
   if (chain.has_storages()) {
     // What PyTorch keeps: the own saved tensors of stages run normally, the
     // stage outputs some op saves, the inputs of wrapped modules (held for
@@ -39,7 +39,7 @@ ModuleExport ExportFor(const Chain& chain, const std::vector<WrappableModule>& w
     for (const auto& entry : chain.stages.back().out_storages) held.insert(entry.first);
     int64_t shared = 0;
     for (int64_t id : held) shared += bytes_of[id];
-    out.saved_bytes = own + shared;
+    out.held_at_loss_bytes = own + shared;
   }
   for (const WrappableModule& m : wrapped) out.checkpoint_modules.push_back(m.path);
   return out;
@@ -79,7 +79,7 @@ ModuleExport ExportForPyTorch(const Chain& chain, const std::vector<int>& checkp
     if (!wrap[static_cast<size_t>(i)]) continue;
     wrap[static_cast<size_t>(i)] = false;
     ModuleExport without = ExportFor(chain, StageModules(chain, wrap));
-    if (without.saved_bytes <= best.saved_bytes) {
+    if (without.held_at_loss_bytes <= best.held_at_loss_bytes) {
       best = std::move(without);
       skipped.push_back(chain.stages[static_cast<size_t>(i)].name + " (keeps no less)");
     } else {

@@ -7,29 +7,29 @@
 namespace ckplan {
 
 namespace {
-constexpr OpKind kAllKinds[] = {OpKind::kForwardKeepInput, OpKind::kForwardNoGrad,
-                                OpKind::kForwardGrad, OpKind::kLoss, OpKind::kBackward};
+constexpr StepKind kAllKinds[] = {StepKind::kForwardNoGradKeep, StepKind::kForwardNoGrad,
+                                StepKind::kForwardGrad, StepKind::kLoss, StepKind::kBackward};
 }
 
-const char* OpKindName(OpKind kind) {
+const char* StepKindName(StepKind kind) {
   switch (kind) {
-    case OpKind::kForwardKeepInput: return "fwd_nograd_keep";
-    case OpKind::kForwardNoGrad: return "fwd_nograd";
-    case OpKind::kForwardGrad: return "fwd_grad";
-    case OpKind::kLoss: return "loss";
-    case OpKind::kBackward: return "bwd";
+    case StepKind::kForwardNoGradKeep: return "fwd_nograd_keep";
+    case StepKind::kForwardNoGrad: return "fwd_nograd";
+    case StepKind::kForwardGrad: return "fwd_grad";
+    case StepKind::kLoss: return "loss";
+    case StepKind::kBackward: return "bwd";
   }
   return "?";
 }
 
-std::string Describe(const Operation& op) {
-  if (op.kind == OpKind::kLoss) return "loss";
-  return std::string(OpKindName(op.kind)) + " " + std::to_string(op.stage);
+std::string Describe(const ScheduleStep& op) {
+  if (op.kind == StepKind::kLoss) return "loss";
+  return std::string(StepKindName(op.kind)) + " " + std::to_string(op.stage);
 }
 
 nlohmann::json ScheduleToJson(const Schedule& schedule) {
   nlohmann::json ops = nlohmann::json::array();
-  for (const Operation& op : schedule) ops.push_back({{"op", OpKindName(op.kind)}, {"stage", op.stage}});
+  for (const ScheduleStep& op : schedule) ops.push_back({{"op", StepKindName(op.kind)}, {"stage", op.stage}});
   return ops;
 }
 
@@ -41,9 +41,9 @@ Schedule ScheduleFromJson(const nlohmann::json& node, const std::string& file,
     JsonReader item = ops.Item(i);
     std::string name = item.Field("op").String();
     bool known = false;
-    Operation op{OpKind::kLoss, 0};
-    for (OpKind kind : kAllKinds) {
-      if (name == OpKindName(kind)) {
+    ScheduleStep op{StepKind::kLoss, 0};
+    for (StepKind kind : kAllKinds) {
+      if (name == StepKindName(kind)) {
         op.kind = kind;
         known = true;
       }
@@ -59,8 +59,8 @@ Schedule ScheduleFromJson(const nlohmann::json& node, const std::string& file,
 
 std::vector<int> CheckpointedStages(const Schedule& schedule, int length) {
   std::vector<bool> recomputed(static_cast<size_t>(length), false);
-  for (const Operation& op : schedule) {
-    if ((op.kind == OpKind::kForwardKeepInput || op.kind == OpKind::kForwardNoGrad) &&
+  for (const ScheduleStep& op : schedule) {
+    if ((op.kind == StepKind::kForwardNoGradKeep || op.kind == StepKind::kForwardNoGrad) &&
         op.stage >= 0 && op.stage < length) {
       recomputed[static_cast<size_t>(op.stage)] = true;
     }

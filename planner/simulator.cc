@@ -57,7 +57,7 @@ SimulationResult Simulate(const Chain& chain, const Schedule& schedule) {
   const size_t n = static_cast<size_t>(length) + 2;
   std::vector<bool> act(n, false), saved(n, false), grad(n, false);
   std::vector<int> backward_runs(n, 0);
-  auto x = [&](int k) { return chain.InputBytes(k); };
+  auto x = [&](int k) { return chain.StageInputBytes(k); };
 
   SimulationResult result;
   int64_t stored = shared ? storages.Hold(0) : x(0);
@@ -66,14 +66,14 @@ SimulationResult Simulate(const Chain& chain, const Schedule& schedule) {
   bool forward_done = false;
 
   for (size_t index = 0; index < schedule.size(); ++index) {
-    const Operation& op = schedule[index];
+    const ScheduleStep& op = schedule[index];
     const int i = op.stage;
     auto fail = [&](const std::string& why) {
       return Error(ExitCode::kVerifyFailed,
                    "schedule op " + std::to_string(index) + " (" + Describe(op) + "): " + why);
     };
-    const int max_stage = op.kind == OpKind::kLoss ? length : length - 1;
-    if (i < 0 || i > max_stage || (op.kind == OpKind::kLoss && i != length)) {
+    const int max_stage = op.kind == StepKind::kLoss ? length : length - 1;
+    if (i < 0 || i > max_stage || (op.kind == StepKind::kLoss && i != length)) {
       throw fail("stage out of range 0.." + std::to_string(max_stage));
     }
     const size_t u = static_cast<size_t>(i);
@@ -82,8 +82,8 @@ SimulationResult Simulate(const Chain& chain, const Schedule& schedule) {
     int64_t peak = stored;
 
     switch (op.kind) {
-      case OpKind::kForwardKeepInput:
-      case OpKind::kForwardNoGrad: {
+      case StepKind::kForwardNoGradKeep:
+      case StepKind::kForwardNoGrad: {
         if (!input_available()) throw fail("reads the input of stage " + std::to_string(i) + ", which is not stored");
         const Stage& s = chain.stages[u];
         if (shared) {
@@ -92,7 +92,7 @@ SimulationResult Simulate(const Chain& chain, const Schedule& schedule) {
             act[u + 1] = true;
             stored += storages.Hold(i + 1);
           }
-          if (op.kind == OpKind::kForwardNoGrad && act[u]) {
+          if (op.kind == StepKind::kForwardNoGrad && act[u]) {
             act[u] = false;
             stored -= storages.Release(i);
           }
@@ -103,13 +103,13 @@ SimulationResult Simulate(const Chain& chain, const Schedule& schedule) {
           act[u + 1] = true;
           stored += s.out_bytes;
         }
-        if (op.kind == OpKind::kForwardNoGrad && act[u]) {
+        if (op.kind == StepKind::kForwardNoGrad && act[u]) {
           act[u] = false;
           stored -= x(i);
         }
         break;
       }
-      case OpKind::kForwardGrad: {
+      case StepKind::kForwardGrad: {
         if (!input_available()) throw fail("reads the input of stage " + std::to_string(i) + ", which is not stored");
         const Stage& s = chain.stages[u];
         if (saved[u]) throw fail("stage " + std::to_string(i) + " is already stored with autograd");
@@ -124,7 +124,7 @@ SimulationResult Simulate(const Chain& chain, const Schedule& schedule) {
         stored += s.saved_bytes;
         break;
       }
-      case OpKind::kLoss: {
+      case StepKind::kLoss: {
         if (!input_available()) throw fail("reads the chain output, which is not stored");
         if (backward_runs[u] > 0) throw fail("the loss runs twice");
         peak = stored + x(length) + chain.loss_bwd_tmp_bytes;
@@ -139,7 +139,7 @@ SimulationResult Simulate(const Chain& chain, const Schedule& schedule) {
         forward_done = true;
         break;
       }
-      case OpKind::kBackward: {
+      case StepKind::kBackward: {
         const Stage& s = chain.stages[u];
         if (!saved[u]) throw fail("needs what stage " + std::to_string(i) + " saved with autograd, which is not stored");
         if (!grad[u + 1]) throw fail("needs the gradient of the output of stage " + std::to_string(i) + ", which is not there");
@@ -163,17 +163,17 @@ SimulationResult Simulate(const Chain& chain, const Schedule& schedule) {
       }
     }
     switch (op.kind) {
-      case OpKind::kForwardKeepInput:
-      case OpKind::kForwardNoGrad:
+      case StepKind::kForwardNoGradKeep:
+      case StepKind::kForwardNoGrad:
         result.time_ms += chain.stages[u].NoGradFwdMs();
         break;
-      case OpKind::kForwardGrad:
+      case StepKind::kForwardGrad:
         result.time_ms += chain.stages[u].fwd_ms;
         break;
-      case OpKind::kLoss:
+      case StepKind::kLoss:
         result.time_ms += chain.loss_bwd_ms;
         break;
-      case OpKind::kBackward:
+      case StepKind::kBackward:
         result.time_ms += chain.stages[u].bwd_ms;
         break;
     }

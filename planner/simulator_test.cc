@@ -40,22 +40,22 @@ TEST_CASE("sqrt on the 3-stage chain uses segments of 2 and matches the hand cal
 TEST_CASE("the simulator rejects a schedule that reads a value it dropped") {
   Chain c = testing::ThreeStageChain();
   // fwd_nograd drops act[1]; the later fwd_grad 1 has nothing to read.
-  Schedule s = {{OpKind::kForwardKeepInput, 0}, {OpKind::kForwardNoGrad, 1}, {OpKind::kForwardKeepInput, 2},
-                {OpKind::kLoss, 3},             {OpKind::kForwardGrad, 2},   {OpKind::kBackward, 2},
-                {OpKind::kForwardGrad, 1}};
+  Schedule s = {{StepKind::kForwardNoGradKeep, 0}, {StepKind::kForwardNoGrad, 1}, {StepKind::kForwardNoGradKeep, 2},
+                {StepKind::kLoss, 3},             {StepKind::kForwardGrad, 2},   {StepKind::kBackward, 2},
+                {StepKind::kForwardGrad, 1}};
   CHECK_THROWS_WITH_AS(Simulate(c, s), doctest::Contains("op 6 (fwd_grad 1): reads the input of stage 1"), Error);
 }
 
 TEST_CASE("the simulator rejects incomplete schedules, double backwards and stages out of range") {
   Chain c = testing::ThreeStageChain();
-  Schedule no_backward = {{OpKind::kForwardGrad, 0}, {OpKind::kForwardGrad, 1}, {OpKind::kForwardGrad, 2},
-                          {OpKind::kLoss, 3}, {OpKind::kBackward, 2}, {OpKind::kBackward, 1}};
+  Schedule no_backward = {{StepKind::kForwardGrad, 0}, {StepKind::kForwardGrad, 1}, {StepKind::kForwardGrad, 2},
+                          {StepKind::kLoss, 3}, {StepKind::kBackward, 2}, {StepKind::kBackward, 1}};
   CHECK_THROWS_WITH_AS(Simulate(c, no_backward), doctest::Contains("no backward for stage 0"), Error);
-  Schedule backward_first = {{OpKind::kForwardGrad, 0}, {OpKind::kBackward, 0}};
+  Schedule backward_first = {{StepKind::kForwardGrad, 0}, {StepKind::kBackward, 0}};
   CHECK_THROWS_WITH_AS(Simulate(c, backward_first), doctest::Contains("gradient of the output of stage 0"), Error);
-  Schedule out_of_range = {{OpKind::kForwardGrad, 7}};
+  Schedule out_of_range = {{StepKind::kForwardGrad, 7}};
   CHECK_THROWS_WITH_AS(Simulate(c, out_of_range), doctest::Contains("stage out of range"), Error);
-  Schedule no_loss = {{OpKind::kForwardGrad, 0}};
+  Schedule no_loss = {{StepKind::kForwardGrad, 0}};
   CHECK_THROWS_WITH_AS(Simulate(c, no_loss), doctest::Contains("the loss never runs"), Error);
 }
 

@@ -195,10 +195,10 @@ class FastSolver {
     if (band_ >= n_) program_ = Program::kExact;
     if (program_ != Program::kExact) threads_ = 1;
     cells_.resize(static_cast<size_t>(n_) * band_ + (program_ == Program::kExact ? 0 : static_cast<size_t>(n_)));
-    base_need_.resize(static_cast<size_t>(n_));
+    base_memory_.resize(static_cast<size_t>(n_));
     chain_need_.resize(static_cast<size_t>(n_));
     for (int k = 0; k < n_; ++k) {
-      base_need_[static_cast<size_t>(k)] = BaseMemory(c, k);
+      base_memory_[static_cast<size_t>(k)] = BaseMemory(c, k);
       chain_need_[static_cast<size_t>(k)] = KeptStageMemory(c, k);
     }
     saved_prefix_.assign(static_cast<size_t>(n_) + 1, 0);
@@ -326,7 +326,7 @@ class FastSolver {
   Cell& at(int i, int l) { return cells_[Index(i, l)]; }
   const Cell& at(int i, int l) const { return cells_[Index(i, l)]; }
 
-  int64_t BaseNeed(int i) const { return base_need_[static_cast<size_t>(i)]; }
+  int64_t CachedBaseMemory(int i) const { return base_memory_[static_cast<size_t>(i)]; }
   // Choice (b) on (i, l): stage i's backward with the gradients of i+1..l held.
   int64_t ChainNeed(int i, int l) const { return chain_need_[static_cast<size_t>(i)] + c_.GradBytes(i + 1, l); }
   int64_t Grads(int a, int b) const { return c_.GradBytes(a, b); }
@@ -372,9 +372,9 @@ class FastSolver {
   Segment Start(int i) const {
     Segment s;
     s.cost = c_.fwd[static_cast<size_t>(i)] + c_.bwd[static_cast<size_t>(i)];
-    s.base_max = BaseNeed(i);
+    s.base_max = CachedBaseMemory(i);
     s.running = c_.x[static_cast<size_t>(i) + 1] + c_.fwd_tmp[static_cast<size_t>(i)];
-    s.keep_base = saved_prefix_[static_cast<size_t>(i)] + BaseNeed(i);
+    s.keep_base = saved_prefix_[static_cast<size_t>(i)] + CachedBaseMemory(i);
     return s;
   }
   void Extend(Segment* s, int i, int l) const {
@@ -384,7 +384,7 @@ class FastSolver {
     const int64_t grads_to = c_.grad_hi[static_cast<size_t>(l) + 1];
     s->kept_rel = std::max(s->kept_rel, chain_need_[static_cast<size_t>(l) - 1] - c_.grad_lo[static_cast<size_t>(l)]);
     s->kept_max = std::max<int64_t>(0, s->kept_rel + grads_to);
-    s->base_max = std::max(s->kept_max, BaseNeed(l));
+    s->base_max = std::max(s->kept_max, CachedBaseMemory(l));
     s->forward_min = std::min(s->forward_min, c_.fwd_nograd[static_cast<size_t>(l) - 1]);
     if (l - 1 > i) {
       const size_t k = static_cast<size_t>(l) - 1;
@@ -398,7 +398,7 @@ class FastSolver {
     if (l - 1 > i) s->keep_floor = std::max(s->keep_floor, saved_prefix_[k - 1] + c_.x[k] + c_.x[k + 1] + c_.fwd_tmp[k]);
     s->keep_kept_rel = std::max(s->keep_kept_rel, saved_prefix_[k] + chain_need_[k] - c_.grad_lo[k + 1]);
     s->keep_kept = s->keep_kept_rel + grads_to;
-    s->keep_base = std::max(s->keep_kept, saved_prefix_[static_cast<size_t>(l)] + BaseNeed(l));
+    s->keep_base = std::max(s->keep_kept, saved_prefix_[static_cast<size_t>(l)] + CachedBaseMemory(l));
   }
 
   // Per cell: the smallest feasible memory (as MinimumMemory), the memory
@@ -410,7 +410,7 @@ class FastSolver {
     std::vector<double> nr_cost(cells_.size());
     auto idx = [this](int i, int l) { return Index(i, l); };
     for (int i = 0; i < n_; ++i) {
-      mm[idx(i, i)] = nr[idx(i, i)] = BaseNeed(i);
+      mm[idx(i, i)] = nr[idx(i, i)] = CachedBaseMemory(i);
       nr_cost[idx(i, i)] = c_.fwd[static_cast<size_t>(i)] + c_.bwd[static_cast<size_t>(i)];
     }
     // floor(i, l) = x_{l+1} + max(x_{i+1} + fwd_tmp_i, max_{i<k<l} x_k + x_{k+1} + fwd_tmp_k)
@@ -672,17 +672,17 @@ class FastSolver {
   // Stages i..l with autograd, one after another, then their backwards: no
   // recomputation (choice (b) all the way down).
   void ReadBackNoRecompute(int i, int l, Schedule* out) const {
-    for (int k = i; k < l; ++k) out->push_back({OpKind::kForwardGrad, k});
+    for (int k = i; k < l; ++k) out->push_back({StepKind::kForwardGrad, k});
     ReadBackBase(l, out);
-    for (int k = l - 1; k >= i; --k) out->push_back({OpKind::kBackward, k});
+    for (int k = l - 1; k >= i; --k) out->push_back({StepKind::kBackward, k});
   }
 
   void ReadBackBase(int i, Schedule* out) const {
     if (i == c_.length) {
-      out->push_back({OpKind::kLoss, i});
+      out->push_back({StepKind::kLoss, i});
     } else {
-      out->push_back({OpKind::kForwardGrad, i});
-      out->push_back({OpKind::kBackward, i});
+      out->push_back({StepKind::kForwardGrad, i});
+      out->push_back({StepKind::kBackward, i});
     }
   }
 
@@ -697,7 +697,7 @@ class FastSolver {
       }
       const int choice = Choice(i, l, m);
       if (choice == kChain) {
-        out->push_back({OpKind::kForwardGrad, i});
+        out->push_back({StepKind::kForwardGrad, i});
         pending_backward.push_back(i);
         m -= c_.xbar[static_cast<size_t>(i) + 1];
         ++i;
@@ -705,8 +705,8 @@ class FastSolver {
       }
       const bool long_segment = choice >= kLong;
       const int j = long_segment ? choice - kLong : choice;
-      out->push_back({OpKind::kForwardKeepInput, i});
-      for (int k = i + 1; k < j; ++k) out->push_back({OpKind::kForwardNoGrad, k});
+      out->push_back({StepKind::kForwardNoGradKeep, i});
+      for (int k = i + 1; k < j; ++k) out->push_back({StepKind::kForwardNoGrad, k});
       ReadBack(m - c_.x[static_cast<size_t>(j)], j, l, out);
       if (long_segment) {
         ReadBackNoRecompute(i, j - 1, out);
@@ -716,7 +716,7 @@ class FastSolver {
       l = j - 1;
     }
     for (auto k = pending_backward.rbegin(); k != pending_backward.rend(); ++k) {
-      out->push_back({OpKind::kBackward, *k});
+      out->push_back({StepKind::kBackward, *k});
     }
   }
 
@@ -729,7 +729,7 @@ class FastSolver {
   int band_ = 0;
   std::vector<Cell> cells_;
   std::vector<int64_t> saved_prefix_;  // sum of xbar_{k+1} over stages k < index
-  std::vector<int64_t> base_need_;     // BaseMemory of every stage
+  std::vector<int64_t> base_memory_;     // BaseMemory of every stage
   std::vector<int64_t> chain_need_;    // KeptStageMemory of every stage
   bool bounds_done_ = false;
   int64_t minimum_ = 0;

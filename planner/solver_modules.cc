@@ -91,7 +91,7 @@ int64_t StageBackwardPeak(const Chain& chain, const Profile& profile, int index,
   }
   std::set<int64_t> out_ids;
   for (const auto& entry : stage.out_storages) out_ids.insert(entry.first);
-  int64_t boundary = chain.InputBytes(index + 1), held = 0;
+  int64_t boundary = chain.StageInputBytes(index + 1), held = 0;
   int64_t peak = boundary + extra;
   std::set<int> grads;
   for (int op = stage.last_op; op >= stage.first_op; --op) {
@@ -295,25 +295,25 @@ Schedule ModuleSchedule(int length, const std::vector<WrappableModule>& wrapped)
   for (int i = 0; i < length;) {
     const int end = end_of[static_cast<size_t>(i)];
     if (end < 0) {
-      s.push_back({OpKind::kForwardGrad, i});
+      s.push_back({StepKind::kForwardGrad, i});
       units.push_back({i, -1});
       ++i;
       continue;
     }
-    s.push_back({OpKind::kForwardKeepInput, i});
-    for (int k = i + 1; k <= end; ++k) s.push_back({OpKind::kForwardNoGrad, k});
+    s.push_back({StepKind::kForwardNoGradKeep, i});
+    for (int k = i + 1; k <= end; ++k) s.push_back({StepKind::kForwardNoGrad, k});
     units.push_back({i, end});
     i = end + 1;
   }
-  s.push_back({OpKind::kLoss, length});
+  s.push_back({StepKind::kLoss, length});
   for (auto it = units.rbegin(); it != units.rend(); ++it) {
     const auto [first, end] = *it;
     if (end < 0) {
-      s.push_back({OpKind::kBackward, first});
+      s.push_back({StepKind::kBackward, first});
       continue;
     }
-    for (int k = first; k <= end; ++k) s.push_back({OpKind::kForwardGrad, k});
-    for (int k = end; k >= first; --k) s.push_back({OpKind::kBackward, k});
+    for (int k = first; k <= end; ++k) s.push_back({StepKind::kForwardGrad, k});
+    for (int k = end; k >= first; --k) s.push_back({StepKind::kBackward, k});
   }
   return s;
 }
@@ -366,7 +366,7 @@ Cuts CutsOf(const Chain& chain) {
   }
   for (int k = 0; k <= length; ++k) {
     cuts.storages.emplace_back();
-    cuts.storages.back().emplace_back(k, chain.InputBytes(k));
+    cuts.storages.back().emplace_back(k, chain.StageInputBytes(k));
   }
   for (const Stage& s : chain.stages) cuts.own_saved.push_back(s.saved_bytes - s.out_bytes);
   for (int k = 0; k <= length; ++k) cuts.kept.insert(k);
@@ -449,7 +449,7 @@ Units UnitsByStage(const Chain& chain, const std::vector<WrappableModule>& modul
     return total;
   };
   auto cut = [&](int k) -> const std::vector<std::pair<int64_t, int64_t>>& { return cuts.storages[static_cast<size_t>(k)]; };
-  auto grad = [&](int k) { return chain.InputBytes(k); };
+  auto grad = [&](int k) { return chain.StageInputBytes(k); };
   // Stage k's backward above what it keeps: replayed as PyTorch runs it
   // where known (StageGradients::bwd_peak_bytes), else both its boundary
   // gradients and its transient at their maxima over the stage.
@@ -612,7 +612,7 @@ ModuleSolution SolveModules(const Chain& chain, const std::vector<WrappableModul
   }
   std::vector<State>& last = frontier[static_cast<size_t>(length)];
   Prune(&last);
-  const int64_t loss_need = chain.InputBytes(length) + chain.loss_bwd_tmp_bytes;
+  const int64_t loss_need = chain.StageInputBytes(length) + chain.loss_bwd_tmp_bytes;
   int best = -1;
   for (size_t s = 0; s < last.size(); ++s) {
     if (last[s].held + loss_need > budget_bytes) continue;
@@ -684,7 +684,7 @@ ModuleSolution EvaluateModules(const Chain& chain, const std::vector<WrappableMo
   solution.feasible = true;
   solution.time_ms = state.time_ms + chain.loss_bwd_ms;
   solution.kept_bytes = state.held - input;
-  solution.peak_bytes = std::max(peak, state.held + chain.InputBytes(length) + chain.loss_bwd_tmp_bytes);
+  solution.peak_bytes = std::max(peak, state.held + chain.StageInputBytes(length) + chain.loss_bwd_tmp_bytes);
   solution.schedule = ModuleSchedule(length, solution.wrapped);
   return solution;
 }

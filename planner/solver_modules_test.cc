@@ -108,7 +108,7 @@ Chain SharedStorageChain(int length, uint32_t seed) {
   std::mt19937 rng(seed);
   std::uniform_int_distribution<int> cut(0, length), size(1, 5);
   std::vector<std::vector<std::pair<int64_t, int64_t>>> cuts(static_cast<size_t>(length) + 1);
-  for (int k = 0; k <= length; ++k) cuts[static_cast<size_t>(k)].push_back({k, chain.InputBytes(k)});
+  for (int k = 0; k <= length; ++k) cuts[static_cast<size_t>(k)].push_back({k, chain.StageInputBytes(k)});
   for (int s = 0; s < 2; ++s) {
     int from = cut(rng), to = cut(rng);
     if (from > to) std::swap(from, to);
@@ -187,10 +187,10 @@ int64_t PeakWithGradients(const Chain& chain, const Schedule& schedule, const St
   bool backward = false;
   size_t done = stage_grads.size();
   for (size_t j = 0; j < schedule.size(); ++j) {
-    const Operation& op = schedule[j];
-    if (op.kind == OpKind::kLoss) backward = true;
+    const ScheduleStep& op = schedule[j];
+    if (op.kind == StepKind::kLoss) backward = true;
     int64_t alive = 0;
-    if (op.kind == OpKind::kBackward) {
+    if (op.kind == StepKind::kBackward) {
       done = static_cast<size_t>(op.stage);
       alive = from[done + 1] + grads.held_in_bwd[done];
     } else if (backward) {

@@ -15,7 +15,7 @@ DiscreteChain Discretize(const Chain& chain, int64_t slot_bytes, bool round_up) 
   d.length = length;
   d.x.resize(static_cast<size_t>(length) + 2, 0);
   d.xbar.resize(static_cast<size_t>(length) + 2, 0);
-  for (int k = 0; k <= length + 1; ++k) d.x[static_cast<size_t>(k)] = up(chain.InputBytes(k));
+  for (int k = 0; k <= length + 1; ++k) d.x[static_cast<size_t>(k)] = up(chain.StageInputBytes(k));
   for (int k = 1; k <= length; ++k) d.xbar[static_cast<size_t>(k)] = up(chain.stages[static_cast<size_t>(k - 1)].saved_bytes);
   auto down = [slot_bytes, round_up](int64_t bytes) { return (bytes + (round_up ? 0 : slot_bytes - 1)) / slot_bytes; };
   int64_t grad_sum = 0;  // bytes
@@ -47,7 +47,6 @@ DiscreteChain Discretize(const Chain& chain, int64_t slot_bytes, bool round_up) 
 
 namespace {
 
-int64_t BaseNeed(const DiscreteChain& c, int i) { return BaseMemory(c, i); }
 int64_t ChainNeed(const DiscreteChain& c, int i, int l) { return ChainMemory(c, i, l); }
 
 // The floor for l > i: every forward of i..l-1 while the gradient of x_{l+1} is held.
@@ -85,7 +84,7 @@ int64_t MinimumMemory(const DiscreteChain& c) {
   auto at = [&](int i, int l) -> int64_t& { return row[static_cast<size_t>(i) * n + l]; };
   std::vector<int64_t> column(static_cast<size_t>(n), 0);    // mm(j, l) for the current l
   for (int l = 0; l < n; ++l) {
-    at(l, l) = column[static_cast<size_t>(l)] = BaseNeed(c, l);
+    at(l, l) = column[static_cast<size_t>(l)] = BaseMemory(c, l);
     // The floor of (i, l) as i goes down: x_{l+1} + max(x_{i+1} + fwd_tmp_i, max_{i<k<l} ...).
     int64_t inner = 0;  // max over i < k < l
     for (int i = l - 1; i >= 0; --i) {
@@ -107,7 +106,7 @@ int64_t MinimumMemory(const DiscreteChain& c) {
 
 int64_t NoRecomputeMemory(const DiscreteChain& c) {
   // Always choosing (b): stage i with autograd, its saved values held below.
-  int64_t need = BaseNeed(c, c.length);
+  int64_t need = BaseMemory(c, c.length);
   for (int i = c.length - 1; i >= 0; --i) {
     need = std::max({ChainNeed(c, i, c.length), FloorNeed(c, i, c.length),
                      c.xbar[static_cast<size_t>(i) + 1] + need});
@@ -131,7 +130,7 @@ OptimalSolution SolveOptimalReference(const DiscreteChain& c, int64_t memory_slo
 
   for (int64_t m = 0; m <= top; ++m) {
     for (int i = 0; i < n; ++i) {
-      if (m >= BaseNeed(c, i)) opt[index(m, i, i)] = c.fwd[static_cast<size_t>(i)] + c.bwd[static_cast<size_t>(i)];
+      if (m >= BaseMemory(c, i)) opt[index(m, i, i)] = c.fwd[static_cast<size_t>(i)] + c.bwd[static_cast<size_t>(i)];
     }
     for (int d = 1; d < n; ++d) {
       for (int i = 0; i + d < n; ++i) {
@@ -177,22 +176,22 @@ OptimalSolution SolveOptimalReference(const DiscreteChain& c, int64_t memory_slo
   std::function<void(int64_t, int, int)> read_back = [&](int64_t m, int i, int l) {
     if (i == l) {
       if (i == length) {
-        solution.schedule.push_back({OpKind::kLoss, i});
+        solution.schedule.push_back({StepKind::kLoss, i});
       } else {
-        solution.schedule.push_back({OpKind::kForwardGrad, i});
-        solution.schedule.push_back({OpKind::kBackward, i});
+        solution.schedule.push_back({StepKind::kForwardGrad, i});
+        solution.schedule.push_back({StepKind::kBackward, i});
       }
       return;
     }
     const int choice = what[index(m, i, l)];
     if (choice < 0) {
-      solution.schedule.push_back({OpKind::kForwardGrad, i});
+      solution.schedule.push_back({StepKind::kForwardGrad, i});
       read_back(m - c.xbar[static_cast<size_t>(i) + 1], i + 1, l);
-      solution.schedule.push_back({OpKind::kBackward, i});
+      solution.schedule.push_back({StepKind::kBackward, i});
     } else {
       const int j = choice;
-      solution.schedule.push_back({OpKind::kForwardKeepInput, i});
-      for (int k = i + 1; k < j; ++k) solution.schedule.push_back({OpKind::kForwardNoGrad, k});
+      solution.schedule.push_back({StepKind::kForwardNoGradKeep, i});
+      for (int k = i + 1; k < j; ++k) solution.schedule.push_back({StepKind::kForwardNoGrad, k});
       read_back(m - c.x[static_cast<size_t>(j)], j, l);
       read_back(m - c.GradBytes(j, l), i, j - 1);
     }

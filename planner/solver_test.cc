@@ -23,13 +23,13 @@ struct Candidate {
 // autograd, recursively.
 std::vector<Schedule> AllSchedules(int i, int l, int length) {
   if (i == l) {
-    if (i == length) return {{{OpKind::kLoss, i}}};
-    return {{{OpKind::kForwardGrad, i}, {OpKind::kBackward, i}}};
+    if (i == length) return {{{StepKind::kLoss, i}}};
+    return {{{StepKind::kForwardGrad, i}, {StepKind::kBackward, i}}};
   }
   std::vector<Schedule> out;
   for (int j = i + 1; j <= l; ++j) {
-    Schedule head = {{OpKind::kForwardKeepInput, i}};
-    for (int k = i + 1; k < j; ++k) head.push_back({OpKind::kForwardNoGrad, k});
+    Schedule head = {{StepKind::kForwardNoGradKeep, i}};
+    for (int k = i + 1; k < j; ++k) head.push_back({StepKind::kForwardNoGrad, k});
     for (const Schedule& right : AllSchedules(j, l, length)) {
       for (const Schedule& left : AllSchedules(i, j - 1, length)) {
         Schedule s = head;
@@ -40,9 +40,9 @@ std::vector<Schedule> AllSchedules(int i, int l, int length) {
     }
   }
   for (const Schedule& rest : AllSchedules(i + 1, l, length)) {
-    Schedule s = {{OpKind::kForwardGrad, i}};
+    Schedule s = {{StepKind::kForwardGrad, i}};
     s.insert(s.end(), rest.begin(), rest.end());
-    s.push_back({OpKind::kBackward, i});
+    s.push_back({StepKind::kBackward, i});
     out.push_back(std::move(s));
   }
   return out;

@@ -43,8 +43,6 @@ void CheckDistributedOptions(const DistributedOptions& o) {
 
 namespace {
 
-std::string Ms(double ms) { return Format("%.2f ms", ms); }
-
 bool Prefixes(const std::string& module, const std::string& name) {
   return name.size() > module.size() && name.compare(0, module.size(), module) == 0 && name[module.size()] == '.';
 }
@@ -121,14 +119,14 @@ int RunDataParallel(const DistributedOptions& o, const PlannerInput& in, const s
   std::fprintf(human, "per-rank fixed part: %s\nactivation budget: %s\n", DescribeRank(rank, budget.style).c_str(),
                FormatBytes(budget.bytes - fixed.total(), budget.style).c_str());
   std::fprintf(human, "optimal plan per rank: peak %s, step %s (%s over no checkpointing), %zu of %d stages recomputed\n",
-               FormatBytes(plan.peak_bytes, budget.style).c_str(), Ms(plan.time_ms).c_str(), FormatPct(plan.overhead_pct()).c_str(),
+               FormatBytes(plan.peak_bytes, budget.style).c_str(), FormatMs(plan.time_ms).c_str(), FormatPct(plan.overhead_pct()).c_str(),
                plan.checkpointed_stages.size(), chain.length());
   nlohmann::json doc = PlanToJson(plan, chain, in.source);
   nlohmann::json rank_doc = {{"fixed", RankMemoryToJson(rank)},
                              {"activation_budget_bytes", budget.bytes - fixed.total()},
                              {"peak_bytes", plan.peak_bytes},
                              {"pytorch_peak_bytes", doc["pytorch"]["predicted"]["peak_bytes"]},
-                             {"saved_bytes", plan.pytorch.saved_bytes}};
+                             {"saved_bytes", plan.pytorch.held_at_loss_bytes}};
   nlohmann::json units = nlohmann::json::array();
   for (const ShardUnit& u : rank.units) {
     if (!u.name.empty()) units.push_back(u.name);
@@ -216,18 +214,18 @@ int RunPipeline(const DistributedOptions& o, const PlannerInput& in, const std::
         {"peak_bytes", sp.peak_bytes},
         // What PyTorch keeps per microbatch: a later stage's input is an
         // activation it receives and holds (the first stage's is the model input).
-        {"pytorch_saved_bytes", p.pytorch.saved_bytes + (s > 0 ? sub.input_bytes : 0)},
+        {"pytorch_saved_bytes", p.pytorch.held_at_loss_bytes + (s > 0 ? sub.input_bytes : 0)},
         {"pytorch_peak_bytes", rank.total() + (sp.in_flight - 1) * p.pytorch.simulation.live_after_forward_bytes +
                                    p.pytorch.simulation.peak_bytes}};
     for (const std::string& m : p.pytorch.checkpoint_modules) all_modules.push_back(m);
     stage_docs.push_back(doc);
     rows.push_back({std::to_string(s), Format("%d-%d", sp.first, sp.last - 1), std::to_string(sp.in_flight),
                     FormatBytes(sp.fixed_bytes, budget.style), FormatBytes(sp.stored_after_forward_bytes, budget.style),
-                    FormatBytes(sp.peak_bytes, budget.style), Ms(sp.time_ms),
+                    FormatBytes(sp.peak_bytes, budget.style), FormatMs(sp.time_ms),
                     Format("%zu of %d", p.checkpointed_stages.size(), sub.length())});
   }
   std::fprintf(human, "%s", FormatTable(rows, {true, true, true, true, true, true, true, true}).c_str());
-  std::fprintf(human, "slowest stage: %s per microbatch\n", Ms(plan.slowest_stage_ms).c_str());
+  std::fprintf(human, "slowest stage: %s per microbatch\n", FormatMs(plan.slowest_stage_ms).c_str());
   nlohmann::json doc = {{"schema", "ckplan.plan/1"},
                         {"algorithm", "optimal"},
                         {"source", in.source},

@@ -54,8 +54,6 @@ SolveOptions WithGpuBudget(SolveOptions o) {
   return o;
 }
 
-std::string Ms(double ms) { return Format("%.2f ms", ms); }
-
 void PrintStages(const PlannerInput& in, UnitStyle style) {
   const Chain& c = in.chain;
   auto bytes = [style](int64_t value) { return FormatBytes(value, style); };
@@ -64,7 +62,7 @@ void PrintStages(const PlannerInput& in, UnitStyle style) {
   for (int i = 0; i < c.length(); ++i) {
     const Stage& s = c.stages[static_cast<size_t>(i)];
     std::string ops = s.first_op >= 0 ? Format("%d-%d", s.first_op, s.last_op) : "";
-    rows.push_back({std::to_string(i), s.name, ops, Ms(s.fwd_ms), Ms(s.bwd_ms), bytes(s.out_bytes),
+    rows.push_back({std::to_string(i), s.name, ops, FormatMs(s.fwd_ms), FormatMs(s.bwd_ms), bytes(s.out_bytes),
                     bytes(s.saved_bytes), bytes(s.fwd_tmp_bytes), bytes(s.bwd_tmp_bytes)});
   }
   std::printf("%d stages, input %s\n%s", c.length(), bytes(c.input_bytes).c_str(),
@@ -200,7 +198,7 @@ int RunSolve(const SolveOptions& options) {
                  FormatBytes(budget.bytes - in.fixed.total(), budget.style).c_str());
   }
   std::fprintf(human, "%s plan: peak %s, step %s (%s over no checkpointing), %zu of %d stages recomputed\n",
-               AlgorithmName(plan.algorithm), FormatBytes(plan.peak_bytes, budget.style).c_str(), Ms(plan.time_ms).c_str(),
+               AlgorithmName(plan.algorithm), FormatBytes(plan.peak_bytes, budget.style).c_str(), FormatMs(plan.time_ms).c_str(),
                FormatPct(plan.overhead_pct()).c_str(), plan.checkpointed_stages.size(), in.chain.length());
   if (plan.target == "pytorch") {
     std::fprintf(human, "pytorch target: wrap %zu modules with torch.utils.checkpoint (apply_plan)\n",
@@ -209,7 +207,7 @@ int RunSolve(const SolveOptions& options) {
   if (plan.algorithm == Algorithm::kOptimal && !plan.proven_optimal) {
     std::fprintf(human,
                  "banded solver (%d stages, band %d): within %.3f%% of the optimum (proven lower bound %s)\n",
-                 in.chain.length(), plan.band, plan.gap_bound_pct(), Ms(plan.lower_bound_ms).c_str());
+                 in.chain.length(), plan.band, plan.gap_bound_pct(), FormatMs(plan.lower_bound_ms).c_str());
   } else if (plan.algorithm == Algorithm::kOptimal && plan.band > 0) {
     std::fprintf(human, "banded solver (%d stages, band %d): proven optimal\n", in.chain.length(), plan.band);
   }
@@ -261,7 +259,7 @@ int RunSolve(const SolveOptions& options) {
       bool changes = point.time_ms != last_time;
       if ((k % stride == 0 && changes) || k + 1 == plan.curve.size()) {
         const double overhead = OverheadPct(point.time_ms, plan.no_recompute_ms);
-        curve_rows.push_back({FormatBytes(point.budget_bytes, budget.style), Ms(point.time_ms), FormatPct(overhead)});
+        curve_rows.push_back({FormatBytes(point.budget_bytes, budget.style), FormatMs(point.time_ms), FormatPct(overhead)});
         last_time = point.time_ms;
       }
     }

@@ -63,12 +63,12 @@ void PrintProfileSummary(const Profile& p, FILE* out, int top) {
                  m.value("description", "").c_str());
   }
 
-  Chain chain = ChainFromProfile(p);
+  Chain chain = ChainFromProfile(p, p.model["path"].get<std::string>());
   std::vector<std::vector<std::string>> rows = {{"#", "stage", "ops", "fwd", "bwd", "out", "saved"}};
   for (int i = 0; i < chain.length(); ++i) {
     const Stage& s = chain.stages[static_cast<size_t>(i)];
-    rows.push_back({std::to_string(i), s.name, Format("%d-%d", s.first_op, s.last_op), Format("%.2f ms", s.fwd_ms),
-                    Format("%.2f ms", s.bwd_ms), FormatBytes(s.out_bytes), FormatBytes(s.saved_bytes)});
+    rows.push_back({std::to_string(i), s.name, Format("%d-%d", s.first_op, s.last_op), FormatMs(s.fwd_ms),
+                    FormatMs(s.bwd_ms), FormatBytes(s.out_bytes), FormatBytes(s.saved_bytes)});
   }
   std::fprintf(out, "\n%zu ops in %d stages:\n%s", p.ops.size(), chain.length(),
                FormatTable(rows, {true, false, true, true, true, true, true}).c_str());
@@ -188,7 +188,7 @@ UnitStyle PlanUnitStyle(const nlohmann::json& plan, const std::string& file) {
   return *style;
 }
 
-int RunRun(const RunCommandOptions& o) {
+int RunRunCommand(const RunCommandOptions& o) {
   CheckOutputPath(o.output);
   nlohmann::json plan = ReadJsonFile(o.plan);
   const UnitStyle style = PlanUnitStyle(plan, o.plan);
@@ -214,12 +214,12 @@ int RunRun(const RunCommandOptions& o) {
                o.model.c_str(), o.plan.c_str(), r.algorithm.c_str(), bytes(r.budget_bytes).c_str(),
                r.optimizer.c_str(), r.steps);
   std::vector<std::vector<std::string>> rows = {{"", "peak", "live after forward", "step", "overhead"}};
-  rows.push_back({"predicted", bytes(r.predicted_peak_bytes), "", Format("%.2f ms", r.predicted_time_ms),
+  rows.push_back({"predicted", bytes(r.predicted_peak_bytes), "", FormatMs(r.predicted_time_ms),
                   FormatPct(r.predicted_overhead_pct)});
   rows.push_back({"under the plan", bytes(r.measured.peak_bytes), bytes(r.measured.live_after_forward_bytes),
-                  Format("%.2f ms", r.measured.step_ms), FormatPct(r.measured_overhead_pct)});
+                  FormatMs(r.measured.step_ms), FormatPct(r.measured_overhead_pct)});
   rows.push_back({"no checkpointing", bytes(r.baseline.peak_bytes),
-                  bytes(r.baseline.live_after_forward_bytes), Format("%.2f ms", r.baseline.step_ms), ""});
+                  bytes(r.baseline.live_after_forward_bytes), FormatMs(r.baseline.step_ms), ""});
   std::fprintf(out, "%s", FormatTable(rows, {false, true, true, true, true}).c_str());
   std::fprintf(out, "predicted peak %s against measured; gradients: max abs diff %.3g, max rel diff %.3g\n",
                FormatPct(r.peak_error_pct).c_str(), r.max_abs_grad_diff, r.max_rel_grad_diff);
@@ -249,7 +249,7 @@ void AddRunCommand(CLI::App& app, Action* action) {
                   "cpu, or cuda[:N]: GPU memory from the CUDA caching allocator, kernel time from CUPTI\n"
                   "(needs a build whose LibTorch has CUDA, as the torch wheel's has, and a GPU)")
       ->capture_default_str();
-  cmd->callback([o, action] { *action = [o] { return RunRun(*o); }; });
+  cmd->callback([o, action] { *action = [o] { return RunRunCommand(*o); }; });
 }
 
 }  // namespace ckplan

@@ -22,7 +22,7 @@ std::string ReportHtml(const Report& r) {
     s << ", of which fixed " << FormatBytes(r.fixed.total(), r.style) << " (parameters, gradients, " << Escape(r.fixed.optimizer)
       << " state)";
   }
-  s << ". Without recomputation a step takes " << Format("%.2f ms", r.no_recompute_ms) << ".</p>\n";
+  s << ". Without recomputation a step takes " << FormatMs(r.no_recompute_ms) << ".</p>\n";
   s << "<p>The optimal plan at the budget: peak " << FormatBytes(r.chosen.peak_bytes, r.style) << ", step "
     << Format("%.2f ms (%s)", r.chosen.time_ms, FormatPct(r.chosen.overhead_pct()).c_str()) << ", "
     << r.chosen.checkpointed_stages.size() << " of " << r.chain.length() << " stages recomputed.</p>\n";
@@ -50,7 +50,7 @@ std::string ReportHtml(const Report& r) {
       s << "<tr><td>" << Escape(run.label) << "</td><td>" << Escape(run.run.algorithm) << "</td><td>"
         << FormatBytes(run.run.predicted_peak_bytes, r.style) << "</td><td>"
         << FormatBytes(run.run.measured.peak_bytes, r.style) << "</td><td>"
-        << Format("%.2f ms", run.run.predicted_time_ms) << "</td><td>" << Format("%.2f ms", run.run.measured.step_ms)
+        << FormatMs(run.run.predicted_time_ms) << "</td><td>" << FormatMs(run.run.measured.step_ms)
         << "</td><td>" << Escape(run.run.verdict) << "</td></tr>\n";
     }
     s << "</table>\n";
@@ -67,7 +67,7 @@ std::string ReportMarkdown(const Report& r) {
   std::ostringstream s;
   s << "## ckplan report: " << r.title << "\n\nBudget **" << FormatBytes(r.budget_bytes, r.style) << "**";
   if (r.fixed.total() > 0) s << " (fixed " << FormatBytes(r.fixed.total(), r.style) << ")";
-  s << "; no recomputation: " << Format("%.2f ms", r.no_recompute_ms) << " a step.\n\n";
+  s << "; no recomputation: " << FormatMs(r.no_recompute_ms) << " a step.\n\n";
   auto rows = StrategyTableRows(r.strategies, r.style);
   for (size_t k = 0; k < rows.size(); ++k) {
     s << "|";
@@ -85,7 +85,7 @@ std::string ReportMarkdown(const Report& r) {
     for (const auto& run : r.runs) {
       s << "| " << run.label << " | " << run.run.algorithm << " | " << FormatBytes(run.run.predicted_peak_bytes, r.style)
         << " | " << FormatBytes(run.run.measured.peak_bytes, r.style) << " | "
-        << Format("%.2f ms", run.run.predicted_time_ms) << " | " << Format("%.2f ms", run.run.measured.step_ms) << " | "
+        << FormatMs(run.run.predicted_time_ms) << " | " << FormatMs(run.run.measured.step_ms) << " | "
         << run.run.verdict << " |\n";
     }
   }
@@ -95,7 +95,7 @@ std::string ReportMarkdown(const Report& r) {
   for (size_t k = 0; k < r.optimal_curve.size(); k += stride) {
     const auto& p = r.optimal_curve[k];
     const double overhead = OverheadPct(p.time_ms, r.no_recompute_ms);
-    s << "| " << FormatBytes(p.budget_bytes, r.style) << " | " << Format("%.2f ms", p.time_ms) << " | "
+    s << "| " << FormatBytes(p.budget_bytes, r.style) << " | " << FormatMs(p.time_ms) << " | "
       << FormatPct(overhead) << " |\n";
   }
   return s.str();

@@ -11,7 +11,7 @@ StrategyPoint StrategyPointOf(const std::string& name, const Plan& plan, int64_t
 std::vector<std::vector<std::string>> StrategyTableRows(const std::vector<StrategyPoint>& points, UnitStyle style) {
   std::vector<std::vector<std::string>> rows = {{"strategy", "peak", "step", "overhead", "fits"}};
   for (const StrategyPoint& p : points) {
-    rows.push_back({p.name, FormatBytes(p.peak_bytes, style), Format("%.2f ms", p.time_ms), FormatPct(p.overhead_pct),
+    rows.push_back({p.name, FormatBytes(p.peak_bytes, style), FormatMs(p.time_ms), FormatPct(p.overhead_pct),
                     p.fits ? "yes" : "no"});
   }
   return rows;

@@ -46,6 +46,8 @@ std::string Format(const char* format, ...) {
 
 std::string FormatPct(double pct) { return Format("%+.1f%%", std::fabs(pct) < 0.05 ? 0.0 : pct); }
 
+std::string FormatMs(double ms) { return Format("%.2f ms", ms); }
+
 void EmitOutput(const std::string& path, const std::string& text, FILE* human) {
   if (path.empty()) return;
   if (path == "-") {

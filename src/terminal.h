@@ -20,6 +20,9 @@ std::string Format(const char* format, ...) __attribute__((format(printf, 1, 2))
 /// and `+0.0%` for anything that rounds to zero (never `-0.0%`).
 std::string FormatPct(double pct);
 
+/// A time as every output prints it: `12.34 ms` (two decimals).
+std::string FormatMs(double ms);
+
 /// Where a command's JSON goes: `-` is stdout, an empty path nowhere, any
 /// other path a file written atomically, announced on `human` as `wrote PATH`.
 void EmitOutput(const std::string& path, const std::string& text, FILE* human);

@@ -82,7 +82,7 @@ struct Chain {
   /// L, the number of stages without the loss.
   int length() const { return static_cast<int>(stages.size()); }
   /// x_k for k in 0..L+1: the input of stage k; x_{L+1} (the loss output) is 0.
-  int64_t InputBytes(int k) const;
+  int64_t StageInputBytes(int k) const;
   /// True when some stage has parameter gradients (param_grad_bytes): the
   /// step's gradients are then counted as they appear in backward.
   bool has_param_grads() const;

@@ -57,7 +57,7 @@ struct PlanPyTorch {
   bool use_reentrant = false;
   bool preserve_rng_state = true;
   int64_t peak_bytes = 0;
-  int64_t saved_bytes = 0;
+  int64_t held_at_loss_bytes = 0;
   double time_ms = 0;
   double overhead_pct = 0;
   bool fits_budget = false;

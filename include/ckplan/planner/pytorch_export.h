@@ -25,7 +25,7 @@ struct ModuleExport {
   /// Kept for backward when the loss starts under PyTorch's autograd (which
   /// frees what no op saves), model inputs excluded: needs storages; else
   /// the simulation's figure.
-  int64_t saved_bytes = 0;
+  int64_t held_at_loss_bytes = 0;
 };
 
 /// The export of `checkpointed` stages (empty when the chain has no module paths).

@@ -9,28 +9,28 @@
 
 namespace ckplan {
 
-enum class OpKind {
-  kForwardKeepInput,  ///< `fwd_nograd_keep`: stage i without autograd; its input stays stored
-  kForwardNoGrad,     ///< `fwd_nograd`: stage i without autograd; its input is dropped after
-  kForwardGrad,       ///< `fwd_grad`: stage i with autograd; keeps saved_bytes for backward
-  kLoss,              ///< `loss`: loss and its gradient (stage L)
-  kBackward,          ///< `bwd`: backward of stage i
+enum class StepKind {
+  kForwardNoGradKeep,  ///< `fwd_nograd_keep`: stage i without autograd; its input stays stored
+  kForwardNoGrad,      ///< `fwd_nograd`: stage i without autograd; its input is dropped after
+  kForwardGrad,        ///< `fwd_grad`: stage i with autograd; keeps saved_bytes for backward
+  kLoss,               ///< `loss`: loss and its gradient (stage L)
+  kBackward,           ///< `bwd`: backward of stage i
 };
 
-struct Operation {
-  OpKind kind;
+struct ScheduleStep {
+  StepKind kind;
   int stage;
-  bool operator==(const Operation& other) const {
+  bool operator==(const ScheduleStep& other) const {
     return kind == other.kind && stage == other.stage;
   }
 };
 
-using Schedule = std::vector<Operation>;
+using Schedule = std::vector<ScheduleStep>;
 
 /// The JSON name of an operation kind (`fwd_grad`, ...).
-const char* OpKindName(OpKind kind);
+const char* StepKindName(StepKind kind);
 /// `fwd_grad 3`, `loss`: for messages.
-std::string Describe(const Operation& op);
+std::string Describe(const ScheduleStep& op);
 
 /// Schedule to JSON: `[{"op":"fwd_grad","stage":0}, ...]`.
 nlohmann::json ScheduleToJson(const Schedule& schedule);

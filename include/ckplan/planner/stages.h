@@ -27,8 +27,10 @@ std::vector<StageCut> CutStages(const Profile& profile);
 
 /// The chain for a profile: per stage, times summed over its ops, output
 /// bytes at its cut, saved bytes (what its ops keep for backward, plus its
-/// output), transient peaks from the ops' tensors' lifetimes.
-Chain ChainFromProfile(const Profile& profile);
+/// output), transient peaks from the ops' tensors' lifetimes. The chain is
+/// checked as a chain file is (ValidateChain) before it is returned: throws
+/// BadInput naming `file` (the profile's, for messages) and the field.
+Chain ChainFromProfile(const Profile& profile, const std::string& file = "profile");
 
 /// Live storages crossing the cut just before op `position` (1..N-1), model
 /// inputs excluded: their total bytes and count.
