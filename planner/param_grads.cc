@@ -28,7 +28,7 @@ int64_t AttachParamGrads(Chain* chain, const Profile& profile) {
     const int k = static_cast<int>(i);
     const int64_t held = s.param_grad_bwd_bytes >= 0 ? s.param_grad_bwd_bytes : s.param_grad_bytes;
     s.bwd_tmp_bytes = std::max(s.bwd_tmp_bytes,
-                               s.bwd_replay_peak_bytes - chain->InputBytes(k) - chain->InputBytes(k + 1) - held);
+                               s.bwd_replay_peak_bytes - chain->StageInputBytes(k) - chain->StageInputBytes(k + 1) - held);
   }
   return total;
 }
