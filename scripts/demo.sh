@@ -19,8 +19,11 @@ none=$("$CKPLAN" solve out/profile.json --budget 1TB --algo none -o - 2>/dev/nul
 budget=$(( (minimum + none) / 2 ))
 "$CKPLAN" solve out/profile.json --budget "$budget" -o out/plan.json
 echo
-echo "== ckplan run (a real training step under the plan, and without checkpointing)"
-"$CKPLAN" run data/example.pt --plan out/plan.json -o out/run.json
+echo "== ckplan solve --target schedule (the schedule ckplan run executes, checked next)"
+"$CKPLAN" solve out/profile.json --budget "$budget" --target schedule -o out/schedule.plan.json
+echo
+echo "== ckplan run (a real training step under the schedule plan, and without checkpointing)"
+"$CKPLAN" run data/example.pt --plan out/schedule.plan.json -o out/run.json
 echo
 echo "== ckplan report"
 "$CKPLAN" report out/profile.json --budget "$budget" --runs out/run.json -o out/report.html
