@@ -101,17 +101,24 @@ at::Tensor ScheduleRunner::Loss(const std::vector<at::Tensor>& outputs) {
   return loss;
 }
 
-// A step without checkpointing, node by node (eager semantics).
-// The reference the gradients are checked against; it also records which
-// values require gradients.
-Measure ScheduleRunner::RunPlainStep(const std::vector<at::Tensor>& inputs, bool record) {
-  GraphProgram& program = staged_.program();
+// What every measured step does first: the random state seeded, what is
+// live besides the model counted, the peaks reset.
+Measure ScheduleRunner::BeginStep(const std::vector<at::Tensor>& inputs) {
   Seed();
   Measure m;
   m.other_bytes = OtherBytes(inputs);
   tracker_.ResetPeak();
   m.ledger_kept = tracker_.live_bytes() - m.other_bytes;
   m.device_base = ResetDevicePeak(device_);
+  return m;
+}
+
+// A step without checkpointing, node by node (eager semantics).
+// The reference the gradients are checked against; it also records which
+// values require gradients.
+Measure ScheduleRunner::RunPlainStep(const std::vector<at::Tensor>& inputs, bool record) {
+  GraphProgram& program = staged_.program();
+  Measure m = BeginStep(inputs);
   const StepTimer timer(device_.cuda());  // thread CPU time on the CPU (timing.h)
   Environment env;
   program.BindInputs(env, inputs);
@@ -250,12 +257,7 @@ at::Tensor& ScheduleRunner::BufferSnapshot(size_t b) {
 // A step running `schedule` (the plan's, or the one without recomputation).
 Measure ScheduleRunner::RunSchedule(const std::vector<at::Tensor>& inputs, const Schedule& schedule) {
   const size_t stages = staged_.stages();
-  Seed();
-  Measure m;
-  m.other_bytes = OtherBytes(inputs);
-  tracker_.ResetPeak();
-  m.ledger_kept = tracker_.live_bytes() - m.other_bytes;
-  m.device_base = ResetDevicePeak(device_);
+  Measure m = BeginStep(inputs);
   const StepTimer timer(device_.cuda());  // thread CPU time on the CPU (timing.h)
   rng_state_.assign(stages, at::Tensor());
   std::vector<bool> ran(stages, false);

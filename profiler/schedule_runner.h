@@ -69,6 +69,8 @@ class ScheduleRunner {
   // The step's peak: the CUDA caching allocator's statistics on a GPU, the
   // tracking ledger on the CPU.
   int64_t StepPeak(const Measure& m) const;
+  // Seeds the random state, counts what is live besides the model, resets the peaks.
+  Measure BeginStep(const std::vector<at::Tensor>& inputs);
 
   // Runs stage s from the values at its input cut; returns those at its output cut.
   std::vector<c10::IValue> RunStage(size_t s, const std::vector<c10::IValue>& in, const std::vector<at::Tensor>& inputs,
