@@ -50,6 +50,7 @@ StageGradients StageGradientsOf(const Chain& chain) {
     out.bwd_peak_bytes.push_back(chain.stages[i].bwd_replay_peak_bytes);
   }
   out.checkpoint_state_bytes = chain.checkpoint_state_bytes;
+  out.loss_scalar_bytes = chain.checkpoint_state_bytes > 0 ? kLossScalarBytes : 0;  // a chain cut from a profile
   return out;
 }
 

@@ -270,6 +270,7 @@ StageGradients StageGradientBytes(const Chain& chain, const Profile& profile) {
                                  ? profile.environment["device"].get<std::string>()
                                  : "cpu";
   out.checkpoint_state_bytes = kCpuRngStateBytes + (device.rfind("cuda", 0) == 0 ? kCudaRngStateBytes : 0);
+  out.loss_scalar_bytes = kLossScalarBytes;
   std::vector<int> last_use(profile.tensors.size(), -1);  // the last op reading each tensor
   for (const OpRecord& op : profile.ops) {
     for (int t : op.inputs) last_use[static_cast<size_t>(t)] = std::max(last_use[static_cast<size_t>(t)], op.id);
@@ -319,6 +320,12 @@ Schedule ModuleSchedule(int length, const std::vector<WrappableModule>& wrapped)
 }
 
 namespace {
+
+// PyTorch's accounting: the loss and the gradient its backward starts from,
+// held by the caller from the loss to the backward's end.
+int64_t LossScalarBytes(ModuleAccounting accounting, const StageGradients& grads) {
+  return accounting == ModuleAccounting::kPyTorch ? grads.loss_scalar_bytes : 0;
+}
 
 // One step of the frontier walk: stage `first` run normally (wrapped < 0),
 // or module `wrapped` (stages first..last). `need` is the largest memory it
@@ -453,13 +460,14 @@ Units UnitsByStage(const Chain& chain, const std::vector<WrappableModule>& modul
   // Stage k's backward above what it keeps: replayed as PyTorch runs it
   // where known (StageGradients::bwd_peak_bytes), else both its boundary
   // gradients and its transient at their maxima over the stage.
+  const int64_t loss_held = LossScalarBytes(accounting, grads);
   auto backward = [&](int k) {
     const size_t at = static_cast<size_t>(k);
     if (at < grads.bwd_peak_bytes.size() && grads.bwd_peak_bytes[at] >= 0) {
-      return grads_from[at + 1] + grads.bwd_peak_bytes[at];
+      return loss_held + grads_from[at + 1] + grads.bwd_peak_bytes[at];
     }
     const Stage& s = chain.stages[at];
-    return grad(k + 1) + grad(k) + s.bwd_tmp_bytes + in_bwd[at];
+    return loss_held + grad(k + 1) + grad(k) + s.bwd_tmp_bytes + in_bwd[at];
   };
   // fresh[k]: bytes of cut k+1 not in cut k, what stage k's output adds.
   std::vector<int64_t> fresh(static_cast<size_t>(length)), kept_fresh(static_cast<size_t>(length));
@@ -516,7 +524,7 @@ Units UnitsByStage(const Chain& chain, const std::vector<WrappableModule>& modul
     for (int k = a; k <= b; ++k) {
       const Stage& s = chain.stages[static_cast<size_t>(k)];
       const int64_t own = cuts.own_saved[static_cast<size_t>(k)], out = fresh[static_cast<size_t>(k)];
-      need = std::max(need, grad(b + 1) + grads_from[static_cast<size_t>(b) + 1] + kept +
+      need = std::max(need, loss_held + grad(b + 1) + grads_from[static_cast<size_t>(b) + 1] + kept +
                                 std::max(own + out, out + s.fwd_tmp_bytes));
       kept += own + out;
       kept_after[static_cast<size_t>(k - a)] = kept;
@@ -535,6 +543,15 @@ Units UnitsByStage(const Chain& chain, const std::vector<WrappableModule>& modul
   }
   result.by_stage = std::move(units);
   return result;
+}
+
+// The step's end: the inputs and every parameter gradient held, the
+// optimizer's update running (its temporary, Chain::update_tmp_bytes), the
+// activations gone.
+int64_t StepEndBytes(const Chain& chain, const StageGradients& grads, int64_t input_bytes) {
+  int64_t total = input_bytes + chain.update_tmp_bytes;
+  for (int64_t bytes : grads.bytes) total += bytes;
+  return total;
 }
 
 struct State {
@@ -612,7 +629,9 @@ ModuleSolution SolveModules(const Chain& chain, const std::vector<WrappableModul
   }
   std::vector<State>& last = frontier[static_cast<size_t>(length)];
   Prune(&last);
-  const int64_t loss_need = chain.StageInputBytes(length) + chain.loss_bwd_tmp_bytes;
+  const int64_t loss_need = chain.StageInputBytes(length) + chain.loss_bwd_tmp_bytes + LossScalarBytes(accounting, grads);
+  const int64_t end_need = StepEndBytes(chain, grads, input);
+  if (end_need > budget_bytes) return solution;
   int best = -1;
   for (size_t s = 0; s < last.size(); ++s) {
     if (last[s].held + loss_need > budget_bytes) continue;
@@ -622,7 +641,7 @@ ModuleSolution SolveModules(const Chain& chain, const std::vector<WrappableModul
   solution.feasible = true;
   solution.time_ms = last[static_cast<size_t>(best)].time_ms + chain.loss_bwd_ms;
   solution.kept_bytes = last[static_cast<size_t>(best)].held - input;  // less the checkpoints' states (below)
-  solution.peak_bytes = std::max(input, last[static_cast<size_t>(best)].held + loss_need);
+  solution.peak_bytes = std::max({input, last[static_cast<size_t>(best)].held + loss_need, end_need});
   for (int k = length, s = best; k > 0;) {
     const State& state = frontier[static_cast<size_t>(k)][static_cast<size_t>(s)];
     const int first = state.first;
@@ -684,7 +703,10 @@ ModuleSolution EvaluateModules(const Chain& chain, const std::vector<WrappableMo
   solution.feasible = true;
   solution.time_ms = state.time_ms + chain.loss_bwd_ms;
   solution.kept_bytes = state.held - input;
-  solution.peak_bytes = std::max(peak, state.held + chain.StageInputBytes(length) + chain.loss_bwd_tmp_bytes);
+  solution.peak_bytes = std::max({peak,
+                                  state.held + chain.StageInputBytes(length) + chain.loss_bwd_tmp_bytes +
+                                      LossScalarBytes(accounting, grads),
+                                  StepEndBytes(chain, grads, input)});
   solution.schedule = ModuleSchedule(length, solution.wrapped);
   return solution;
 }

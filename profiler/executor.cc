@@ -19,6 +19,7 @@
 #include "ckplan/planner/plan.h"
 #include "ckplan/planner/schedule.h"
 #include "ckplan/planner/sha256.h"
+#include "ckplan/planner/solver_modules.h"
 #include "device.h"
 #include "meta_device.h"
 #include "optimizer_step.h"
@@ -30,6 +31,29 @@
 
 namespace ckplan {
 namespace {
+
+// The wrapped modules of a PyTorch-target plan, from its schedule (what
+// ModuleSchedule makes of them: each module's stages run without autograd,
+// the first keeping its input, then recomputed before their backwards).
+// False for any other schedule.
+bool WrappedModules(const Schedule& schedule, int stages, std::vector<std::pair<size_t, size_t>>* wrapped) {
+  std::vector<WrappableModule> modules;
+  for (const ScheduleStep& op : schedule) {
+    if (op.kind == StepKind::kLoss) break;
+    if (op.kind == StepKind::kForwardNoGradKeep) {
+      modules.push_back({"", op.stage, op.stage});
+    } else if (op.kind == StepKind::kForwardNoGrad) {
+      if (modules.empty() || modules.back().last_stage + 1 != op.stage) return false;
+      modules.back().last_stage = op.stage;
+    }
+  }
+  if (!(ModuleSchedule(stages, modules) == schedule)) return false;
+  wrapped->clear();
+  for (const WrappableModule& m : modules) {
+    wrapped->push_back({static_cast<size_t>(m.first_stage), static_cast<size_t>(m.last_stage)});
+  }
+  return true;
+}
 
 class Executor {
  public:
@@ -82,7 +106,11 @@ class Executor {
     std::vector<at::Tensor> expected;
     for (const auto& p : runner.params()) expected.push_back(p.grad().defined() ? p.grad().clone() : at::Tensor());
     runner.ZeroGrads();
-    runner.RunSchedule(inputs, schedule_);
+    if (modules_) {
+      runner.RunModules(inputs, wrapped_);
+    } else {
+      runner.RunSchedule(inputs, schedule_);
+    }
     CompareGrads(runner.params(), expected);
     expected.clear();
     runner.ZeroGrads();
@@ -139,6 +167,7 @@ class Executor {
       int max_stage = static_cast<int>(op_ranges_.size()) - (op.kind == StepKind::kLoss ? 0 : 1);
       if (op.stage > max_stage) root.Field("schedule").Fail("names stage " + std::to_string(op.stage) + ", out of range");
     }
+    modules_ = doc.target == "pytorch" && WrappedModules(schedule_, static_cast<int>(op_ranges_.size()), &wrapped_);
     optimizer_ = doc.fixed.optimizer;
     algorithm_ = doc.algorithm;
     budget_bytes_ = doc.budget_bytes;
@@ -209,7 +238,11 @@ class Executor {
                  1 + 2 * step + turn);
         runner.set_optimizer_step(is_planned ? &planned : &plain);
         runner.ZeroGrads();
-        Measure m = runner.RunSchedule(inputs, is_planned ? schedule_ : no_recompute);
+        // A PyTorch-target plan: its modules wrapped against the plain step
+        // (both as PyTorch runs them); a schedule against the schedule
+        // without recomputation (both stage by stage).
+        Measure m = modules_ ? runner.RunModules(inputs, is_planned ? wrapped_ : std::vector<std::pair<size_t, size_t>>())
+                             : runner.RunSchedule(inputs, is_planned ? schedule_ : no_recompute);
         if (step > 0) {
           all[is_planned].push_back(m);
           ms[is_planned].push_back(m.ms);
@@ -258,6 +291,8 @@ class Executor {
   std::vector<std::string> stage_names_;
   int num_ops_ = 0;
   Schedule schedule_;
+  bool modules_ = false;  // a PyTorch-target plan: run as PyTorch runs its wrapped modules
+  std::vector<std::pair<size_t, size_t>> wrapped_;  // their first and last stages
   int64_t budget_bytes_ = 0, predicted_peak_ = 0;
   double predicted_ms_ = 0, predicted_overhead_ = 0;
   double max_abs_ = 0, max_rel_ = 0;

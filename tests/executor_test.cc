@@ -10,6 +10,7 @@
 #include "ckplan/planner/error.h"
 #include "ckplan/planner/input.h"
 #include "ckplan/planner/plan.h"
+#include "ckplan/planner/solver_modules.h"
 #include "ckplan/planner/stages.h"
 #include "ckplan/profiler/executor.h"
 #include "ckplan/profiler/profiler.h"
@@ -239,6 +240,44 @@ TEST_CASE("run: resnet18 with batch norm: verdict ok, running statistics not upd
 TEST_CASE("run: GPT-style decoder with dropout: recomputed masks are the same, verdict ok") { CheckOk("gpt"); }
 
 TEST_CASE("run: U-Net with skip connections: verdict ok") { CheckOk("unet"); }
+
+// The PyTorch-target plan (modules wrapped with torch.utils.checkpoint, what
+// `ckplan solve` writes for a profile by default) at the budget halfway
+// between the target's smallest and its peak with nothing wrapped: `ckplan
+// run` runs it as PyTorch runs it (module_step.cc), within the budget and the
+// plan's prediction, gradients equal to the plain step's.
+void CheckPytorchTargetOk(const std::string& name) {
+  const Prepared& p = Prepare(name);
+  const std::vector<WrappableModule> modules = WrappableModules(p.chain, &p.profile);
+  PlanRequest request;
+  request.pytorch_modules = &modules;
+  request.budget_bytes = 1LL << 50;
+  const Plan loose = MakePlan(p.chain, p.fixed, request);
+  REQUIRE(loose.feasible);
+  request.budget_bytes = (loose.min_budget_bytes + loose.peak_bytes) / 2;
+  const Plan plan = MakePlan(p.chain, p.fixed, request);
+  REQUIRE(plan.feasible);
+  const nlohmann::json doc = PlanToJson(plan, p.chain, p.source);
+  CAPTURE(name);
+  CAPTURE(doc["checkpoint_modules"].dump());
+  REQUIRE(doc["target"] == "pytorch");
+  RunReport r = Run(name, doc);
+  CAPTURE(r.measured.peak_bytes);
+  CAPTURE(r.predicted_peak_bytes);
+  CAPTURE(r.budget_bytes);
+  CHECK(r.verdict == "ok");
+  CHECK(r.max_rel_grad_diff == 0.0);
+  CHECK(r.measured.peak_bytes <= r.budget_bytes);
+  CHECK(std::fabs(r.peak_error_pct) <= 2.0);
+  if (!doc["checkpoint_modules"].empty()) CHECK(r.measured.peak_bytes < r.baseline.peak_bytes);
+}
+
+TEST_CASE("run: PyTorch-target plans at the halfway budget run as PyTorch runs them: verdict ok") {
+  // gpt, two_heads: modules wrapped (decoder blocks, Linear+GELU pairs);
+  // mlp_chain: none worth wrapping, the budget its peak to the byte (the
+  // step's end: every gradient made, adam's update running).
+  for (const char* name : {"gpt", "two_heads", "resnet18", "mlp_chain"}) CheckPytorchTargetOk(name);
+}
 
 TEST_CASE("run: the measured peak falls as the budget falls") {
   const Prepared& p = Prepare("resnet18");

@@ -62,7 +62,14 @@ struct StageGradients {
   /// generator's state, torch.get_rng_state(), 5,056 B; with CUDA each
   /// device's too, 16 B). 0: not counted (chains without a profile).
   int64_t checkpoint_state_bytes = 0;
+  /// The loss and the gradient its backward starts from (two float32
+  /// scalars, kLossScalarBytes), held by the caller from the loss to the
+  /// backward's end: counted by PyTorch's accounting. 0: not counted (chains
+  /// without a profile).
+  int64_t loss_scalar_bytes = 0;
 };
+
+constexpr int64_t kLossScalarBytes = 8;
 
 /// A parameter goes to the last op (and stage) that uses it: by the module
 /// that owns it (its own ops, else its submodules'); a weight tied into a

@@ -1,0 +1,267 @@
+// A step of a PyTorch-target plan as PyTorch runs it: the forward node by
+// node with eager semantics (each value freed at its last use, one autograd
+// graph), each wrapped module's stages run as torch.utils.checkpoint runs a
+// module: without autograd, holding its inputs and the random state; in
+// backward, when the gradient reaches it, run again with autograd from its
+// inputs and back-propagated at once.
+
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/engine.h>
+
+#include <unordered_map>
+#include <unordered_set>
+
+#include "ckplan/planner/error.h"
+#include "schedule_runner.h"
+#include "timing.h"
+#include "tracking_allocator.h"
+
+namespace ckplan {
+namespace {
+
+using torch::jit::Value;
+
+// One wrapped module's run in one step: what its recomputation needs.
+struct WrappedRun {
+  GraphProgram* program = nullptr;
+  const std::vector<at::Tensor>* model_inputs = nullptr;
+  size_t begin = 0, end = 0;                    // its nodes
+  std::vector<const Value*> in_values;          // the values it reads from before it
+  std::vector<c10::IValue> in;                  // their values, held until its backward (as checkpoint holds its inputs)
+  std::vector<bool> written;                    // per input: written in place by its ops (copied first)
+  std::vector<const Value*> out_values;         // the values it makes that are read after it
+  std::vector<c10::IValue> out_structure;       // their lists and tuples, tensors left undefined
+  size_t param_count = 0;                       // the parameters passed to it after its inputs' tensors
+  at::Generator generator;
+  at::Tensor rng_state;                         // the random state its forward started from
+};
+
+// The tensors of `value` replaced, in order, by `tensors` from `*next`.
+c10::IValue Rebuild(const c10::IValue& value, const std::vector<at::Tensor>& tensors, size_t* next) {
+  if (value.isTensor()) return tensors[(*next)++];
+  if (value.isTensorList()) {
+    c10::List<at::Tensor> list;
+    for (size_t k = 0; k < value.toTensorList().size(); ++k) list.push_back(tensors[(*next)++]);
+    return list;
+  }
+  if (value.isList()) {
+    c10::impl::GenericList list(value.toList().elementType());
+    for (const c10::IValue& item : value.toList()) list.push_back(Rebuild(item, tensors, next));
+    return list;
+  }
+  if (value.isTuple()) {
+    std::vector<c10::IValue> items;
+    for (const c10::IValue& item : value.toTupleRef().elements()) items.push_back(Rebuild(item, tensors, next));
+    return c10::ivalue::Tuple::create(std::move(items));
+  }
+  return value;
+}
+
+// Runs the wrapped module's nodes on `in` (model inputs bound too); returns
+// the values it makes that are read after it.
+std::vector<c10::IValue> RunNodes(WrappedRun& run, const std::vector<c10::IValue>& in) {
+  Environment env;
+  run.program->BindInputs(env, *run.model_inputs);
+  for (size_t k = 0; k < run.in_values.size(); ++k) {
+    const c10::IValue& v = in[k];
+    env[run.in_values[k]] = run.written[k] && v.isTensor() ? c10::IValue(v.toTensor().clone()) : v;
+  }
+  for (size_t n = run.begin; n <= run.end; ++n) {
+    run.program->RunNode(n, env);
+    run.program->FreeDeadAfter(n, env);
+  }
+  std::vector<c10::IValue> out;
+  for (const Value* v : run.out_values) out.push_back(env.at(v));
+  return out;
+}
+
+// torch.utils.checkpoint for one wrapped module. Its tensor arguments: the
+// tensors of the module's inputs, then every parameter (so that its node
+// exists when no input requires gradients; their gradients are accumulated
+// by the recomputation's own backward, as reentrant checkpointing does).
+struct Checkpoint : public torch::autograd::Function<Checkpoint> {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, at::TensorList tensors,
+                                                int64_t run_address) {
+    (void)tensors;
+    WrappedRun& run = *reinterpret_cast<WrappedRun*>(run_address);
+    ctx->saved_data["run"] = run_address;
+    {
+      std::lock_guard<std::mutex> lock(run.generator.mutex());
+      run.rng_state = run.generator.get_state();
+    }
+    std::vector<c10::IValue> out = RunNodes(run, run.in);
+    std::vector<at::Tensor> flat;
+    for (const c10::IValue& v : out) CollectTensors(v, &flat);
+    const std::vector<at::Tensor> none(flat.size());
+    size_t next = 0;
+    run.out_structure.clear();
+    for (const c10::IValue& v : out) run.out_structure.push_back(Rebuild(v, none, &next));
+    return flat;
+  }
+
+  // `grad_outputs` by reference: the gradients are released as the
+  // recomputed graph consumes them (see below), not held to its end.
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list& grad_outputs) {
+    WrappedRun& run = *reinterpret_cast<WrappedRun*>(ctx->saved_data["run"].toInt());
+    // Its inputs, detached: their gradients are the module's.
+    std::vector<at::Tensor> in_tensors, leaves;
+    for (const c10::IValue& v : run.in) CollectTensors(v, &in_tensors);
+    for (const at::Tensor& t : in_tensors) {
+      leaves.push_back(t.defined() && t.requires_grad() ? t.detach().requires_grad_(true) : t);
+    }
+    std::vector<c10::IValue> in;
+    size_t next = 0;
+    for (const c10::IValue& v : run.in) in.push_back(Rebuild(v, leaves, &next));
+    std::vector<c10::IValue> out;
+    {
+      // The same random numbers as the forward's, the random state after
+      // it left as it was (checkpoint's preserve_rng_state).
+      at::Tensor now;
+      {
+        std::lock_guard<std::mutex> lock(run.generator.mutex());
+        now = run.generator.get_state();
+        run.generator.set_state(run.rng_state);
+      }
+      torch::AutoGradMode grad(true);
+      out = RunNodes(run, in);
+      std::lock_guard<std::mutex> lock(run.generator.mutex());
+      run.generator.set_state(now);
+    }
+    in.clear();
+    run.rng_state = at::Tensor();
+    std::vector<at::Tensor> outputs;
+    for (const c10::IValue& v : out) CollectTensors(v, &outputs);
+    out.clear();
+    std::vector<at::Tensor> roots, root_grads;
+    for (size_t k = 0; k < outputs.size() && k < grad_outputs.size(); ++k) {
+      if (!outputs[k].defined() || !outputs[k].requires_grad() || !grad_outputs[k].defined()) continue;
+      roots.push_back(outputs[k]);
+      root_grads.push_back(std::move(grad_outputs[k]));
+    }
+    outputs.clear();
+    grad_outputs.clear();
+    // The backward's caller holds the gradients it starts from to its end;
+    // PyTorch's checkpoint lets the module's last op consume its output's
+    // gradient and free it. So a root's gradient is released from here when
+    // the engine hands it to that op (the engine's own copy goes on).
+    // Nor does it hold the module's outputs: the backward starts from their
+    // graph's edges.
+    if (roots.size() == 1) {
+      roots[0].register_hook([&root_grads](const at::Tensor& grad) {
+        root_grads.clear();
+        return grad;
+      });
+    }
+    torch::autograd::edge_list edges;
+    for (const at::Tensor& root : roots) edges.push_back(torch::autograd::impl::gradient_edge(root));
+    roots.clear();
+    if (!edges.empty()) {
+      torch::autograd::Engine::get_default_engine().execute(edges, root_grads, /*keep_graph=*/false,
+                                                             /*create_graph=*/false, /*accumulate_grad=*/true);
+    }
+    edges.clear();
+    roots.clear();
+    root_grads.clear();
+    // One gradient per tensor argument (the parameters': accumulated
+    // above), one for the run's address.
+    torch::autograd::variable_list grads;
+    for (size_t k = 0; k < leaves.size(); ++k) {
+      grads.push_back(in_tensors[k].defined() && in_tensors[k].requires_grad() ? leaves[k].grad() : at::Tensor());
+    }
+    const size_t leaves_count = leaves.size();
+    leaves.clear();
+    in_tensors.clear();
+    run.in.clear();  // the inputs held for it: released with its backward
+    grads.resize(leaves_count + run.param_count + 1);
+    return grads;
+  }
+};
+
+}  // namespace
+
+Measure ScheduleRunner::RunModules(const std::vector<at::Tensor>& inputs,
+                                   const std::vector<std::pair<size_t, size_t>>& wrapped) {
+  GraphProgram& program = staged_.program();
+  Measure m = BeginStep(inputs);
+  const StepTimer timer(device_.cuda());  // thread CPU time on the CPU (timing.h)
+  // Wrapped modules by their first node: their first and last stages.
+  std::unordered_map<size_t, std::pair<size_t, size_t>> starts;
+  for (const auto& range : wrapped) starts[staged_.begin(range.first)] = range;
+  std::vector<std::unique_ptr<WrappedRun>> runs;  // alive until the step's backward is over
+  Environment env;
+  program.BindInputs(env, inputs);
+  for (size_t n = 0; n < program.nodes().size();) {
+    auto start = starts.find(n);
+    if (start == starts.end()) {
+      program.RunNode(n, env);
+      program.FreeDeadAfter(n, env);
+      ++n;
+      continue;
+    }
+    const size_t first_stage = start->second.first, end = staged_.end(start->second.second);
+    auto run = std::make_unique<WrappedRun>();
+    run->program = &program;
+    run->model_inputs = &inputs;
+    run->begin = n;
+    run->end = end;
+    run->generator = DefaultGenerator(device_);
+    // Its inputs: what its nodes read that was made before it; its outputs:
+    // what it makes that is read after it.
+    std::unordered_set<const Value*> made, read;
+    for (size_t k = n; k <= end; ++k) {
+      const torch::jit::Node* node = program.nodes()[k].node;
+      for (const Value* v : node->inputs()) {
+        if (made.count(v) == 0 && env.count(v) != 0 && read.insert(v).second) run->in_values.push_back(v);
+      }
+      for (const Value* v : node->outputs()) made.insert(v);
+    }
+    // An input its ops write in place is copied before each run of them
+    // (as a stage's is): the recomputation reads what the forward read.
+    const std::vector<const Value*>& boundary = staged_.boundary(first_stage);
+    for (const Value* v : run->in_values) {
+      run->in.push_back(env.at(v));
+      bool written = false;
+      for (size_t k = 0; k < boundary.size(); ++k) written = written || (boundary[k] == v && staged_.Writes(first_stage, k));
+      run->written.push_back(written);
+    }
+    for (size_t k = n; k <= end; ++k) {
+      for (const Value* v : program.nodes()[k].node->outputs()) {
+        if (program.LastUse(v) > end) run->out_values.push_back(v);
+      }
+    }
+    std::vector<at::Tensor> tensors;
+    for (const c10::IValue& v : run->in) CollectTensors(v, &tensors);
+    for (const at::Tensor& p : params_) tensors.push_back(p);
+    run->param_count = params_.size();
+    // The forward runs without autograd inside the function; its outputs
+    // come back as the function's (its node their grad_fn).
+    std::vector<at::Tensor> flat = Checkpoint::apply(at::TensorList(tensors), reinterpret_cast<int64_t>(run.get()));
+    tensors.clear();
+    // The output values: the function's tensors in the forward's lists and tuples.
+    size_t next = 0;
+    for (size_t k = 0; k < run->out_values.size(); ++k) {
+      env[run->out_values[k]] = Rebuild(run->out_structure[k], flat, &next);
+    }
+    flat.clear();
+    for (size_t k = n; k <= end; ++k) program.FreeDeadAfter(k, env);
+    runs.push_back(std::move(run));
+    n = end + 1;
+  }
+  std::vector<at::Tensor> outputs = Flatten(program.Outputs(env));
+  m.live_after_forward_bytes = tracker_.live_bytes() - m.other_bytes;
+  at::Tensor loss = Loss(outputs);
+  env.clear();
+  outputs.clear();
+  torch::autograd::backward({loss});
+  loss = at::Tensor();
+  runs.clear();
+  Step();
+  SynchronizeDevice(device_);  // kernels run after their launch returns
+  m.ms = timer.Ms();
+  m.peak_bytes = StepPeak(m);
+  return m;
+}
+
+}  // namespace ckplan
