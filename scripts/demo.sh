@@ -19,6 +19,9 @@ none=$("$CKPLAN" solve out/profile.json --budget 1TB --algo none -o - 2>/dev/nul
 budget=$(( (minimum + none) / 2 ))
 "$CKPLAN" solve out/profile.json --budget "$budget" -o out/plan.json
 echo
+echo "== ckplan run (the PyTorch-target plan, run as PyTorch runs it: its modules recomputed as torch.utils.checkpoint does)"
+"$CKPLAN" run data/example.pt --plan out/plan.json -o out/run_pytorch.json
+echo
 echo "== ckplan solve --target schedule (the schedule ckplan run executes, checked next)"
 "$CKPLAN" solve out/profile.json --budget "$budget" --target schedule -o out/schedule.plan.json
 echo
