@@ -629,7 +629,8 @@ ModuleSolution SolveModules(const Chain& chain, const std::vector<WrappableModul
   }
   std::vector<State>& last = frontier[static_cast<size_t>(length)];
   Prune(&last);
-  const int64_t loss_need = chain.StageInputBytes(length) + chain.loss_bwd_tmp_bytes + LossScalarBytes(accounting, grads);
+  const int64_t loss_need =
+      chain.StageInputBytes(length) + chain.loss_bwd_tmp_bytes + LossScalarBytes(accounting, grads);
   const int64_t end_need = StepEndBytes(chain, grads, input);
   if (end_need > budget_bytes) return solution;
   int best = -1;

@@ -241,7 +241,8 @@ class Executor {
         // A PyTorch-target plan: its modules wrapped against the plain step
         // (both as PyTorch runs them); a schedule against the schedule
         // without recomputation (both stage by stage).
-        Measure m = modules_ ? runner.RunModules(inputs, is_planned ? wrapped_ : std::vector<std::pair<size_t, size_t>>())
+        static const std::vector<std::pair<size_t, size_t>> kNothingWrapped;
+        Measure m = modules_ ? runner.RunModules(inputs, is_planned ? wrapped_ : kNothingWrapped)
                              : runner.RunSchedule(inputs, is_planned ? schedule_ : no_recompute);
         if (step > 0) {
           all[is_planned].push_back(m);

@@ -9,10 +9,10 @@
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/autograd/engine.h>
 
+#include <memory>
 #include <unordered_map>
 #include <unordered_set>
 
-#include "ckplan/planner/error.h"
 #include "schedule_runner.h"
 #include "timing.h"
 #include "tracking_allocator.h"
@@ -28,7 +28,7 @@ struct WrappedRun {
   const std::vector<at::Tensor>* model_inputs = nullptr;
   size_t begin = 0, end = 0;                    // its nodes
   std::vector<const Value*> in_values;          // the values it reads from before it
-  std::vector<c10::IValue> in;                  // their values, held until its backward (as checkpoint holds its inputs)
+  std::vector<c10::IValue> in;                  // their values, held to its backward's end (as checkpoint does)
   std::vector<bool> written;                    // per input: written in place by its ops (copied first)
   std::vector<const Value*> out_values;         // the values it makes that are read after it
   std::vector<c10::IValue> out_structure;       // their lists and tuples, tensors left undefined
@@ -223,7 +223,9 @@ Measure ScheduleRunner::RunModules(const std::vector<at::Tensor>& inputs,
     for (const Value* v : run->in_values) {
       run->in.push_back(env.at(v));
       bool written = false;
-      for (size_t k = 0; k < boundary.size(); ++k) written = written || (boundary[k] == v && staged_.Writes(first_stage, k));
+      for (size_t k = 0; k < boundary.size(); ++k) {
+        written = written || (boundary[k] == v && staged_.Writes(first_stage, k));
+      }
       run->written.push_back(written);
     }
     for (size_t k = n; k <= end; ++k) {
