@@ -6,7 +6,8 @@ measured one. Like with like: the
 measured step is `totals.step_ms` (forward, loss and backward timed whole
 without per-op timers, no optimizer step); the prediction is the ops' forward
 and backward plus the loss (`time_model.predicted_loss_ms`) plus the gradients
-summed outside the ops (`predicted_accumulate_grad_ms`). Prints a Markdown
+outside the ops (`predicted_accumulate_grad_ms`: each delivered to its `.grad`,
+the engine's sums). Prints a Markdown
 table (README, "Meta-device profiling and the cost model").
 
     .venv/bin/python bench/cost_model_table.py [--ckplan build/ckplan] [--models build/test_models]
@@ -59,7 +60,9 @@ def main():
               f"{rate('attention_mask:bfloat16')} GFLOP/s; dropout {model['random_gb_per_s']:.2f} GB/s; GELU {model['bandwidth_gb_per_s']:.2f} GB/s, bf16 "
               f"{model['elementwise_gb_per_s'].get('bfloat16', 0):.2f} GB/s; fixed cost "
               f"{model['op_overhead_us']:.2f} us forward, {model['bwd_op_overhead_us']:.2f} us backward, view "
-              f"{model['view_overhead_us']:.2f} us; within 25% of the measured step: "
+              f"{model['view_overhead_us']:.2f} us; extra autograd node "
+              f"{model.get('extra_node_us', {}).get('forward', 0):.2f} us forward, "
+              f"{model.get('extra_node_us', {}).get('backward', 0):.2f} us backward; within 25% of the measured step: "
               f"{sum(abs(r - 1) <= 0.25 for r in ratios)} of {len(ratios)} models; of the ops' own measured times: "
               f"{sum(abs(r - 1) <= 0.25 for r in own_ratios)}; calibration {min(c[0] for c in calibration):.2f}-{max(c[0] for c in calibration):.2f} s wall, "
               f"{min(c[1] for c in calibration):.2f}-{max(c[1] for c in calibration):.2f} s CPU")

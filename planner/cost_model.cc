@@ -66,6 +66,7 @@ OpWork CountOpWork(const Profile& profile, const OpRecord& op, const CostModelCo
   }
   if (!arg_dtype.empty()) w.dtype = arg_dtype;
   w.has_backward = any_grad;
+  w.grad_nodes = op.grad_nodes;
   const std::string& kind = op.kind;
   w.kind = kind.substr(kind.find("::") == std::string::npos ? 0 : kind.find("::") + 2);
   const auto& args = op.args;
@@ -104,13 +105,22 @@ OpWork CountOpWork(const Profile& profile, const OpRecord& op, const CostModelCo
                            "_scaled_dot_product_cudnn_attention"}) &&
              args.size() >= 3 && args[0].shape.size() >= 2 && args[1].shape.size() >= 2) {
     // q [..., L, D], k [..., S, D]: Q K^T and P V, 2 L S D each, per batch and head.
-    w.op_class = args.size() >= 4 && !args[3].shape.empty() ? OpClass::kMaskedAttention : OpClass::kAttention;
+    const bool masked = args.size() >= 4 && !args[3].shape.empty();
+    w.op_class = masked ? OpClass::kMaskedAttention : OpClass::kAttention;
     if (op.dropout_p > 0) w.op_class = OpClass::kDropoutAttention;
+    // The CPU's path, the key of its law: `sdpa` (fused), `sdpa_dropout`
+    // (the math path), each with `_mask` (an explicit mask) or `_causal`.
+    w.kind = std::string(op.dropout_p > 0 ? "sdpa_dropout" : "sdpa") + (masked ? "_mask" : "") +
+             (op.is_causal ? "_causal" : "");
     const auto& q = args[0].shape;
     const double l = static_cast<double>(q[q.size() - 2]), d = static_cast<double>(q.back());
     const double s = static_cast<double>(args[1].shape[args[1].shape.size() - 2]);
     w.fwd_flops = 4.0 * (Numel(q) / (l * d)) * l * s * d;
     w.bwd_flops = c.backward_attention_factor * w.fwd_flops;
+    // The math path (dropout) makes the attention matrix, batch x heads x
+    // L x S, and passes over it several times (scale, mask, softmax,
+    // dropout): its bytes, whatever the head size.
+    if (op.dropout_p > 0) w.fwd_bytes += (Numel(q) / (l * d)) * l * s * ElementBytes(args[0].dtype);
     return w;
   }
   if (KindIs(kind, {"lstm", "gru", "rnn_tanh", "rnn_relu"}) && !args.empty() && !args[0].shape.empty()) {
@@ -126,6 +136,19 @@ OpWork CountOpWork(const Profile& profile, const OpRecord& op, const CostModelCo
       }
     }
     w.fwd_flops = 2.0 * Numel(args[0].shape) / static_cast<double>(std::max<int64_t>(1, args[0].shape.back())) * weights;
+    // One small step per time step, layer and direction: the time dimension
+    // from `recurrent.batch_first` (PyTorch's default, sequence first, where
+    // the profile does not say; unbatched input: its first dimension), the
+    // layers and directions recorded, else one per pair of weight matrices.
+    const auto& x = args[0].shape;
+    const bool batch_first = op.recurrent.num_layers > 0 && op.recurrent.batch_first;
+    const double steps = static_cast<double>(x.size() == 3 && batch_first ? x[1] : x[0]);
+    double matrices = 0;
+    for (size_t a = 1; a < args.size(); ++a) matrices += args[a].shape.size() == 2 ? 1 : 0;
+    const double stacks = op.recurrent.num_layers > 0
+                              ? op.recurrent.num_layers * (op.recurrent.bidirectional ? 2.0 : 1.0)
+                              : std::max(1.0, matrices / 2);
+    w.calls = steps * stacks;
   }
   if (w.op_class == OpClass::kMatmul || w.op_class == OpClass::kConvolution || w.op_class == OpClass::kRecurrent) {
     w.bwd_flops = c.backward_matmul_factor * w.fwd_flops;
@@ -133,6 +156,8 @@ OpWork CountOpWork(const Profile& profile, const OpRecord& op, const CostModelCo
   if (KindIs(kind, {"dropout", "native_dropout", "feature_dropout", "alpha_dropout", "bernoulli"})) {
     w.op_class = OpClass::kRandom;
   }
+  // GELU's tanh approximation runs another kernel: its own law.
+  if (KindIs(kind, {"gelu"}) && op.approximate == "tanh") w.kind = "gelu_tanh";
   if (KindIs(kind, {"embedding"}) && !args.empty()) {
     // Forward: gather the rows; backward: zero the weight's gradient, scatter-add the rows.
     w.fwd_bytes = 2 * out_bytes;
@@ -222,7 +247,7 @@ namespace {
 // The measured law of an op's kind and dtype, else of its class's stand-in
 // (`linear` for matmuls, `conv2d` for convolutions, `sdpa`, `sdpa_mask`,
 // `sdpa_dropout` for attention's three CPU paths); null where the device has none.
-const std::pair<LinearOpCost, LinearOpCost>* FindOpCost(const GpuSpec& gpu, const OpWork& w) {
+const std::pair<LinearOpCost, LinearOpCost>* FindOpCost(const GpuSpec& gpu, const OpWork& w, std::string* key = nullptr) {
   if (gpu.op_costs.empty() || w.op_class == OpClass::kView) return nullptr;
   const std::string dtype = CurveDtype(w.dtype.empty() ? "float32" : w.dtype);
   std::string stand_in;
@@ -234,13 +259,13 @@ const std::pair<LinearOpCost, LinearOpCost>* FindOpCost(const GpuSpec& gpu, cons
     case OpClass::kDropoutAttention: stand_in = "sdpa_dropout"; break;
     default: break;
   }
-  // Attention's path, not its kind, decides its kernels.
-  const bool attention = w.op_class == OpClass::kAttention || w.op_class == OpClass::kMaskedAttention ||
-                         w.op_class == OpClass::kDropoutAttention;
-  for (const std::string& name : {attention ? stand_in : w.kind, stand_in}) {
+  // Attention's path, not its kind, decides its kernels: w.kind names it (`sdpa_dropout_mask`).
+  for (const std::string& name : {w.kind, stand_in}) {
     if (name.empty()) continue;
     const auto it = gpu.op_costs.find(name + ":" + dtype);
-    if (it != gpu.op_costs.end()) return &it->second;
+    if (it == gpu.op_costs.end()) continue;
+    if (key != nullptr) *key = it->first;
+    return &it->second;
   }
   return nullptr;
 }
@@ -264,23 +289,40 @@ std::string ParameterDtype(const Profile& profile, const CostModelConstants& c) 
 }  // namespace
 
 double OpMs(const GpuSpec& gpu, const OpWork& w, bool backward, const CostModelConstants& c) {
-  if (const auto* law = FindOpCost(gpu, w)) {
-    const OpFeatures features{w.fwd_flops, w.fwd_bytes, w.weight_bytes};
-    return 1e-3 * (backward ? law->second : law->first).Us(features);
+  // Autograd nodes beyond those its law's microbenchmark made (or, for an
+  // op without a law, beyond the one its fixed cost stands for): each costs
+  // the engine a node more (a linear on 3-D input flattens it and views its
+  // output back; views of non-contiguous gradients copy).
+  auto extra_nodes_ms = [&](double priced_nodes) {
+    if (w.grad_nodes < 0 || w.op_class == OpClass::kRecurrent) return 0.0;
+    const double extra = std::max(0.0, w.grad_nodes - priced_nodes);
+    return 1e-3 * extra * (backward ? gpu.extra_node_bwd_us : gpu.extra_node_fwd_us);
+  };
+  std::string key;
+  if (const auto* law = FindOpCost(gpu, w, &key)) {
+    const OpFeatures features{w.fwd_flops, w.fwd_bytes, w.weight_bytes, w.calls};
+    const auto nodes = gpu.op_cost_nodes.find(key);
+    return 1e-3 * (backward ? law->second : law->first).Us(features) +
+           extra_nodes_ms(nodes != gpu.op_cost_nodes.end() ? nodes->second : 1.0);
   }
-  return backward ? RooflineMs(gpu, w.op_class, w.dtype, w.bwd_flops, w.bwd_bytes, c, true, w.fwd_flops)
-                  : RooflineMs(gpu, w.op_class, w.dtype, w.fwd_flops, w.fwd_bytes, c, false, w.fwd_flops);
+  return extra_nodes_ms(1.0) +
+         (backward ? RooflineMs(gpu, w.op_class, w.dtype, w.bwd_flops, w.bwd_bytes, c, true, w.fwd_flops)
+                   : RooflineMs(gpu, w.op_class, w.dtype, w.fwd_flops, w.fwd_bytes, c, false, w.fwd_flops));
 }
 
 double PredictedAccumulateGradMs(const Profile& profile, const GpuSpec& gpu) {
   if (gpu.op_costs.empty()) return 0;
-  const auto it = gpu.op_costs.find("accumulate_grad:" + CurveDtype(ParameterDtype(profile, {})));
-  if (it == gpu.op_costs.end()) return 0;
-  const LinearOpCost& add = it->second.second;
+  const std::string dtype = CurveDtype(ParameterDtype(profile, {}));
   double us = 0;
-  for (const ParameterRecord& p : profile.parameters) us += add.Us({0, static_cast<double>(p.bytes), 0});
+  // Each parameter's gradient delivered to its `.grad` (set to None before
+  // the step: taken, not added).
+  if (const auto it = gpu.op_costs.find("accumulate_grad:" + dtype); it != gpu.op_costs.end()) {
+    for (const ParameterRecord& p : profile.parameters) us += it->second.second.Us({0, static_cast<double>(p.bytes), 0});
+  }
   // A value several ops read gets a gradient from each of them: the engine
   // adds them up (in its input buffer, no node of its own).
+  const auto sum = gpu.op_costs.find("grad_sum:" + dtype);
+  if (sum == gpu.op_costs.end()) return us * 1e-3;
   std::vector<int> readers(profile.tensors.size(), 0);
   for (const OpRecord& op : profile.ops) {
     if (!CountOpWork(profile, op).has_backward) continue;
@@ -290,8 +332,7 @@ double PredictedAccumulateGradMs(const Profile& profile, const GpuSpec& gpu) {
   for (size_t t = 0; t < readers.size(); ++t) {
     const TensorRecord& r = profile.tensors[t];
     if (readers[t] < 2 || !r.requires_grad || !IsFloat(r.dtype)) continue;
-    const double sum_us = std::max(0.0, add.Us({0, Numel(r.shape) * ElementBytes(r.dtype), 0}) - gpu.bwd_op_overhead_us);
-    us += (readers[t] - 1) * sum_us;
+    us += (readers[t] - 1) * sum->second.second.Us({0, Numel(r.shape) * ElementBytes(r.dtype), 0});
   }
   return us * 1e-3;
 }
@@ -409,8 +450,13 @@ void ApplyCostModel(Profile* profile, const GpuSpec& gpu, const CostModelConstan
     };
     for (const auto& [key, law] : gpu.op_costs) {
       laws[key] = {{"forward", law_json(law.first)}, {"backward", law_json(law.second)}};
+      if (const auto nodes = gpu.op_cost_nodes.find(key); nodes != gpu.op_cost_nodes.end()) {
+        laws[key]["autograd_nodes"] = nodes->second;
+      }
     }
     profile->environment["time_model"]["op_costs"] = laws;
+    profile->environment["time_model"]["extra_node_us"] = {{"forward", gpu.extra_node_fwd_us},
+                                                           {"backward", gpu.extra_node_bwd_us}};
   }
 }
 

@@ -341,10 +341,11 @@ TEST_CASE("FLOPs of recurrent layers: 2 x batch x time x the weight matrices' el
   CHECK(w.weight_bytes == 4 * 128 * 32 * 4);
 }
 
-TEST_CASE("gradients summed outside the ops: into each parameter's .grad, and for a value two ops read") {
-  GpuSpec cpu = SmallCpu(false);  // its engine node: 3 us
-  // 4 us + 1 us per 10 KB (the law holds one engine node).
+TEST_CASE("gradients outside the ops: each parameter's delivered to its .grad, and a value two ops read summed") {
+  GpuSpec cpu = SmallCpu(false);
+  // 4 us + 1 us per 10 KB (the law holds one engine node); the engine's sum: 2 us per 10 KB.
   cpu.op_costs["accumulate_grad:float32"] = {LinearOpCost{}, LinearOpCost{4, 0, 1e-4, 0}};
+  cpu.op_costs["grad_sum:float32"] = {LinearOpCost{0, 0, 2e-4, 0}, LinearOpCost{0, 0, 2e-4, 0}};
   Profile p = OneOp("aten::linear", {{{16, 64}, "Float"}, {{128, 64}, "Float"}, {{128}, "Float"}}, {16, 128});
   p.parameters = {{"w", {128, 64}, 32768}, {"b", {128}, 512}};
   CHECK(PredictedAccumulateGradMs(p, cpu) == doctest::Approx(1e-3 * ((4 + 3.2768) + (4 + 0.0512))));
@@ -370,7 +371,117 @@ TEST_CASE("gradients summed outside the ops: into each parameter's .grad, and fo
   p.tensors.back().storage = 3;
   gelu.outputs = {3};
   p.ops.push_back(gelu);
-  const double sum_us = 4 + 1e-4 * 16 * 128 * 4 - 3;
+  const double sum_us = 2e-4 * 16 * 128 * 4;
   CHECK(PredictedAccumulateGradMs(p, cpu) == doctest::Approx(1e-3 * ((4 + 3.2768) + (4 + 0.0512) + sum_us)));
+  cpu.op_costs.erase("grad_sum:float32");  // no law for the sums: the parameters' alone
+  CHECK(PredictedAccumulateGradMs(p, cpu) == doctest::Approx(1e-3 * ((4 + 3.2768) + (4 + 0.0512))));
   CHECK(PredictedAccumulateGradMs(p, FindGpu("h100")) == 0);  // no law: not modelled
+}
+
+TEST_CASE("attention's CPU path names its law: dropout, an explicit mask, causal; is_causal is recorded") {
+  GpuSpec cpu = SmallCpu(false);
+  cpu.op_costs["sdpa_dropout:float32"] = {LinearOpCost{50, 0, 0, 0}, LinearOpCost{60, 0, 0, 0}};
+  cpu.op_costs["sdpa_dropout_mask:float32"] = {LinearOpCost{70, 0, 0, 0}, LinearOpCost{80, 0, 0, 0}};
+  cpu.op_costs["sdpa_dropout_causal:float32"] = {LinearOpCost{90, 0, 0, 0}, LinearOpCost{95, 0, 0, 0}};
+  std::vector<ArgRecord> args = {{{1, 2, 16, 8}, "Float"}, {{1, 2, 16, 8}, "Float"}, {{1, 2, 16, 8}, "Float"}};
+  Profile p = OneOp("aten::scaled_dot_product_attention", args, {1, 2, 16, 8});
+  p.ops[0].dropout_p = 0.1;
+  CHECK(CountOpWork(p, p.ops[0]).kind == "sdpa_dropout");
+  p.ops[0].is_causal = true;
+  CHECK(CountOpWork(p, p.ops[0]).kind == "sdpa_dropout_causal");
+  CHECK(OpMs(cpu, CountOpWork(p, p.ops[0]), false) == doctest::Approx(0.090));
+  p.ops[0].is_causal = false;
+  p.ops[0].args.push_back({{1, 1, 16, 16}, "Bool"});
+  CHECK(CountOpWork(p, p.ops[0]).kind == "sdpa_dropout_mask");
+  CHECK(OpMs(cpu, CountOpWork(p, p.ops[0]), true) == doctest::Approx(0.080));
+  p.ops[0].dropout_p = 0;  // no law for sdpa_mask here: the class's stand-in, then the roofline
+  CHECK(CountOpWork(p, p.ops[0]).kind == "sdpa_mask");
+  // is_causal: written only where true, read back.
+  p.ops[0].is_causal = true;
+  p.model = nlohmann::json::object();
+  p.tensors[0].producer = -1;
+  p.inputs = {0};
+  p.outputs = {1};
+  const nlohmann::json j = ProfileToJson(p);
+  CHECK(j["ops"][0]["is_causal"] == true);
+  CHECK(ProfileFromJson(j, "p.json").ops[0].is_causal);
+  p.ops[0].is_causal = false;
+  CHECK(!ProfileToJson(p)["ops"][0].contains("is_causal"));
+}
+
+TEST_CASE("GELU's tanh approximation has its own law; approximate is recorded") {
+  GpuSpec cpu = SmallCpu(false);
+  cpu.op_costs["gelu:float32"] = {LinearOpCost{2, 0, 1e-4, 0}, LinearOpCost{3, 0, 2e-4, 0}};
+  cpu.op_costs["gelu_tanh:float32"] = {LinearOpCost{2, 0, 4e-4, 0}, LinearOpCost{3, 0, 6e-4, 0}};
+  Profile p = OneOp("aten::gelu", {{{1024, 1024}, "Float"}}, {1024, 1024});
+  CHECK(CountOpWork(p, p.ops[0]).kind == "gelu");
+  p.ops[0].approximate = "tanh";
+  const OpWork w = CountOpWork(p, p.ops[0]);
+  CHECK(w.kind == "gelu_tanh");
+  CHECK(OpMs(cpu, w, false) == doctest::Approx(1e-3 * (2 + 4e-4 * 8388608)));
+  p.model = nlohmann::json::object();
+  p.tensors[0].producer = -1;
+  p.inputs = {0};
+  p.outputs = {1};
+  const nlohmann::json j = ProfileToJson(p);
+  CHECK(j["ops"][0]["approximate"] == "tanh");
+  CHECK(ProfileFromJson(j, "p.json").ops[0].approximate == "tanh");
+}
+
+TEST_CASE("a recurrent layer pays its law's fixed cost per time step, layer and direction") {
+  GpuSpec cpu = SmallCpu(false);
+  cpu.op_costs["gru:float32"] = {LinearOpCost{10, 0, 0, 0}, LinearOpCost{20, 0, 0, 0}};
+  // nn.GRU(32, 32, batch_first=True) on [8, 24, 32]: h0 [1, 8, 32], w_ih, w_hh [96, 32], b_ih, b_hh [96].
+  std::vector<ArgRecord> args = {{{8, 24, 32}, "Float"}, {{1, 8, 32}, "Float"}, {{96, 32}, "Float"},
+                                 {{96, 32}, "Float"},    {{96}, "Float"},       {{96}, "Float"}};
+  Profile p = OneOp("aten::gru", args, {8, 24, 32});
+  CHECK(CountOpWork(p, p.ops[0]).calls == 8);  // not recorded: PyTorch's default, sequence first
+  p.ops[0].recurrent = {true, 1, false};
+  OpWork w = CountOpWork(p, p.ops[0]);
+  CHECK(w.calls == 24);
+  CHECK(OpMs(cpu, w, false) == doctest::Approx(1e-3 * 10 * 24));
+  CHECK(OpMs(cpu, w, true) == doctest::Approx(1e-3 * 20 * 24));
+  p.ops[0].recurrent = {true, 2, true};  // the count recorded: 2 layers x 2 directions
+  CHECK(CountOpWork(p, p.ops[0]).calls == 24 * 4);
+  p.model = nlohmann::json::object();
+  p.tensors[0].producer = -1;
+  p.inputs = {0};
+  p.outputs = {1};
+  const nlohmann::json j = ProfileToJson(p);
+  CHECK(j["ops"][0]["recurrent"]["batch_first"] == true);
+  CHECK(j["ops"][0]["recurrent"]["num_layers"] == 2);
+  const OpRecord back = ProfileFromJson(j, "p.json").ops[0];
+  CHECK(back.recurrent.batch_first);
+  CHECK(back.recurrent.num_layers == 2);
+  CHECK(back.recurrent.bidirectional);
+}
+
+TEST_CASE("autograd nodes beyond those the law's microbenchmark made each cost one more engine node") {
+  GpuSpec cpu = SmallCpu(false);
+  cpu.op_costs["linear:float32"] = {LinearOpCost{10, 0, 0, 0}, LinearOpCost{20, 0, 0, 0}};
+  cpu.op_cost_nodes["linear:float32"] = 2;  // addmm and t on 2-D input
+  cpu.extra_node_fwd_us = 1;
+  cpu.extra_node_bwd_us = 3;
+  Profile p = OneOp("aten::linear", {{{8, 16, 64}, "Float"}, {{128, 64}, "Float"}, {{128}, "Float"}}, {8, 16, 128});
+  CHECK(OpMs(cpu, CountOpWork(p, p.ops[0]), false) == doctest::Approx(0.010));  // not recorded: none
+  p.ops[0].grad_nodes = 4;  // 3-D input: flattened and viewed back
+  const OpWork w = CountOpWork(p, p.ops[0]);
+  CHECK(OpMs(cpu, w, false) == doctest::Approx(1e-3 * (10 + 2 * 1)));
+  CHECK(OpMs(cpu, w, true) == doctest::Approx(1e-3 * (20 + 2 * 3)));
+  p.ops[0].grad_nodes = 1;  // fewer: no credit
+  CHECK(OpMs(cpu, CountOpWork(p, p.ops[0]), true) == doctest::Approx(0.020));
+  // An op without a law: its fixed cost stands for one node.
+  Profile view = OneOp("aten::view", {{{8, 64}, "Float"}}, {512}, "float32", /*view=*/true);
+  view.ops[0].grad_nodes = 1;
+  const double one = OpMs(cpu, CountOpWork(view, view.ops[0]), true);
+  view.ops[0].grad_nodes = 3;
+  CHECK(OpMs(cpu, CountOpWork(view, view.ops[0]), true) == doctest::Approx(one + 2 * 3e-3));
+  // Written where recorded, read back.
+  p.model = nlohmann::json::object();
+  p.tensors[0].producer = -1;
+  p.inputs = {0};
+  p.outputs = {1};
+  CHECK(ProfileFromJson(ProfileToJson(p), "p.json").ops[0].grad_nodes == 1);
+  p.ops[0].grad_nodes = -1;
+  CHECK(!ProfileToJson(p)["ops"][0].contains("grad_nodes"));
 }

@@ -7,9 +7,9 @@
 namespace ckplan {
 namespace {
 
-constexpr int kFeatures = 4;  // fixed, FLOPs, bytes, weight bytes
+constexpr int kFeatures = 4;  // fixed (per call), FLOPs, bytes, weight bytes
 
-std::array<double, kFeatures> Row(const OpFeatures& f) { return {1.0, f.flops, f.bytes, f.weight_bytes}; }
+std::array<double, kFeatures> Row(const OpFeatures& f) { return {f.calls, f.flops, f.bytes, f.weight_bytes}; }
 
 // Least squares over the columns in `mask`, rows weighted by 1 / us;
 // false where the system is singular or a coefficient is negative.

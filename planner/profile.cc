@@ -115,6 +115,15 @@ Profile ProfileFromJson(const nlohmann::json& doc, const std::string& file) {
     }
     if (r.Has("fwd_nograd_ms")) op.fwd_nograd_ms = r.Field("fwd_nograd_ms").NonNegativeNumber();
     if (r.Has("dropout_p")) op.dropout_p = r.Field("dropout_p").NonNegativeNumber();
+    if (r.Has("approximate")) op.approximate = r.Field("approximate").String();
+    if (r.Has("is_causal")) op.is_causal = r.Field("is_causal").Bool();
+    if (r.Has("grad_nodes")) op.grad_nodes = r.Field("grad_nodes").IntegerIn(0, 1 << 30);
+    if (r.Has("recurrent")) {
+      JsonReader rnn = r.Field("recurrent");
+      op.recurrent.batch_first = rnn.Field("batch_first").Bool();
+      op.recurrent.num_layers = rnn.Field("num_layers").IntegerIn(1, 1 << 20);
+      op.recurrent.bidirectional = rnn.Field("bidirectional").Bool();
+    }
     for (int t : op.inputs) {
       int producer = p.tensors[static_cast<size_t>(t)].producer;
       if (producer >= o && !(op.inplace && producer == o)) {
@@ -207,6 +216,13 @@ nlohmann::json ProfileToJson(const Profile& p) {
     }
     if (op.fwd_nograd_ms >= 0) ops.back()["fwd_nograd_ms"] = op.fwd_nograd_ms;
     if (op.dropout_p > 0) ops.back()["dropout_p"] = op.dropout_p;
+    if (!op.approximate.empty()) ops.back()["approximate"] = op.approximate;
+    if (op.is_causal) ops.back()["is_causal"] = true;
+    if (op.grad_nodes >= 0) ops.back()["grad_nodes"] = op.grad_nodes;
+    if (op.recurrent.num_layers > 0) {
+      ops.back()["recurrent"] = {{"batch_first", op.recurrent.batch_first}, {"num_layers", op.recurrent.num_layers},
+                                 {"bidirectional", op.recurrent.bidirectional}};
+    }
     for (int t : op.inputs) {
       int producer = p.tensors[static_cast<size_t>(t)].producer;
       edges.push_back({{"from", producer}, {"to", op.id}, {"tensor", t}});

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <ATen/SequenceNumber.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 #include <torch/csrc/autograd/autograd.h>
@@ -9,11 +10,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <functional>
 #include <initializer_list>
 #include <set>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -161,6 +164,10 @@ double EngineTaskUs() {
 // then one backward of all their outputs (torch::autograd::grad, the
 // engine's nodes, no .grad written; the engine's task, once per backward
 // pass, taken out); medians of `reps` after a warm-up.
+// The autograd nodes one call made in the last TimeCalls (sequence numbers
+// taken: what a profile's `grad_nodes` counts).
+double g_nodes_per_call = 0;
+
 std::pair<OpCostSample, OpCostSample> TimeCalls(int calls, int reps, const std::function<Call(int)>& make) {
   std::vector<double> fwd_us, bwd_us;
   OpFeatures features;
@@ -169,9 +176,11 @@ std::pair<OpCostSample, OpCostSample> TimeCalls(int calls, int reps, const std::
     for (int k = 0; k < calls; ++k) set.push_back(make(k));
     features = set[0].features;
     std::vector<at::Tensor> outputs, leaves, grads;
+    const uint64_t seq_before = at::sequence_number::peek();
     const auto start = Clock::now();
     for (Call& c : set) outputs.push_back(c.forward());
     const double f = MsSince(start) * 1e3 / calls;
+    g_nodes_per_call = static_cast<double>(at::sequence_number::peek() - seq_before) / calls;
     for (Call& c : set) leaves.insert(leaves.end(), c.leaves.begin(), c.leaves.end());
     for (const at::Tensor& o : outputs) grads.push_back(at::ones_like(o));
     const auto backward_start = Clock::now();
@@ -186,14 +195,19 @@ std::pair<OpCostSample, OpCostSample> TimeCalls(int calls, int reps, const std::
   return {{features, Median(fwd_us)}, {features, Median(bwd_us)}};
 }
 
+// The autograd nodes per call of the last FitCalls (the fewest over its sizes).
+double g_law_nodes = 0;
+
 // The laws of one kind from its calls at each size (make(size, k)).
 std::pair<LinearOpCost, LinearOpCost> FitCalls(const std::vector<std::function<Call(int)>>& sizes, int calls,
                                                int reps) {
   std::vector<OpCostSample> fwd, bwd;
+  g_law_nodes = 1e30;
   for (const auto& make : sizes) {
     const auto [f, b] = TimeCalls(calls, reps, make);
     fwd.push_back(f);
     bwd.push_back(b);
+    g_law_nodes = std::min(g_law_nodes, g_nodes_per_call);
   }
   return {FitOpCost(fwd), FitOpCost(bwd)};
 }
@@ -245,6 +259,7 @@ const std::vector<MemoryKind>& MemoryKinds() {
       {"relu", false, false, [](const at::Tensor& x, at::ScalarType) { return at::relu(x); }, 0},
       {"relu_", true, true, [](const at::Tensor& x, at::ScalarType) { at::Tensor y = x; return at::relu_(y); }, 0},
       {"gelu", false, false, [](const at::Tensor& x, at::ScalarType) { return at::gelu(x); }, 0},
+      {"gelu_tanh", false, false, [](const at::Tensor& x, at::ScalarType) { return at::gelu(x, "tanh"); }, 0},
       {"tanh", false, false, [](const at::Tensor& x, at::ScalarType) { return at::tanh(x); }, 0},
       {"silu", false, false, [](const at::Tensor& x, at::ScalarType) { return at::silu(x); }, 0},
       {"sigmoid", false, false, [](const at::Tensor& x, at::ScalarType) { return at::sigmoid(x); }, 0},
@@ -342,35 +357,44 @@ std::pair<LinearOpCost, LinearOpCost> ConvolutionLaw(at::ScalarType type) {
   return FitCalls(sizes, 2, 3);
 }
 
-// Scaled dot-product attention, q, k, v [1, 8, L, 32], L = 16, 64, 256:
-// plain, with a boolean mask, or with dropout 0.1 (the CPU's three paths).
-std::pair<LinearOpCost, LinearOpCost> AttentionLaw(at::ScalarType type, bool masked, double dropout_p) {
+// Scaled dot-product attention, q, k, v [1, 8, L, D], (L, D) = (16, 32),
+// (64, 32), (256, 32), (64, 16), (128, 64):
+// plain or with dropout 0.1 (the fused kernel or the math path on the CPU),
+// each with a boolean mask or causal where the op is.
+std::pair<LinearOpCost, LinearOpCost> AttentionLaw(at::ScalarType type, bool masked, double dropout_p, bool causal) {
   std::vector<std::function<Call(int)>> sizes;
-  for (int64_t l : {16, 64, 256}) {
+  for (const auto& [l, d] : std::vector<std::pair<int64_t, int64_t>>{{16, 32}, {64, 32}, {256, 32}, {64, 16}, {128, 64}}) {
     sizes.push_back([=](int) {
       Call c;
-      at::Tensor q = Leaf({1, 8, l, 32}, type), k = Leaf({1, 8, l, 32}, type), v = Leaf({1, 8, l, 32}, type);
+      at::Tensor q = Leaf({1, 8, l, d}, type), k = Leaf({1, 8, l, d}, type), v = Leaf({1, 8, l, d}, type);
       std::optional<at::Tensor> mask;
       if (masked) mask = at::ones({1, 1, l, l}, at::kBool);
       c.leaves = {q, k, v};
-      c.forward = [q, k, v, mask, dropout_p] { return at::scaled_dot_product_attention(q, k, v, mask, dropout_p); };
-      c.features = {4.0 * 8 * static_cast<double>(l * l) * 32,
-                    static_cast<double>(4 * Bytes({q}) + (mask ? Bytes({*mask}) : 0)), 0};
+      c.forward = [q, k, v, mask, dropout_p, causal] {
+        return at::scaled_dot_product_attention(q, k, v, mask, dropout_p, causal);
+      };
+      // Bytes as the cost model counts them: q, k, v, the mask and the
+      // output, and on the math path (dropout) the attention matrix.
+      const int64_t matrix = dropout_p > 0 ? 8 * l * l * static_cast<int64_t>(at::elementSize(type)) : 0;
+      c.features = {4.0 * 8 * static_cast<double>(l * l * d),
+                    static_cast<double>(4 * Bytes({q}) + (mask ? Bytes({*mask}) : 0) + matrix), 0};
       return c;
     });
   }
   return FitCalls(sizes, 2, 3);
 }
 
-// One-layer LSTM or GRU (batch first) on [4, T, H], hidden H: per call
-// (time steps, hidden) = (8, 16), (32, 16), (16, 64), (16, 128). Features as
+// One-layer LSTM or GRU (batch first) on [B, T, H], hidden H: per call
+// (batch, time steps, hidden) = (4, 8, 16), (4, 32, 16), (4, 16, 64),
+// (4, 16, 128), (16, 8, 32). Features as
 // the cost model counts them: 2 x batch x time x the weight matrices'
-// elements; the arguments' and outputs' bytes (they grow with the time
-// steps, which bound a recurrent layer's small per-step calls); the weights'.
+// elements; the arguments' and outputs' bytes; the weights'; and the time
+// steps, each a small step paying the law's fixed cost.
 std::pair<LinearOpCost, LinearOpCost> RecurrentLaw(at::ScalarType type, bool lstm) {
   std::vector<std::function<Call(int)>> sizes;
-  const int64_t gates = lstm ? 4 : 3, batch = 4;
-  for (const auto& [steps, hidden] : std::vector<std::pair<int64_t, int64_t>>{{8, 16}, {32, 16}, {16, 64}, {16, 128}}) {
+  const int64_t gates = lstm ? 4 : 3;
+  for (const auto& [batch, steps, hidden] : std::vector<std::array<int64_t, 3>>{
+           {4, 8, 16}, {4, 32, 16}, {4, 16, 64}, {4, 16, 128}, {16, 8, 32}}) {
     sizes.push_back([=](int) {
       Call c;
       at::Tensor x = Leaf({batch, steps, hidden}, type);
@@ -387,36 +411,108 @@ std::pair<LinearOpCost, LinearOpCost> RecurrentLaw(at::ScalarType type, bool lst
       int64_t bytes = Bytes({x, h0, params[0], params[1], params[2], params[3]}) + Bytes({x}) + Bytes({h0});
       if (lstm) bytes += 2 * Bytes({c0});
       c.features = {2.0 * static_cast<double>(batch * steps) * weights, static_cast<double>(bytes),
-                    static_cast<double>(Bytes({params[0], params[1]}))};
+                    static_cast<double>(Bytes({params[0], params[1]})), static_cast<double>(steps)};
       return c;
     });
   }
   return FitCalls(sizes, 2, 3);
 }
 
-// Adding a parameter's gradient into its .grad (AccumulateGrad in place):
-// an add_ of 4 Ki, 64 Ki and 1 Mi elements (feature: the parameter's bytes)
-// into .grad tensors cycled through a pool of up to 48 MiB (a step's .grad
-// is cold: last touched a step ago; the new gradient is warm), plus one
-// engine node.
+// A parameter's gradient delivered to its `.grad` (AccumulateGrad) as a
+// training step does it: gradients set to None before the step
+// (`zero_grad()`'s default, as the profiled and the plain steps and `ckplan
+// run` do), so autograd takes the new gradient as `.grad` without an add
+// (it copies it only where the gradient does not have the parameter's
+// layout). Measured as what a backward writing `.grad` costs beyond the
+// same backward returning the gradients (torch::autograd::grad: no
+// AccumulateGrad): 64 parameters of 4 Ki, 64 Ki and 1 Mi elements (feature:
+// the parameter's bytes), each behind a `mul` (a fresh contiguous gradient,
+// as a layer's backward makes), the median of 9 differences, each of two
+// backwards back to back; plus the engine's node
+// (`node_us`: both backwards schedule it, only one runs it).
 std::pair<LinearOpCost, LinearOpCost> AccumulateLaw(at::ScalarType type, double node_us) {
   std::vector<OpCostSample> samples;
   for (int64_t n : {int64_t{4096}, int64_t{65536}, int64_t{1} << 20}) {
-    const at::Tensor g = at::randn({n}).to(type);
-    const int64_t pool = std::min<int64_t>(256, std::max<int64_t>(1, (int64_t{48} << 20) / static_cast<int64_t>(g.nbytes())));
-    std::vector<at::Tensor> grads;
-    for (int64_t k = 0; k < pool; ++k) grads.push_back(at::zeros({n}).to(type));
-    std::vector<double> us;
-    for (int r = -1; r < 3; ++r) {
-      const auto start = Clock::now();
-      for (at::Tensor& grad : grads) grad.add_(g);
-      if (r >= 0) us.push_back(MsSince(start) * 1e3 / static_cast<double>(pool));
+    const int64_t count = n >= (int64_t{1} << 20) ? 8 : 64;
+    std::vector<double> apply_us_reps;  // per rep: into .grad less returned, back to back
+    for (int r = -1; r < 9; ++r) {
+      double us[2] = {0, 0};
+      for (const bool into_grad : {true, false}) {
+        std::vector<at::Tensor> leaves, outputs, grads;
+        for (int64_t k = 0; k < count; ++k) {
+          leaves.push_back(at::randn({n}).to(type).set_requires_grad(true));
+          outputs.push_back(leaves.back() * 2);
+          grads.push_back(at::ones_like(outputs.back()));
+        }
+        const auto start = Clock::now();
+        if (into_grad) {
+          torch::autograd::backward(outputs, grads);
+        } else {
+          torch::autograd::grad(outputs, leaves, grads);
+        }
+        us[into_grad ? 0 : 1] = MsSince(start) * 1e3 / static_cast<double>(count);
+      }
+      if (r >= 0) apply_us_reps.push_back(us[0] - us[1]);
     }
-    samples.push_back({{0, static_cast<double>(g.nbytes()), 0}, Median(us)});
+    const double apply_us = std::max(0.0, Median(apply_us_reps));
+    samples.push_back({{0, static_cast<double>(n * static_cast<int64_t>(at::elementSize(type))), 0}, apply_us});
   }
   LinearOpCost law = FitOpCost(samples);
   law.fixed_us += node_us;
   return {LinearOpCost{}, law};
+}
+
+// The engine's sum of two gradients of one value (its input buffer adds
+// the second into the first in place, no autograd): add_ of 4 Ki, 64 Ki and
+// 1 Mi elements (feature: the value's bytes), medians of 5.
+std::pair<LinearOpCost, LinearOpCost> GradSumLaw(at::ScalarType type) {
+  at::NoGradGuard no_grad;
+  std::vector<OpCostSample> samples;
+  for (int64_t n : {int64_t{4096}, int64_t{65536}, int64_t{1} << 20}) {
+    const int64_t count = n >= (int64_t{1} << 20) ? 4 : 32;
+    std::vector<double> us;
+    for (int r = -1; r < 5; ++r) {
+      std::vector<at::Tensor> a, b;
+      for (int64_t k = 0; k < count; ++k) {
+        a.push_back(at::randn({n}).to(type));
+        b.push_back(at::randn({n}).to(type));
+      }
+      const auto start = Clock::now();
+      for (int64_t k = 0; k < count; ++k) a[static_cast<size_t>(k)].add_(b[static_cast<size_t>(k)]);
+      if (r >= 0) us.push_back(MsSince(start) * 1e3 / static_cast<double>(count));
+    }
+    samples.push_back({{0, static_cast<double>(n * static_cast<int64_t>(at::elementSize(type))), 0}, Median(us)});
+  }
+  const LinearOpCost law = FitOpCost(samples);
+  return {law, law};
+}
+
+// One more autograd node, forward and backward: chains of views (a [64, 64]
+// float tensor flattened and viewed back, alternately) with autograd,
+// 33 against 1 (the difference per node), the backward through the engine
+// (torch::autograd::grad); medians of 21.
+std::pair<double, double> ExtraNodeUs() {
+  auto chain_us = [](int n) {
+    std::vector<double> fwd, bwd;
+    for (int r = -1; r < 21; ++r) {
+      at::Tensor x = at::randn({64, 64}).set_requires_grad(true);
+      at::Tensor y = x * 1;
+      const auto start = Clock::now();
+      for (int i = 0; i < n; ++i) y = y.dim() == 2 ? y.view({4096}) : y.view({64, 64});
+      const double f = MsSince(start) * 1e3;
+      const at::Tensor grad = at::ones_like(y);
+      const auto backward_start = Clock::now();
+      torch::autograd::grad({y}, {x}, {grad});
+      if (r >= 0) {
+        fwd.push_back(f);
+        bwd.push_back(MsSince(backward_start) * 1e3);
+      }
+    }
+    return std::pair{Median(fwd), Median(bwd)};
+  };
+  const auto [f1, b1] = chain_us(1);
+  const auto [f33, b33] = chain_us(33);
+  return {std::max(0.0, (f33 - f1) / 32), std::max(0.0, (b33 - b1) / 32)};
 }
 
 }  // namespace
@@ -433,9 +529,7 @@ void MeasureCpuOpCosts(const Profile& profile, GpuSpec* cpu) {
     std::string name = w.kind;
     if (w.op_class == OpClass::kMatmul) name = "linear";
     if (w.op_class == OpClass::kConvolution) name = "conv2d";
-    if (w.op_class == OpClass::kAttention) name = "sdpa";
-    if (w.op_class == OpClass::kMaskedAttention) name = "sdpa_mask";
-    if (w.op_class == OpClass::kDropoutAttention) name = "sdpa_dropout";
+    // Attention: w.kind names its CPU path (`sdpa`, `sdpa_dropout`, with `_mask` or `_causal`).
     wanted.insert({name, dtype});
   }
   std::set<std::string> parameter_dtypes;
@@ -448,17 +542,22 @@ void MeasureCpuOpCosts(const Profile& profile, GpuSpec* cpu) {
     const std::string key = name + ":" + dtype;
     if (name == "linear") cpu->op_costs[key] = LinearLaw(type);
     if (name == "conv2d") cpu->op_costs[key] = ConvolutionLaw(type);
-    if (name == "sdpa") cpu->op_costs[key] = AttentionLaw(type, false, 0);
-    if (name == "sdpa_mask") cpu->op_costs[key] = AttentionLaw(type, true, 0);
-    if (name == "sdpa_dropout") cpu->op_costs[key] = AttentionLaw(type, false, 0.1);
+    if (name.rfind("sdpa", 0) == 0) {
+      cpu->op_costs[key] = AttentionLaw(type, name.find("_mask") != std::string::npos,
+                                        name.find("_dropout") != std::string::npos ? 0.1 : 0,
+                                        name.find("_causal") != std::string::npos);
+    }
     if (name == "lstm" || name == "gru") cpu->op_costs[key] = RecurrentLaw(type, name == "lstm");
     for (const MemoryKind& kind : MemoryKinds()) {
       if (name == kind.kind) cpu->op_costs[key] = MemoryLaw(kind, type);
     }
+    if (cpu->op_costs.count(key)) cpu->op_cost_nodes[key] = g_law_nodes;
   }
+  std::tie(cpu->extra_node_fwd_us, cpu->extra_node_bwd_us) = ExtraNodeUs();
   for (const std::string& dtype : parameter_dtypes) {
     cpu->op_costs["accumulate_grad:" + dtype] =
-        AccumulateLaw(dtype == "bfloat16" ? at::kBFloat16 : at::kFloat, cpu->bwd_op_overhead_us);
+        AccumulateLaw(dtype == "bfloat16" ? at::kBFloat16 : at::kFloat, cpu->extra_node_bwd_us);
+    cpu->op_costs["grad_sum:" + dtype] = GradSumLaw(dtype == "bfloat16" ? at::kBFloat16 : at::kFloat);
   }
 }
 

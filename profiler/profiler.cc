@@ -143,6 +143,35 @@ double DropoutP(const ProgramNode& node, const Environment& env) {
   return it != env.end() && it->second.isDouble() ? it->second.toDouble() : 0;
 }
 
+// The value of a node's argument named `name`, where its schema has one.
+std::optional<c10::IValue> ArgumentNamed(const ProgramNode& node, const Environment& env, const char* name) {
+  const c10::FunctionSchema* schema = node.node->maybeSchema();
+  if (schema == nullptr) return std::nullopt;
+  const std::optional<int> index = schema->argumentIndexWithName(name);
+  if (!index || static_cast<size_t>(*index) >= node.node->inputs().size()) return std::nullopt;
+  const auto it = env.find(node.node->inputs()[static_cast<size_t>(*index)]);
+  if (it == env.end()) return std::nullopt;
+  return it->second;
+}
+
+// The arguments the cost model reads besides the tensors: GELU's
+// `approximate` (where not `none`), attention's `is_causal`, and a recurrent layer's `batch_first`,
+// `num_layers`, `bidirectional` (which of its input's dimensions is time).
+void RecordCostArguments(const ProgramNode& node, const Environment& env, OpRecord* op) {
+  if (const auto a = ArgumentNamed(node, env, "approximate"); a && a->isString() && a->toStringRef() != "none") {
+    op->approximate = a->toStringRef();
+  }
+  if (const auto c = ArgumentNamed(node, env, "is_causal"); c && c->isBool()) op->is_causal = c->toBool();
+  const auto batch_first = ArgumentNamed(node, env, "batch_first");
+  const auto layers = ArgumentNamed(node, env, "num_layers");
+  const auto bidirectional = ArgumentNamed(node, env, "bidirectional");
+  if (batch_first && batch_first->isBool() && layers && layers->isInt() && bidirectional && bidirectional->isBool()) {
+    op->recurrent.batch_first = batch_first->toBool();
+    op->recurrent.num_layers = static_cast<int>(layers->toInt());
+    op->recurrent.bidirectional = bidirectional->toBool();
+  }
+}
+
 // Everything one measured step records about the graph and its memory.
 struct StepRecord {
   std::vector<TensorRecord> tensors;
@@ -153,6 +182,7 @@ struct StepRecord {
   std::vector<int64_t> op_fwd_tmp;
   std::vector<int64_t> op_saved;
   std::vector<double> op_dropout_p;  // an argument named dropout_p (attention), else 0
+  std::vector<OpRecord> op_arguments;  // approximate, recurrent (RecordCostArguments), grad_nodes
   std::vector<int> inputs, outputs;
   int64_t saved_bytes = 0;
   int64_t output_bytes = 0;
@@ -271,6 +301,10 @@ class Profiler {
       op.bwd_ms = Median(bwd_ms[k]);
       op.fwd_nograd_ms = Median(fwd_nograd_ms[k]);
       op.dropout_p = record.op_dropout_p[k];
+      op.approximate = record.op_arguments[k].approximate;
+      op.is_causal = record.op_arguments[k].is_causal;
+      op.recurrent = record.op_arguments[k].recurrent;
+      op.grad_nodes = record.op_arguments[k].grad_nodes;
       profile.ops.push_back(std::move(op));
     }
     profile.totals.param_bytes = param_bytes_;
@@ -329,6 +363,7 @@ class Profiler {
       record->op_fwd_tmp.assign(ops, 0);
       record->op_saved.assign(ops, 0);
       record->op_dropout_p.assign(ops, 0.0);
+      record->op_arguments.assign(ops, OpRecord{});
     }
     auto new_tensor = [&](const at::Tensor& t, int producer) {
       TensorRecord rec;
@@ -400,6 +435,8 @@ class Profiler {
         }
         record->op_fwd_tmp[op] = std::max<int64_t>(0, tracker_.window_peak_bytes() - tracker_.live_bytes());
         record->op_dropout_p[op] = DropoutP(node, env);
+        RecordCostArguments(node, env, &record->op_arguments[op]);
+        record->op_arguments[op].grad_nodes = static_cast<int>(seq_after - seq_before);
         for (const torch::jit::Value* in : node.node->inputs()) {
           auto it = value_tensors.find(in);
           if (it != value_tensors.end()) {
@@ -539,6 +576,12 @@ class Profiler {
   // A forward (node by node), the loss and the backward, timed whole with no
   // per-op timer: the step as `ckplan run` runs it, less the optimizer.
   double TimePlainStep(GraphProgram& program, const std::vector<at::Tensor>& inputs) {
+    // Gradients set to None first, as a training step's zero_grad() does
+    // (and RunStep, `ckplan run`): autograd then takes each new gradient as
+    // `.grad` instead of adding it into the last step's.
+    for (const auto& p : program.module().parameters()) {
+      if (p.grad().defined()) p.mutable_grad() = at::Tensor();
+    }
     SynchronizeDevice(device_);
     const StepTimer timer(device_.cuda());
     at::Tensor loss;

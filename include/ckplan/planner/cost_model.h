@@ -37,6 +37,8 @@ struct OpWork {
   std::string dtype;  ///< the dtype its FLOPs run in (its first floating-point argument)
   std::string kind;   ///< the op's kind without its namespace: `linear`
   double weight_bytes = 0;  ///< a matmul's or convolution's second operand (weight), a recurrent layer's weights
+  double calls = 1;  ///< a recurrent layer: its steps (time steps x layers x directions), each paying the fixed cost
+  int grad_nodes = -1;  ///< the autograd nodes its forward made, where the profile records them
 };
 
 /// Documented efficiency constants (fractions of the device's peak).

@@ -37,10 +37,17 @@ struct GpuSpec {
   std::map<std::string, double> elementwise_gb_per_s;
   /// Measured cost laws (`--gpu cpu`), forward and backward, keyed by bare op kind and dtype
   /// (`linear:float32`, `layer_norm:bfloat16`; `sdpa:`, `sdpa_mask:`, `sdpa_dropout:` for the three paths
-  /// of scaled dot-product attention; `accumulate_grad:` for adding a parameter's gradient into its
-  /// `.grad`): where an op's key is present its time is its law's (op_cost.h) instead of the roofline's.
+  /// of scaled dot-product attention; `accumulate_grad:` for a parameter's gradient delivered to its
+  /// `.grad`, `grad_sum:` for the engine's sum of two gradients of one value): where an op's key is
+  /// present its time is its law's (op_cost.h) instead of the roofline's.
   /// Empty for the datasheet devices.
   std::map<std::string, std::pair<LinearOpCost, LinearOpCost>> op_costs;
+  /// The autograd nodes one call of each law's microbenchmark made (key as in op_costs): an op that
+  /// makes more (a linear on 3-D input: two views more) pays extra_node_us for each.
+  std::map<std::string, double> op_cost_nodes;
+  /// One more autograd node, forward (a view op made through the dispatcher) and backward (the engine
+  /// running a node that reshapes its gradient, on tensors of a layer's size); 0: none (GPUs: hidden).
+  double extra_node_fwd_us = 0, extra_node_bwd_us = 0;
 };
 
 /// The table, in a fixed order.

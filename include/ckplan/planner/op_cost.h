@@ -13,21 +13,25 @@
 namespace ckplan {
 
 /// The features of one call: the forward's FLOPs, its bytes (arguments read,
-/// outputs written) and the bytes of its weight (matmul, convolution; else 0).
+/// outputs written) and the bytes of its weight (matmul, convolution; else 0),
+/// and the times its fixed cost is paid: 1, but for a recurrent layer, which
+/// runs a small step per time step, layer and direction, that count.
 struct OpFeatures {
   double flops = 0;
   double bytes = 0;
   double weight_bytes = 0;
+  double calls = 1;
 };
 
-/// Microseconds of one call as a non-negative linear law of its features.
+/// Microseconds of one call as a non-negative linear law of its features
+/// (`fixed_us` once per `calls`).
 struct LinearOpCost {
   double fixed_us = 0;
   double flop_us = 0;
   double byte_us = 0;
   double weight_byte_us = 0;
   double Us(const OpFeatures& f) const {
-    return fixed_us + flop_us * f.flops + byte_us * f.bytes + weight_byte_us * f.weight_bytes;
+    return fixed_us * f.calls + flop_us * f.flops + byte_us * f.bytes + weight_byte_us * f.weight_bytes;
   }
 };
 

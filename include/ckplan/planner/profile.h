@@ -59,6 +59,24 @@ struct OpRecord {
   /// has one (scaled dot-product attention; on the CPU a non-zero one takes
   /// the math path, not the fused kernel); 0 when absent.
   double dropout_p = 0;
+  /// Optional (`is_causal`, written where true): attention's causal flag (on
+  /// the CPU another kernel path, another cost).
+  bool is_causal = false;
+  /// Optional (`approximate`): GELU's approximation where it is not `none`
+  /// (`tanh`: another kernel, another cost); empty when absent.
+  std::string approximate;
+  /// Optional (`recurrent`): an LSTM/GRU/RNN layer's arguments that decide
+  /// its time steps (the CPU runs one small step per time step, layer and
+  /// direction); num_layers 0 when absent.
+  struct Recurrent {
+    bool batch_first = false;
+    int num_layers = 0;
+    bool bidirectional = false;
+  } recurrent;
+  /// Optional (`grad_nodes`): the autograd nodes its forward made (sequence
+  /// numbers taken; a composite op makes several: a linear on 3-D input
+  /// four, its views included); -1 when absent.
+  int grad_nodes = -1;
 };
 
 /// A parameter of the model (optional in the contract: profiles made before
