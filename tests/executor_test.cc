@@ -240,6 +240,24 @@ TEST_CASE("run: GPT-style decoder with dropout: recomputed masks are the same, v
 
 TEST_CASE("run: U-Net with skip connections: verdict ok") { CheckOk("unet"); }
 
+TEST_CASE("run: each stage's backward replayed as the executor runs it: the schedule's peak predicted within 1%, never below") {
+  // The simulator takes each stage's backward replay (Stage::bwd_run_peak_bytes)
+  // in place of its boundary gradients and transient each at their maximum.
+  for (const char* name : {"unet", "gpt", "llama"}) {
+    const Prepared& p = Prepare(name);
+    for (Algorithm algorithm : {Algorithm::kNone, Algorithm::kOptimal}) {
+      CAPTURE(name);
+      CAPTURE(AlgorithmName(algorithm));
+      const RunReport r = Run(name, PlanFor(p, algorithm, algorithm == Algorithm::kNone ? 1LL << 50 : Halfway(p)));
+      CAPTURE(r.predicted_peak_bytes);
+      CAPTURE(r.measured.peak_bytes);
+      CHECK(r.verdict == "ok");
+      CHECK(r.measured.peak_bytes <= r.predicted_peak_bytes);
+      CHECK(static_cast<double>(r.predicted_peak_bytes) <= 1.01 * static_cast<double>(r.measured.peak_bytes));
+    }
+  }
+}
+
 TEST_CASE("run: the measured peak falls as the budget falls") {
   const Prepared& p = Prepare("resnet18");
   int64_t minimum = MinimumOptimalBudget(p.chain, p.fixed, 500);
