@@ -76,7 +76,8 @@ namespace {
 int64_t StageBackwardPeak(const Chain& chain, const Profile& profile, int index,
                           const std::map<int, int>& storage_producer, const std::vector<int64_t>& op_grads,
                           const std::vector<int64_t>& released, int64_t released_later,
-                          const std::vector<int>& last_use, bool executor = false) {
+                          const std::vector<int>& last_use, bool executor = false,
+                          const std::vector<int64_t>* cut_released = nullptr) {
   const Stage& stage = chain.stages[static_cast<size_t>(index)];
   const bool last = index + 1 == chain.length();
   // The gradients of the stage's output storages: those it made are
@@ -100,7 +101,25 @@ int64_t StageBackwardPeak(const Chain& chain, const Profile& profile, int index,
   std::set<int> grads;
   for (int op = stage.last_op; op >= stage.first_op; --op) {
     const OpRecord& rec = profile.ops[static_cast<size_t>(op)];
-    peak = std::max(peak, boundary + extra + rec.bwd_tmp_bytes + held);
+    // The executor's replay, where the profile measured the op's backward
+    // over all its autograd nodes (OpRecord::bwd_span_peak_bytes): from the
+    // memory when it starts, plus what the executor holds that the profiled
+    // step may have freed during it (the gradients of the stage's outputs it
+    // consumes, the cuts' storages it releases: `cut_released`). Both that
+    // and the node-by-node bound below are never below what it needs: the
+    // smaller counts (a GRU's layers release their saved values as the other
+    // layer's gradients are made).
+    int64_t span_peak = -1;
+    if (executor && rec.bwd_span_peak_bytes >= 0) {
+      span_peak = boundary + extra + held + rec.bwd_span_peak_bytes +
+                  (cut_released != nullptr ? (*cut_released)[static_cast<size_t>(op)] : 0);
+      for (int t : rec.outputs) {
+        const TensorRecord& out = profile.tensors[static_cast<size_t>(t)];
+        auto it = made_out.find(out.storage);
+        if (it != made_out.end() && out.producer == op) span_peak += it->second;
+      }
+    }
+    int64_t op_peak = boundary + extra + rec.bwd_tmp_bytes + held;
     // What it makes: its parameters' gradients and its inputs'.
     held += op_grads[static_cast<size_t>(op)];
     for (int t : rec.inputs) {
@@ -121,7 +140,8 @@ int64_t StageBackwardPeak(const Chain& chain, const Profile& profile, int index,
     // All of it made, nothing released yet: an op of several backward nodes
     // (a Linear's addmm, then its bias's sum) has its transient measured
     // node by node, the first's gradients held during the second.
-    peak = std::max(peak, boundary + extra + held);
+    op_peak = std::max(op_peak, boundary + extra + held);
+    peak = std::max(peak, span_peak >= 0 ? std::min(op_peak, span_peak) : op_peak);
     // What it releases: the gradients of its outputs, what it saved.
     for (int t : rec.outputs) {
       const TensorRecord& out = profile.tensors[static_cast<size_t>(t)];
@@ -292,6 +312,9 @@ StageGradients StageGradientBytes(const Chain& chain, const Profile& profile) {
   for (int t : profile.outputs) last_use[static_cast<size_t>(t)] = static_cast<int>(profile.ops.size());
   out.bwd_peak_bytes.assign(static_cast<size_t>(length), -1);
   out.run_bwd_peak_bytes.assign(static_cast<size_t>(length), -1);
+  // Per op: the cuts' storages it released in the profiled step (the executor holds them).
+  std::vector<int64_t> cut_released(profile.ops.size(), 0);
+  for (size_t op = 0; measured && op < profile.ops.size(); ++op) cut_released[op] = released[op] - released_by_run[op];
   for (int i = 0; i < length; ++i) {
     const Stage& stage = chain.stages[static_cast<size_t>(i)];
     if (stage.first_op < 0 || stage.last_op >= static_cast<int>(profile.ops.size())) continue;
@@ -303,7 +326,7 @@ StageGradients StageGradientBytes(const Chain& chain, const Profile& profile) {
     // its backward, as for PyTorch.
     out.run_bwd_peak_bytes[static_cast<size_t>(i)] =
         StageBackwardPeak(chain, profile, i, storage_producer, op_grads, measured ? released_by_run : released, 0,
-                          last_use, /*executor=*/true) +
+                          last_use, /*executor=*/true, &cut_released) +
         unused_grads[static_cast<size_t>(i)];
   }
   return out;

@@ -243,7 +243,9 @@ TEST_CASE("run: U-Net with skip connections: verdict ok") { CheckOk("unet"); }
 TEST_CASE("run: each stage's backward replayed as the executor runs it: the schedule's peak predicted within 1%, never below") {
   // The simulator takes each stage's backward replay (Stage::bwd_run_peak_bytes)
   // in place of its boundary gradients and transient each at their maximum.
-  for (const char* name : {"unet", "gpt", "llama"}) {
+  // recurrent: its LSTM and GRU are one op each, their layers replayed as one
+  // (OpRecord::bwd_span_peak_bytes).
+  for (const char* name : {"unet", "gpt", "llama", "recurrent"}) {
     const Prepared& p = Prepare(name);
     for (Algorithm algorithm : {Algorithm::kNone, Algorithm::kOptimal}) {
       CAPTURE(name);
