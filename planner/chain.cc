@@ -39,6 +39,16 @@ int64_t Chain::BwdGradBytes(int i) const {
                   s.param_grad_bytes + update_tmp_bytes - s.saved_bytes - s.out_bytes - s.bwd_tmp_bytes);
 }
 
+int64_t Chain::BwdReplayBytes(int i) const {
+  const Stage& s = stages[static_cast<size_t>(i)];
+  if (s.bwd_run_peak_bytes < 0) return -1;
+  // What stays after the backward: the input's gradient and the stage's own
+  // parameter gradients made, what it saved (its output in it) freed.
+  int64_t after = StageInputBytes(i) + s.param_grad_bytes - s.saved_bytes;
+  if (i == 0) after += update_tmp_bytes;  // the step's end: the update runs
+  return std::max({s.bwd_run_peak_bytes, after, int64_t{0}});
+}
+
 bool Chain::has_param_grads() const {
   for (const Stage& s : stages) {
     if (s.param_grad_bytes > 0) return true;
@@ -78,7 +88,7 @@ void ValidateChain(const Chain& chain, const std::string& file, const std::strin
   for (const auto& entry : chain.input_storages) total = SaturatingAdd(total, entry.second);
   for (const Stage& s : chain.stages) {
     for (int64_t bytes : {s.out_bytes, s.saved_bytes, s.fwd_tmp_bytes, s.bwd_tmp_bytes, s.private_saved_bytes,
-                          s.param_grad_bytes}) {
+                          s.param_grad_bytes, s.bwd_replay_peak_bytes, s.bwd_run_peak_bytes}) {
       total = SaturatingAdd(total, std::max<int64_t>(bytes, 0));
     }
     for (const auto& entry : s.out_storages) total = SaturatingAdd(total, entry.second);
@@ -175,6 +185,7 @@ Chain ChainFromJson(const nlohmann::json& doc, const std::string& file) {
     if (s.Has("param_grad_bytes")) stage.param_grad_bytes = s.Field("param_grad_bytes").NonNegativeBytes();
     if (s.Has("param_grad_bwd_bytes")) stage.param_grad_bwd_bytes = s.Field("param_grad_bwd_bytes").NonNegativeBytes();
     if (s.Has("bwd_replay_peak_bytes")) stage.bwd_replay_peak_bytes = s.Field("bwd_replay_peak_bytes").NonNegativeBytes();
+    if (s.Has("bwd_run_peak_bytes")) stage.bwd_run_peak_bytes = s.Field("bwd_run_peak_bytes").NonNegativeBytes();
     if (s.Has("modules")) {
       JsonReader modules = s.Field("modules");
       for (size_t k = 0; k < modules.ArraySize(); ++k) stage.modules.push_back(modules.Item(k).String());
@@ -225,6 +236,7 @@ nlohmann::json ChainToJson(const Chain& chain) {
       if (s.param_grad_bwd_bytes >= 0) j["param_grad_bwd_bytes"] = s.param_grad_bwd_bytes;
     }
     if (s.bwd_replay_peak_bytes >= 0) j["bwd_replay_peak_bytes"] = s.bwd_replay_peak_bytes;
+    if (s.bwd_run_peak_bytes >= 0) j["bwd_run_peak_bytes"] = s.bwd_run_peak_bytes;
     if (!s.modules.empty()) j["modules"] = s.modules;
     if (s.first_op >= 0) {
       j["first_op"] = s.first_op;

@@ -13,23 +13,10 @@ int64_t AttachParamGrads(Chain* chain, const Profile& profile) {
     s.param_grad_bytes = grads.bytes[i];
     s.param_grad_bwd_bytes = std::min(grads.held_in_bwd[i], grads.bytes[i]);
     s.bwd_replay_peak_bytes = i < grads.bwd_peak_bytes.size() ? grads.bwd_peak_bytes[i] : -1;
+    s.bwd_run_peak_bytes = i < grads.run_bwd_peak_bytes.size() ? grads.run_bwd_peak_bytes[i] : -1;
     total += grads.bytes[i];
   }
   chain->checkpoint_state_bytes = grads.checkpoint_state_bytes;
-  // One memory model: the schedule target bounds a stage's backward by its
-  // two boundary gradients, its transient and its gradients, each at their
-  // maximum over the stage; that bound is never below the stage's backward
-  // replayed as PyTorch runs it (what the PyTorch target counts), so the
-  // transient is raised where the replay needs more (a GRU's stage: oneDNN's
-  // workspace and the gradients of its gates at once).
-  for (size_t i = 0; i < chain->stages.size(); ++i) {
-    Stage& s = chain->stages[i];
-    if (s.bwd_replay_peak_bytes < 0) continue;
-    const int k = static_cast<int>(i);
-    const int64_t held = s.param_grad_bwd_bytes >= 0 ? s.param_grad_bwd_bytes : s.param_grad_bytes;
-    s.bwd_tmp_bytes = std::max(s.bwd_tmp_bytes,
-                               s.bwd_replay_peak_bytes - chain->StageInputBytes(k) - chain->StageInputBytes(k + 1) - held);
-  }
   return total;
 }
 
@@ -37,7 +24,8 @@ Chain WithoutParamGrads(Chain chain) {
   for (Stage& s : chain.stages) {
     s.param_grad_bytes = 0;
     s.param_grad_bwd_bytes = -1;
-    s.bwd_replay_peak_bytes = -1;  // it counts the stage's gradients
+    s.bwd_replay_peak_bytes = -1;  // they count the stage's gradients
+    s.bwd_run_peak_bytes = -1;
   }
   return chain;
 }
@@ -48,6 +36,7 @@ StageGradients StageGradientsOf(const Chain& chain) {
     out.bytes.push_back(chain.stages[i].param_grad_bytes);
     out.held_in_bwd.push_back(chain.BwdGradBytes(static_cast<int>(i)));
     out.bwd_peak_bytes.push_back(chain.stages[i].bwd_replay_peak_bytes);
+    out.run_bwd_peak_bytes.push_back(chain.stages[i].bwd_run_peak_bytes);
   }
   out.checkpoint_state_bytes = chain.checkpoint_state_bytes;
   out.loss_scalar_bytes = chain.checkpoint_state_bytes > 0 ? kLossScalarBytes : 0;  // a chain cut from a profile

@@ -114,6 +114,7 @@ Profile ProfileFromJson(const nlohmann::json& doc, const std::string& file) {
       }
     }
     if (r.Has("fwd_nograd_ms")) op.fwd_nograd_ms = r.Field("fwd_nograd_ms").NonNegativeNumber();
+    if (r.Has("bwd_span_peak_bytes")) op.bwd_span_peak_bytes = r.Field("bwd_span_peak_bytes").NonNegativeBytes();
     if (r.Has("dropout_p")) op.dropout_p = r.Field("dropout_p").NonNegativeNumber();
     if (r.Has("approximate")) op.approximate = r.Field("approximate").String();
     if (r.Has("is_causal")) op.is_causal = r.Field("is_causal").Bool();
@@ -215,6 +216,7 @@ nlohmann::json ProfileToJson(const Profile& p) {
       ops.back()["args"] = std::move(args);
     }
     if (op.fwd_nograd_ms >= 0) ops.back()["fwd_nograd_ms"] = op.fwd_nograd_ms;
+    if (op.bwd_span_peak_bytes >= 0) ops.back()["bwd_span_peak_bytes"] = op.bwd_span_peak_bytes;
     if (op.dropout_p > 0) ops.back()["dropout_p"] = op.dropout_p;
     if (!op.approximate.empty()) ops.back()["approximate"] = op.approximate;
     if (op.is_causal) ops.back()["is_causal"] = true;

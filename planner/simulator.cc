@@ -146,7 +146,10 @@ SimulationResult Simulate(const Chain& chain, const Schedule& schedule) {
         if (!input_available()) throw fail("needs the input of stage " + std::to_string(i) + ", which is not stored");
         if (backward_runs[u] > 0) throw fail("the backward of stage " + std::to_string(i) + " runs twice");
         // The stage's parameter gradients appear in its backward and stay.
-        peak = stored + x(i) + s.bwd_tmp_bytes + chain.BwdGradBytes(i);
+        // With the stage's replay: what it adds above what is stored less
+        // its output's gradient (which the replay counts).
+        const int64_t replay = chain.BwdReplayBytes(i);
+        peak = replay >= 0 ? stored - x(i + 1) + replay : stored + x(i) + s.bwd_tmp_bytes + chain.BwdGradBytes(i);
         stored += s.param_grad_bytes;
         saved[u] = false;
         stored -= shared ? s.private_saved_bytes + storages.Release(i + 1) : s.saved_bytes;

@@ -69,10 +69,15 @@ namespace {
 // it saved, or what later ops saved of it when no release was measured);
 // `released_later`: those of the stage's own storages that the backward of
 // later stages frees, gone before its own starts.
+// `executor`: as `ckplan run`'s executor runs it (StageGradients::
+// run_bwd_peak_bytes): the gradient of the output held to the stage's end,
+// the model output held (the caller passes `released` without the storages
+// of the cuts, and no `released_later`).
 int64_t StageBackwardPeak(const Chain& chain, const Profile& profile, int index,
                           const std::map<int, int>& storage_producer, const std::vector<int64_t>& op_grads,
                           const std::vector<int64_t>& released, int64_t released_later,
-                          const std::vector<int>& last_use) {
+                          const std::vector<int>& last_use, bool executor = false,
+                          const std::vector<int64_t>* cut_released = nullptr) {
   const Stage& stage = chain.stages[static_cast<size_t>(index)];
   const bool last = index + 1 == chain.length();
   // The gradients of the stage's output storages: those it made are
@@ -87,7 +92,7 @@ int64_t StageBackwardPeak(const Chain& chain, const Profile& profile, int index,
     made_out[static_cast<int>(id)] = bytes;
     // The loss held the model's output until its own backward: released
     // then unless an op saves it.
-    if (last && kept_out.count(id) == 0) extra -= bytes;
+    if (last && kept_out.count(id) == 0 && !executor) extra -= bytes;
   }
   std::set<int64_t> out_ids;
   for (const auto& entry : stage.out_storages) out_ids.insert(entry.first);
@@ -96,7 +101,25 @@ int64_t StageBackwardPeak(const Chain& chain, const Profile& profile, int index,
   std::set<int> grads;
   for (int op = stage.last_op; op >= stage.first_op; --op) {
     const OpRecord& rec = profile.ops[static_cast<size_t>(op)];
-    peak = std::max(peak, boundary + extra + rec.bwd_tmp_bytes + held);
+    // The executor's replay, where the profile measured the op's backward
+    // over all its autograd nodes (OpRecord::bwd_span_peak_bytes): from the
+    // memory when it starts, plus what the executor holds that the profiled
+    // step may have freed during it (the gradients of the stage's outputs it
+    // consumes, the cuts' storages it releases: `cut_released`). Both that
+    // and the node-by-node bound below are never below what it needs: the
+    // smaller counts (a GRU's layers release their saved values as the other
+    // layer's gradients are made).
+    int64_t span_peak = -1;
+    if (executor && rec.bwd_span_peak_bytes >= 0) {
+      span_peak = boundary + extra + held + rec.bwd_span_peak_bytes +
+                  (cut_released != nullptr ? (*cut_released)[static_cast<size_t>(op)] : 0);
+      for (int t : rec.outputs) {
+        const TensorRecord& out = profile.tensors[static_cast<size_t>(t)];
+        auto it = made_out.find(out.storage);
+        if (it != made_out.end() && out.producer == op) span_peak += it->second;
+      }
+    }
+    int64_t op_peak = boundary + extra + rec.bwd_tmp_bytes + held;
     // What it makes: its parameters' gradients and its inputs'.
     held += op_grads[static_cast<size_t>(op)];
     for (int t : rec.inputs) {
@@ -117,13 +140,14 @@ int64_t StageBackwardPeak(const Chain& chain, const Profile& profile, int index,
     // All of it made, nothing released yet: an op of several backward nodes
     // (a Linear's addmm, then its bias's sum) has its transient measured
     // node by node, the first's gradients held during the second.
-    peak = std::max(peak, boundary + extra + held);
+    op_peak = std::max(op_peak, boundary + extra + held);
+    peak = std::max(peak, span_peak >= 0 ? std::min(op_peak, span_peak) : op_peak);
     // What it releases: the gradients of its outputs, what it saved.
     for (int t : rec.outputs) {
       const TensorRecord& out = profile.tensors[static_cast<size_t>(t)];
       if (grads.erase(t)) extra -= out.nbytes;
       auto it = made_out.find(out.storage);
-      if (it != made_out.end() && out.producer == op) {
+      if (it != made_out.end() && out.producer == op && !executor) {
         boundary -= it->second;
         made_out.erase(it);
       }
@@ -238,6 +262,15 @@ StageGradients StageGradientBytes(const Chain& chain, const Profile& profile) {
   // where the profile has it, else by the op that made them (the latest an
   // op that saves them can run its backward).
   std::vector<int64_t> released(profile.ops.size(), 0), released_later(static_cast<size_t>(length), 0);
+  // The executor (`ckplan run`) holds every value of a cut (the model's
+  // inputs, each stage's output storages) until the stage's backward ends:
+  // what it releases is the rest.
+  std::set<int64_t> cut_storages;
+  for (int t : profile.inputs) cut_storages.insert(profile.tensors[static_cast<size_t>(t)].storage);
+  for (const Stage& s : chain.stages) {
+    for (const auto& entry : s.out_storages) cut_storages.insert(entry.first >= 0 ? entry.first : -1000000 - entry.first);
+  }
+  std::vector<int64_t> released_by_run(profile.ops.size(), 0);
   bool measured = false;
   for (const TensorRecord& t : profile.tensors) measured = measured || t.released_by >= 0;
   if (measured) {
@@ -251,10 +284,12 @@ StageGradients StageGradientBytes(const Chain& chain, const Profile& profile) {
       }
     }
     for (int64_t& bytes : released) bytes = std::max<int64_t>(0, bytes);
+    released_by_run = released;
     seen.clear();
     for (const TensorRecord& t : profile.tensors) {
       if (t.released_by < 0 || !seen.insert(t.storage).second) continue;
       released[static_cast<size_t>(t.released_by)] += t.bytes;
+      if (cut_storages.count(t.storage) == 0) released_by_run[static_cast<size_t>(t.released_by)] += t.bytes;
       auto made = storage_producer.find(t.storage);
       if (made == storage_producer.end()) continue;
       const int at = stage_of[static_cast<size_t>(made->second)];
@@ -277,12 +312,22 @@ StageGradients StageGradientBytes(const Chain& chain, const Profile& profile) {
   }
   for (int t : profile.outputs) last_use[static_cast<size_t>(t)] = static_cast<int>(profile.ops.size());
   out.bwd_peak_bytes.assign(static_cast<size_t>(length), -1);
+  out.run_bwd_peak_bytes.assign(static_cast<size_t>(length), -1);
+  // Per op: the cuts' storages it released in the profiled step (the executor holds them).
+  std::vector<int64_t> cut_released(profile.ops.size(), 0);
+  for (size_t op = 0; measured && op < profile.ops.size(); ++op) cut_released[op] = released[op] - released_by_run[op];
   for (int i = 0; i < length; ++i) {
     const Stage& stage = chain.stages[static_cast<size_t>(i)];
     if (stage.first_op < 0 || stage.last_op >= static_cast<int>(profile.ops.size())) continue;
     out.bwd_peak_bytes[static_cast<size_t>(i)] =
         StageBackwardPeak(chain, profile, i, storage_producer, op_grads, released,
                           released_later[static_cast<size_t>(i)], last_use) +
+        unused_grads[static_cast<size_t>(i)];
+    // Releases not measured (an older profile): each op's saved bytes at
+    // its backward, as for PyTorch.
+    out.run_bwd_peak_bytes[static_cast<size_t>(i)] =
+        StageBackwardPeak(chain, profile, i, storage_producer, op_grads, measured ? released_by_run : released, 0,
+                          last_use, /*executor=*/true, &cut_released) +
         unused_grads[static_cast<size_t>(i)];
   }
   return out;

@@ -342,6 +342,21 @@ TEST_CASE("a stage's backward as PyTorch runs it: boundary gradients as they liv
   // backward starts without it: its gradient alone, less its keep.
   profile.tensors[1].released_by = 1;
   CHECK(StageGradientBytes(chain, profile).bwd_peak_bytes == std::vector<int64_t>{0, 102});
+
+  // As `ckplan run`'s executor runs it (run_bwd_peak_bytes): it holds the
+  // cuts' values (t1, stage 0's output, though op 1 released it), the model
+  // output t3 and its gradient (50 + 50 more for stage 1: 202).
+  CHECK(StageGradientBytes(chain, profile).run_bwd_peak_bytes == std::vector<int64_t>{100, 202});
+  // Op 1's backward measured over all its nodes (bwd_span_peak_bytes): 30 B
+  // above what is live when it starts, plus t1 (a cut's storage the profiled
+  // step released during it, which the executor holds), 232, above the
+  // node-by-node bound: that counts. Without the release measured, 102 + 30
+  // is below it: 132. PyTorch's replay does not take it.
+  profile.ops[1].bwd_span_peak_bytes = 30;
+  CHECK(StageGradientBytes(chain, profile).run_bwd_peak_bytes == std::vector<int64_t>{100, 202});
+  profile.tensors[1].released_by = -1;
+  CHECK(StageGradientBytes(chain, profile).run_bwd_peak_bytes == std::vector<int64_t>{100, 132});
+  CHECK(StageGradientBytes(chain, profile).bwd_peak_bytes == std::vector<int64_t>{100, 102});
 }
 
 TEST_CASE("a submodule's parameter used by its parent's op goes to that op, not to every layer's") {

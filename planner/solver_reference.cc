@@ -32,6 +32,8 @@ DiscreteChain Discretize(const Chain& chain, int64_t slot_bytes, bool round_up) 
     d.bwd.push_back(s.bwd_ms);
     d.fwd_tmp.push_back(up(s.fwd_tmp_bytes));
     d.bwd_tmp.push_back(up(s.bwd_tmp_bytes));
+    const int64_t replay = chain.BwdReplayBytes(static_cast<int>(d.bwd_replay.size()));
+    d.bwd_replay.push_back(replay >= 0 ? up(replay) : -1);
   }
   d.fwd.push_back(0);
   d.fwd_nograd.push_back(0);
@@ -40,6 +42,7 @@ DiscreteChain Discretize(const Chain& chain, int64_t slot_bytes, bool round_up) 
   d.bwd_tmp.push_back(up(chain.loss_bwd_tmp_bytes));
   d.grad.push_back(0);
   d.bwd_grad.push_back(0);
+  d.bwd_replay.push_back(-1);
   d.grad_hi.push_back(d.grad_hi.back());
   d.grad_lo.push_back(d.grad_lo.back());
   return d;
@@ -71,6 +74,10 @@ int64_t BaseMemory(const DiscreteChain& c, int i) {
 
 int64_t KeptStageMemory(const DiscreteChain& c, int i) {
   const size_t u = static_cast<size_t>(i);
+  // The stage's replay where the chain has it (Chain::BwdReplayBytes): the
+  // output's and the input's gradients, the transient and the stage's own
+  // gradients as its ops make them, in place of each at its maximum.
+  if (c.bwd_replay[u] >= 0) return c.xbar[u + 1] + c.bwd_replay[u];
   return c.x[u] + c.x[u + 1] + c.xbar[u + 1] + c.bwd_tmp[u] + c.bwd_grad[u];
 }
 

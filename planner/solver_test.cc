@@ -52,10 +52,16 @@ std::vector<Schedule> AllSchedules(int i, int l, int length) {
 // enumerated in full: every tree the recurrence admits at memory m.
 void EnumerateFeasible(const DiscreteChain& c, int64_t m, int i, int l, double forward_prefix,
                        const std::function<void(double)>& emit) {
+  // Stage k's backward: its replay where the chain carries one, else both
+  // boundary gradients, its transient and its gradients at their maxima.
+  auto kept_need = [&](int k) {
+    size_t u = static_cast<size_t>(k);
+    if (c.bwd_replay[u] >= 0) return c.xbar[u + 1] + c.bwd_replay[u];
+    return c.x[u] + c.x[u + 1] + c.xbar[u + 1] + c.bwd_tmp[u] + c.bwd_grad[u];
+  };
   auto base_need = [&](int k) {
     size_t u = static_cast<size_t>(k);
-    return std::max(c.x[u] + c.x[u + 1] + c.xbar[u + 1] + c.bwd_tmp[u] + c.bwd_grad[u],
-                    c.x[u + 1] + std::max(c.xbar[u + 1], c.x[u + 1] + c.fwd_tmp[u]));
+    return std::max(kept_need(k), c.x[u + 1] + std::max(c.xbar[u + 1], c.x[u + 1] + c.fwd_tmp[u]));
   };
   // Parameter gradients: stage k's backward holds its own (bwd_grad) and
   // those of the stages back-propagated before it.
@@ -63,10 +69,6 @@ void EnumerateFeasible(const DiscreteChain& c, int64_t m, int i, int l, double f
     int64_t total = 0;
     for (int k = a; k <= b; ++k) total += c.grad[static_cast<size_t>(k)];
     return total;
-  };
-  auto kept_need = [&](int k) {
-    size_t u = static_cast<size_t>(k);
-    return c.x[u] + c.x[u + 1] + c.xbar[u + 1] + c.bwd_tmp[u] + c.bwd_grad[u];
   };
   if (i == l) {
     if (m >= base_need(i)) emit(forward_prefix + c.fwd[static_cast<size_t>(i)] + c.bwd[static_cast<size_t>(i)]);
@@ -109,13 +111,15 @@ double BruteForceRecurrence(const DiscreteChain& c, int64_t memory) {
 TEST_CASE("the DP equals brute force over every schedule on random chains of up to 6 stages") {
   int compared = 0, feasible = 0;
   for (int length = 1; length <= 6; ++length) {
-    // Seeds 6..11: the same kind of chains with parameter gradients, which
-    // appear in each stage's backward and stay to the end of the step.
-    for (uint32_t seed = 0; seed < 12; ++seed) {
+    // Seeds 6..17: the same kind of chains with parameter gradients, which
+    // appear in each stage's backward and stay to the end of the step;
+    // 12..17 with stage backwards replayed (as chains cut from a profile).
+    for (uint32_t seed = 0; seed < 18; ++seed) {
       Chain chain = testing::SmallIntegerChain(length, 1000 * length + seed % 6);
       if (seed % 2 == 1) chain = testing::WithNoGradForwards(chain, seed);
       if (seed >= 6) chain = testing::WithParamGrads(chain, 77 * length + seed);
-      if (seed >= 9) chain.update_tmp_bytes = seed - 8;  // an optimizer update's temporary at the end
+      if (seed % 6 >= 3) chain.update_tmp_bytes = seed % 6 - 2;  // an optimizer update's temporary at the end
+      if (seed >= 12) chain = testing::WithBackwardReplays(chain, 31 * length + seed);
       DiscreteChain c = Discretize(chain, 1);
       std::vector<Schedule> all = AllSchedules(0, length, length);
       std::vector<SimulationResult> simulated;
@@ -241,6 +245,7 @@ TEST_CASE("the fast solver gives the reference's optimum to the last digit, its 
       for (size_t k = 0; k < chain.stages.size(); k += 3) chain.stages[k].fwd_ms = 0;
     }
     if (seed % 5 == 4) chain.stages[0].fwd_tmp_bytes = 50000000;  // a tall floor
+    if (seed % 4 == 1) chain = testing::WithBackwardReplays(chain, seed);
     const int64_t slot = 400000 + 37000 * seed;
     DiscreteChain c = Discretize(chain, slot);
     const int64_t low = MinimumMemory(c), high = NoRecomputeMemory(c);
@@ -270,6 +275,7 @@ TEST_CASE("the banded solver brackets the exact optimum, its plan costs what it 
     if (seed % 6 == 5) {
       for (size_t k = 0; k < chain.stages.size(); k += 4) chain.stages[k].fwd_ms = 0;
     }
+    if (seed % 4 == 1) chain = testing::WithBackwardReplays(chain, seed);
     const int64_t slot = 300000 + 41000 * seed;
     DiscreteChain c = Discretize(chain, slot);
     const int64_t low = MinimumMemory(c), high = NoRecomputeMemory(c);
@@ -341,6 +347,7 @@ TEST_CASE("the banded lower program's smallest memory bounds the exact one from 
     const int length = 20 + static_cast<int>(seed) * 13;
     Chain chain = testing::RandomChain(length, 8100 + seed);
     if (seed % 2 == 1) chain = testing::WithParamGrads(chain, seed, 700000);
+    if (seed % 3 == 0) chain = testing::WithBackwardReplays(chain, seed);
     DiscreteChain c = Discretize(chain, 200000 + 30000 * seed);
     const int64_t exact = MinimumMemory(c);  // chain input included
     CAPTURE(seed);
@@ -363,6 +370,7 @@ TEST_CASE("an optimal plan is never slower than a baseline that fits the same bu
   FixedMemory none = FixedMemoryFor(0, 0, "none");
   for (int length : {30, 120, 600}) {
     Chain chain = testing::WithParamGrads(testing::RandomChain(length, 7 + static_cast<uint32_t>(length)), 3, 500000);
+    if (length == 120) chain = testing::WithBackwardReplays(chain, 5);
     const int64_t minimum = MinimumOptimalBudget(chain, none, 200);
     const int64_t keep_all = MakePlan(chain, none, {Algorithm::kNone, 1 << 30}).peak_bytes;
     for (double fraction : {0.0, 0.3, 0.7, 1.0}) {
@@ -395,6 +403,7 @@ TEST_CASE("rounding sizes to slots costs at most 0.5% of the activation budget, 
   for (uint32_t seed = 0; seed < 6; ++seed) {
     Chain chain = testing::RandomChain(8 + static_cast<int>(seed), 700 + seed, 100);
     if (seed % 2 == 1) chain = testing::WithParamGrads(chain, seed, 40);
+    if (seed >= 3) chain = testing::WithBackwardReplays(chain, seed);
     const DiscreteChain bytes = Discretize(chain, 1);
     const int64_t low = MinimumMemory(bytes);
     const int64_t high = NoRecomputeMemory(bytes);

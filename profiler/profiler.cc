@@ -35,6 +35,15 @@ struct BackwardRecorder {
   std::vector<uint64_t> range_ends;
   std::vector<double> bwd_ms;
   std::vector<int64_t> bwd_tmp_bytes;
+  // Per op: live memory when its first backward node started (-1 before),
+  // and its peak over all its nodes above that (OpRecord::bwd_span_peak_bytes).
+  std::vector<int64_t> bwd_span_start, bwd_span_peak_bytes;
+  int span_op = -1;  // the op whose backward node ran last: what runs until the next one is its
+  void CreditSpan(int op, int64_t window_peak) {
+    if (op < 0 || static_cast<size_t>(op) >= bwd_span_start.size()) return;
+    const size_t k = static_cast<size_t>(op);
+    bwd_span_peak_bytes[k] = std::max(bwd_span_peak_bytes[k], window_peak - bwd_span_start[k]);
+  }
   GpuOpTimer* gpu_timer = nullptr;  // kernel time on a GPU
   // The detailed step: the storages kept for backward not yet freed
   // (tracker allocation ids), and for each freed one the op whose backward
@@ -85,8 +94,16 @@ std::unique_ptr<at::ObserverContext> OnBackwardStart(const at::RecordFunction& f
   ctx->previous_owner = TrackingAllocator::Owner();
   TrackingAllocator& tracker = TrackingAllocator::Instance();
   ctx->live_at_start = tracker.live_bytes();
+  // Since the last node started: the node, the engine's work after it and
+  // nodes of no op (a parameter's AccumulateGrad) count to the last op's span.
+  g_recorder->CreditSpan(g_recorder->span_op, tracker.window_peak_bytes());
+  if (ctx->op >= 0) g_recorder->span_op = ctx->op;
   tracker.ResetWindowPeak();
   if (ctx->op >= 0) TrackingAllocator::SetOwner(ctx->op);
+  if (ctx->op >= 0 && static_cast<size_t>(ctx->op) < g_recorder->bwd_span_start.size() &&
+      g_recorder->bwd_span_start[static_cast<size_t>(ctx->op)] < 0) {
+    g_recorder->bwd_span_start[static_cast<size_t>(ctx->op)] = ctx->live_at_start;
+  }
   if (ctx->op >= 0 && g_recorder->gpu_timer) g_recorder->gpu_timer->Begin(ctx->op, /*backward=*/true);
   ctx->start = Clock::now();
   return ctx;
@@ -103,6 +120,7 @@ void OnBackwardEnd(const at::RecordFunction&, at::ObserverContext* raw) {
   g_recorder->bwd_ms[op] += ms;
   int64_t transient = TrackingAllocator::Instance().window_peak_bytes() - ctx->live_at_start;
   g_recorder->bwd_tmp_bytes[op] = std::max(g_recorder->bwd_tmp_bytes[op], transient);
+  g_recorder->CreditSpan(ctx->op, TrackingAllocator::Instance().window_peak_bytes());
 }
 
 void InstallBackwardCallback() {
@@ -232,7 +250,7 @@ class Profiler {
     const size_t ops = static_cast<size_t>(program.num_ops());
     std::vector<std::vector<double>> fwd_ms(ops), bwd_ms(ops), fwd_nograd_ms(ops);
     std::vector<double> step_fwd_ms, step_bwd_ms, step_ms;
-    std::vector<int64_t> bwd_tmp(ops, 0);
+    std::vector<int64_t> bwd_tmp(ops, 0), bwd_span(ops, -1);
     StepRecord record;
     const int total = options_.reps + 1;
     for (int rep = 0; rep < total; ++rep) {
@@ -242,6 +260,8 @@ class Profiler {
       BackwardRecorder recorder;
       recorder.bwd_ms.assign(ops, 0);
       recorder.bwd_tmp_bytes.assign(ops, 0);
+      recorder.bwd_span_start.assign(ops, -1);
+      recorder.bwd_span_peak_bytes.assign(ops, 0);
       std::vector<double> op_ms(ops, 0);
       double forward_ms = 0, backward_ms = 0;
       RunStep(program, inputs, &recorder, &op_ms, &forward_ms, &backward_ms, detailed ? &record : nullptr);
@@ -261,6 +281,7 @@ class Profiler {
         fwd_ms[k].push_back(op_ms[k]);
         bwd_ms[k].push_back(recorder.bwd_ms[k]);
         bwd_tmp[k] = std::max(bwd_tmp[k], recorder.bwd_tmp_bytes[k]);
+        if (recorder.bwd_span_start[k] >= 0) bwd_span[k] = std::max(bwd_span[k], recorder.bwd_span_peak_bytes[k]);
       }
       step_fwd_ms.push_back(forward_ms);
       step_bwd_ms.push_back(backward_ms);
@@ -297,6 +318,7 @@ class Profiler {
       op.saved_bytes = record.op_saved[k];
       op.fwd_tmp_bytes = record.op_fwd_tmp[k];
       op.bwd_tmp_bytes = bwd_tmp[k];
+      op.bwd_span_peak_bytes = bwd_span[k];
       op.fwd_ms = Median(fwd_ms[k]);
       op.bwd_ms = Median(bwd_ms[k]);
       op.fwd_nograd_ms = Median(fwd_nograd_ms[k]);

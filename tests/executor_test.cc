@@ -279,6 +279,26 @@ TEST_CASE("run: PyTorch-target plans at the halfway budget run as PyTorch runs t
   for (const char* name : {"gpt", "two_heads", "resnet18", "mlp_chain"}) CheckPytorchTargetOk(name);
 }
 
+TEST_CASE("run: each stage's backward replayed as the executor runs it: the schedule's peak predicted within 1%, never below") {
+  // The simulator takes each stage's backward replay (Stage::bwd_run_peak_bytes)
+  // in place of its boundary gradients and transient each at their maximum.
+  // recurrent: its LSTM and GRU are one op each, their layers replayed as one
+  // (OpRecord::bwd_span_peak_bytes).
+  for (const char* name : {"unet", "gpt", "llama", "recurrent"}) {
+    const Prepared& p = Prepare(name);
+    for (Algorithm algorithm : {Algorithm::kNone, Algorithm::kOptimal}) {
+      CAPTURE(name);
+      CAPTURE(AlgorithmName(algorithm));
+      const RunReport r = Run(name, PlanFor(p, algorithm, algorithm == Algorithm::kNone ? 1LL << 50 : Halfway(p)));
+      CAPTURE(r.predicted_peak_bytes);
+      CAPTURE(r.measured.peak_bytes);
+      CHECK(r.verdict == "ok");
+      CHECK(r.measured.peak_bytes <= r.predicted_peak_bytes);
+      CHECK(static_cast<double>(r.predicted_peak_bytes) <= 1.01 * static_cast<double>(r.measured.peak_bytes));
+    }
+  }
+}
+
 TEST_CASE("run: the measured peak falls as the budget falls") {
   const Prepared& p = Prepare("resnet18");
   int64_t minimum = MinimumOptimalBudget(p.chain, p.fixed, 500);

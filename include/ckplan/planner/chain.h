@@ -60,6 +60,11 @@ struct Stage {
   /// takes it in place of its boundary gradients, transient and gradients
   /// each at their maximum over the stage. -1 when unknown.
   int64_t bwd_replay_peak_bytes = -1;
+  /// Optional: the same replay as `ckplan run`'s executor runs the stage
+  /// (StageGradients::run_bwd_peak_bytes: the values of the stage's cuts and
+  /// its output's gradient held to its end); the simulator and the schedule
+  /// DPs take it (Chain::BwdReplayBytes). -1 when unknown.
+  int64_t bwd_run_peak_bytes = -1;
 };
 
 struct Chain {
@@ -93,6 +98,18 @@ struct Chain {
   /// least what keeps the step's end, the update's temporary included,
   /// within that peak.
   int64_t BwdGradBytes(int i) const;
+  /// Stage i's backward priced by its replay as the executor runs it
+  /// (Stage::bwd_run_peak_bytes), for the simulator and the schedule DPs;
+  /// -1 when the stage has none
+  /// (they then charge x_i + x_{i+1} + bwd_tmp_bytes + BwdGradBytes(i)).
+  /// What the backward adds at its peak above the stage's saved values (its
+  /// output included), its input and the later stages' gradients: the
+  /// gradient of its output (held when it starts), its input's and its own
+  /// parameter gradients as its ops make them, and its transients, as the
+  /// replay counts them; at least what stays after it (x_i + the stage's
+  /// parameter gradients, less its saved values; for stage 0 the update's
+  /// temporary too) and at least 0.
+  int64_t BwdReplayBytes(int i) const;
   /// Time of one forward and one backward of every stage, plus the loss:
   /// the time of a step without recomputation.
   double NoRecomputeTimeMs() const;

@@ -47,6 +47,12 @@ struct OpRecord {
   int64_t saved_bytes = 0;  ///< allocated by this op and still alive when the forward ends
   int64_t fwd_tmp_bytes = 0;  ///< transient peak above its outputs during its forward
   int64_t bwd_tmp_bytes = 0;  ///< transient peak during its backward
+  /// Optional (`bwd_span_peak_bytes`): the peak over all of its backward's
+  /// autograd nodes (a GRU's layers, a Linear's addmm and bias sum) above
+  /// the memory live when its first node starts: its gradients as they are
+  /// made, what its nodes release as they finish. bwd_tmp_bytes is the
+  /// largest single node's. -1 when the profile has none.
+  int64_t bwd_span_peak_bytes = -1;
   double fwd_ms = 0;
   double bwd_ms = 0;
   /// Optional (`args`): every tensor argument, parameters included, in order:

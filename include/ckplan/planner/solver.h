@@ -27,9 +27,12 @@ namespace ckplan {
 /// would otherwise gain up to a slot per stage): `grad_hi[k]` and
 /// `grad_lo[k]` are the byte sum over stages < k in slots, rounded up and
 /// down (the other way round for a chain rounded down), L+2 entries.
+/// `bwd_replay` is Chain::BwdReplayBytes per stage (-1 where the chain has
+/// no replay, and for the loss): the stage's backward, above its saved
+/// values, in place of x_i + x_{i+1} + bwd_tmp + bwd_grad.
 struct DiscreteChain {
   int length = 0;
-  std::vector<int64_t> x, xbar, fwd_tmp, bwd_tmp, grad, bwd_grad, grad_hi, grad_lo;
+  std::vector<int64_t> x, xbar, fwd_tmp, bwd_tmp, grad, bwd_grad, grad_hi, grad_lo, bwd_replay;
   std::vector<double> fwd, bwd, fwd_nograd;
   /// The parameter gradients of stages a..b (0 when b < a), in slots:
   /// never below their bytes for a chain rounded up, never above for one
@@ -147,12 +150,13 @@ size_t FastSolverTableBytes(const DiscreteChain& chain, int64_t memory_slots);
 /// The recurrence's base case: the memory stage i needs (its input held
 /// outside) to run with autograd and then backward, the gradient of its
 /// output held, charged as the simulator charges it:
-/// max(x_i + x_{i+1} + xbar_{i+1} + bwdtmp_i + bwd_grad_i, x_{i+1} + max(xbar_{i+1}, x_{i+1} + fwdtmp_i)).
+/// max(KeptStageMemory(i), x_{i+1} + max(xbar_{i+1}, x_{i+1} + fwdtmp_i)).
 int64_t BaseMemory(const DiscreteChain& chain, int i);
 
 /// What choice (b) (stage i kept with autograd, i..l solved below it) needs
 /// of stage i itself: its backward, x_i + x_{i+1} + xbar_{i+1} + bwdtmp_i +
-/// its own parameter gradients at that peak (bwd_grad_i).
+/// its own parameter gradients at that peak (bwd_grad_i); where the chain
+/// carries the stage's replay, xbar_{i+1} + bwd_replay_i.
 /// Its forward then runs while the gradient of x_{l+1} is held, which the
 /// floor of (i, l) and the memory of (i+1, l) already cover.
 int64_t KeptStageMemory(const DiscreteChain& chain, int i);

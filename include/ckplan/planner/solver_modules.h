@@ -57,6 +57,15 @@ struct StageGradients {
   /// unless an op saves it. Replaces `grad(i+1) + grad(i) + bwd_tmp_bytes +
   /// held_in_bwd` (each at its maximum over the stage) in SolveModules.
   std::vector<int64_t> bwd_peak_bytes;
+  /// Optional (empty, or per stage; -1 where unknown): the same replay as
+  /// `ckplan run`'s executor runs the stage's backward (what the simulator
+  /// and the schedule DPs take: Stage::bwd_run_peak_bytes). The executor
+  /// holds every value of the stage's cuts (the model's inputs and each
+  /// stage's output storages, skip connections included) and the gradient
+  /// of the stage's output to the stage's end: only the stage's other saved
+  /// storages are released (as measured), none by later stages' backward,
+  /// the model output not by the loss.
+  std::vector<int64_t> run_bwd_peak_bytes;
   /// What torch.utils.checkpoint keeps per wrapped module from its forward
   /// to the end of its backward beyond tensors (preserve_rng_state: the CPU
   /// generator's state, torch.get_rng_state(), 5,056 B; with CUDA each
