@@ -50,10 +50,8 @@ FixedMemory FixedMemoryFor(int64_t param_bytes, int64_t buffer_bytes, const std:
   return fixed;
 }
 
-double Plan::gap_bound_pct() const {
-  if (proven_optimal || lower_bound_ms <= 0) return 0;
-  return (time_ms - lower_bound_ms) / lower_bound_ms * 100.0;
-}
+// The gap is the plan's overhead over the proven lower bound: the one formula.
+double Plan::gap_bound_pct() const { return proven_optimal ? 0 : OverheadPct(time_ms, lower_bound_ms); }
 
 double OverheadPct(double time_ms, double baseline_ms) {
   if (!(baseline_ms > 0)) return 0;
