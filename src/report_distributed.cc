@@ -100,16 +100,4 @@ std::string DistributedMarkdown(const DistributedSummary& summary, UnitStyle sty
   return s.str();
 }
 
-nlohmann::json DistributedJson(const DistributedSummary& summary) {
-  nlohmann::json rows = nlohmann::json::array();
-  for (const auto& r : summary.rows) {
-    rows.push_back({{"label", r.label}, {"param_bytes", r.param_bytes}, {"grad_bytes", r.grad_bytes},
-                    {"optimizer_bytes", r.optimizer_bytes}, {"buffer_bytes", r.buffer_bytes},
-                    {"gathered_bytes", r.gathered_bytes}, {"activation_budget_bytes", r.activation_budget_bytes},
-                    {"in_flight", r.in_flight}, {"stored_after_forward_bytes", r.stored_bytes},
-                    {"peak_bytes", r.peak_bytes}});
-  }
-  return {{"what", summary.what}, {"ranks", rows}};
-}
-
 }  // namespace ckplan
