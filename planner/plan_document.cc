@@ -7,6 +7,34 @@
 
 namespace ckplan {
 
+bool PlanSource::operator==(const PlanSource& o) const {
+  return kind == o.kind && path == o.path && model_sha256 == o.model_sha256 && model_path == o.model_path &&
+         inputs == o.inputs;
+}
+
+nlohmann::json PlanSourceToJson(const PlanSource& s) {
+  nlohmann::json doc = {{"kind", s.kind}, {"path", s.path}};
+  if (s.model_sha256) doc["model_sha256"] = *s.model_sha256;
+  if (s.model_path) doc["model_path"] = *s.model_path;
+  if (s.inputs) doc["inputs"] = *s.inputs;
+  return doc;
+}
+
+PlanSource PlanSourceFromJson(const nlohmann::json& node, const std::string& file, const std::string& path) {
+  JsonReader source(node, file, path);
+  source.ExpectObject();
+  PlanSource s;
+  s.kind = source.Field("kind").String();
+  s.path = source.Field("path").String();
+  if (source.Has("model_sha256")) s.model_sha256 = source.Field("model_sha256").String();
+  if (source.Has("model_path")) s.model_path = source.Field("model_path").String();
+  if (source.Has("inputs")) {
+    source.Field("inputs").ArraySize();  // throws unless an array
+    s.inputs = source.Field("inputs").node();
+  }
+  return s;
+}
+
 bool PlanStage::operator==(const PlanStage& o) const {
   return index == o.index && name == o.name && checkpointed == o.checkpointed && modules == o.modules &&
          first_op == o.first_op && last_op == o.last_op;
@@ -52,7 +80,7 @@ bool PlanDocument::operator==(const PlanDocument& o) const {
 nlohmann::json PlanToJson(const PlanDocument& p) {
   nlohmann::json doc = {{"schema", "ckplan.plan/1"},
                         {"algorithm", p.algorithm},
-                        {"source", p.source},
+                        {"source", PlanSourceToJson(p.source)},
                         {"budget_bytes", p.budget_bytes},
                         {"checkpoint_modules", p.checkpoint_modules}};
   if (p.distributed) doc["distributed"] = *p.distributed;
@@ -138,9 +166,7 @@ PlanDocument PlanFromJson(const nlohmann::json& json, const std::string& file) {
   const std::string schema = root.Field("schema").String();
   if (schema != "ckplan.plan/1") root.Field("schema").Fail("expected \"ckplan.plan/1\", got \"" + schema + "\"");
   PlanDocument p;
-  JsonReader source = root.Field("source");
-  source.ExpectObject();
-  p.source = source.node();
+  p.source = PlanSourceFromJson(root.Field("source").node(), file, "source");
   p.algorithm = root.Field("algorithm").String();
   p.budget_bytes = root.Field("budget_bytes").NonNegativeBytes();
   if (root.Has("checkpoint_modules")) p.checkpoint_modules = Strings(root.Field("checkpoint_modules"));

@@ -14,6 +14,18 @@
 #include "ckplan/planner/stages.h"
 
 using namespace ckplan;
+
+namespace {
+
+// The source of a plan made from a chain file.
+PlanSource ChainSource(const std::string& path) {
+  PlanSource source;
+  source.kind = "chain";
+  source.path = path;
+  return source;
+}
+
+}  // namespace
 using namespace ckplan::testing;
 
 namespace {
@@ -85,7 +97,7 @@ TEST_CASE("a banded plan, a chain's plan and an infeasible plan round-trip") {
   Plan banded = MakePlan(long_chain, FixedMemory{}, request);
   REQUIRE(banded.feasible);
   REQUIRE(banded.band > 0);
-  nlohmann::json doc = PlanToJson(banded, long_chain, {{"kind", "chain"}, {"path", "long.json"}});
+  nlohmann::json doc = PlanToJson(banded, long_chain, ChainSource("long.json"));
   CHECK(doc["solver"]["method"] == "banded");
   CheckRoundTrip(doc);
   CHECK(PlanFromJson(doc, "p").solver->band == banded.band);
@@ -94,14 +106,14 @@ TEST_CASE("a banded plan, a chain's plan and an infeasible plan round-trip") {
   request.budget_bytes = 1;
   Plan infeasible = MakePlan(chain, FixedMemory{}, request);
   REQUIRE(!infeasible.feasible);
-  CheckRoundTrip(PlanToJson(infeasible, chain, {{"kind", "chain"}, {"path", "c.json"}}));
+  CheckRoundTrip(PlanToJson(infeasible, chain, ChainSource("c.json")));
 }
 
 TEST_CASE("a pipeline plan's top level and its stage documents round-trip") {
   const Chain chain = ThreeStageChain();
   PlanRequest request;
   request.budget_bytes = int64_t{1} << 40;
-  nlohmann::json stage = PlanToJson(MakePlan(chain, FixedMemory{}, request), chain, {{"kind", "chain"}, {"path", "c"}});
+  nlohmann::json stage = PlanToJson(MakePlan(chain, FixedMemory{}, request), chain, ChainSource("c"));
   stage.erase("min_budget_bytes");
   stage["pipeline_stage"] = {{"index", 0}, {"in_flight", 2}, {"peak_bytes", 1234}};
   CheckRoundTrip(stage);
@@ -119,7 +131,7 @@ TEST_CASE("the plan reader names the file and field it refuses") {
   const Chain chain = ThreeStageChain();
   PlanRequest request;
   request.budget_bytes = int64_t{1} << 40;
-  const nlohmann::json good = PlanToJson(MakePlan(chain, FixedMemory{}, request), chain, {{"kind", "chain"}, {"path", "c"}});
+  const nlohmann::json good = PlanToJson(MakePlan(chain, FixedMemory{}, request), chain, ChainSource("c"));
   auto refused = [&](const std::function<void(nlohmann::json&)>& mutate) {
     nlohmann::json doc = good;
     mutate(doc);
@@ -134,5 +146,24 @@ TEST_CASE("the plan reader names the file and field it refuses") {
         std::string::npos);
   CHECK(refused([](nlohmann::json& d) { d["pytorch"]["predicted"]["fits_budget"] = 1; }).find("fits_budget") !=
         std::string::npos);
+  CHECK(refused([](nlohmann::json& d) { d["source"].erase("kind"); }).find("source.kind") != std::string::npos);
+  CHECK(refused([](nlohmann::json& d) { d["source"]["model_sha256"] = 7; }).find("source.model_sha256") !=
+        std::string::npos);
+  CHECK(refused([](nlohmann::json& d) { d["source"]["inputs"] = "8x3"; }).find("source.inputs") != std::string::npos);
   CHECK(refused([](nlohmann::json& d) {}) == "(no error)");
+}
+
+TEST_CASE("a plan's source names the profile's model and passes its inputs through") {
+  PlannerInput in = LoadPlannerInput(ExampleProfile(), "adam");
+  CHECK(in.source.kind == "profile");
+  CHECK(in.source.path == ExampleProfile());
+  REQUIRE(in.source.model_sha256);
+  CHECK(*in.source.model_sha256 == in.profile.model["sha256"].get<std::string>());
+  REQUIRE(in.source.inputs);
+  CHECK(*in.source.inputs == in.profile.model["inputs"]);
+  PlanRequest request;
+  request.budget_bytes = int64_t{1} << 40;
+  const nlohmann::json doc = PlanToJson(MakePlan(in.chain, in.fixed, request), in.chain, in.source);
+  CHECK(PlanFromJson(doc, "plan.json").source == in.source);
+  CHECK(doc["source"]["inputs"] == in.profile.model["inputs"]);
 }

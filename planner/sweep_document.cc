@@ -14,7 +14,7 @@ bool SweepDocument::operator==(const SweepDocument& o) const {
          no_recompute_ms == o.no_recompute_ms && points == o.points;
 }
 
-SweepDocument MakeSweepDocument(const Plan& plan, const nlohmann::json& source) {
+SweepDocument MakeSweepDocument(const Plan& plan, const PlanSource& source) {
   SweepDocument sweep;
   sweep.source = source;
   sweep.slots = plan.slots;
@@ -32,7 +32,7 @@ nlohmann::json SweepToJson(const SweepDocument& s) {
   for (const SweepPoint& point : s.points) {
     points.push_back({{"budget_bytes", point.budget_bytes}, {"time_ms", point.time_ms}, {"overhead_pct", point.overhead_pct}});
   }
-  return {{"schema", "ckplan.sweep/1"}, {"source", s.source}, {"slots", s.slots},
+  return {{"schema", "ckplan.sweep/1"}, {"source", PlanSourceToJson(s.source)}, {"slots", s.slots},
           {"slot_bytes", s.slot_bytes}, {"fixed_bytes", s.fixed_bytes}, {"no_recompute_ms", s.no_recompute_ms},
           {"points", points}};
 }
@@ -42,9 +42,7 @@ SweepDocument SweepFromJson(const nlohmann::json& json, const std::string& file)
   root.ExpectObject();
   if (root.Field("schema").String() != "ckplan.sweep/1") root.Field("schema").Fail("expected \"ckplan.sweep/1\"");
   SweepDocument s;
-  JsonReader source = root.Field("source");
-  source.ExpectObject();
-  s.source = source.node();
+  s.source = PlanSourceFromJson(root.Field("source").node(), file, "source");
   s.slots = root.Field("slots").IntegerIn(0, 1 << 30);
   s.slot_bytes = root.Field("slot_bytes").NonNegativeBytes();
   s.fixed_bytes = root.Field("fixed_bytes").NonNegativeBytes();

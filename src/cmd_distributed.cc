@@ -87,7 +87,7 @@ RankMemory RankFor(const PlannerInput& in, const std::vector<ParameterRecord>& p
     return m;
   }
   return RankFixedMemory(chain, parameters, param_bytes, in.profile.totals.buffer_bytes, optimizer, o.data_parallel,
-                         ParseShardMode(o.shard), in.source.value("path", std::string()));
+                         ParseShardMode(o.shard), in.source.path);
 }
 
 int RunDataParallel(const DistributedOptions& o, const PlannerInput& in, const std::string& budget_text,
@@ -114,7 +114,7 @@ int RunDataParallel(const DistributedOptions& o, const PlannerInput& in, const s
   request.slots = slots;
   Plan plan = MakePlan(chain, fixed, request);
   std::fprintf(human, "%s: %d data-parallel rank(s), --shard %s, budget %s per rank (the profile's batch is one rank's)\n",
-               in.source.value("path", std::string()).c_str(), o.data_parallel, o.shard.c_str(),
+               in.source.path.c_str(), o.data_parallel, o.shard.c_str(),
                FormatBytes(budget.bytes, budget.style).c_str());
   std::fprintf(human, "per-rank fixed part: %s\nactivation budget: %s\n", DescribeRank(rank, budget.style).c_str(),
                FormatBytes(budget.bytes - fixed.total(), budget.style).c_str());
@@ -148,7 +148,7 @@ int RunPipeline(const DistributedOptions& o, const PlannerInput& in, const std::
                           in.from_profile ? "model" : "chain", chain.length(), chain.length()));
   }
   if (in.from_profile && in.profile.parameters.empty() && in.profile.totals.param_bytes > 0) {
-    throw BadInput(in.source.value("path", std::string()) +
+    throw BadInput(in.source.path +
                    ": the profile has no 'parameters' list, which --pipeline needs (each stage's parameters): "
                    "profile the model again with this ckplan");
   }
@@ -180,7 +180,7 @@ int RunPipeline(const DistributedOptions& o, const PlannerInput& in, const std::
   }
   FILE* human = output == "-" ? stderr : stdout;
   std::fprintf(human, "%s: %d pipeline stages, %d microbatches, %s, budget %s per stage rank\n",
-               in.source.value("path", std::string()).c_str(), o.pipeline, o.microbatches, o.schedule.c_str(),
+               in.source.path.c_str(), o.pipeline, o.microbatches, o.schedule.c_str(),
                FormatBytes(budget.bytes, budget.style).c_str());
   std::vector<std::vector<std::string>> rows = {
       {"stage", "chain stages", "in flight", "fixed", "stored/microbatch", "peak", "time/microbatch", "recomputed"}};
@@ -228,7 +228,7 @@ int RunPipeline(const DistributedOptions& o, const PlannerInput& in, const std::
   std::fprintf(human, "slowest stage: %s per microbatch\n", FormatMs(plan.slowest_stage_ms).c_str());
   nlohmann::json doc = {{"schema", "ckplan.plan/1"},
                         {"algorithm", "optimal"},
-                        {"source", in.source},
+                        {"source", PlanSourceToJson(in.source)},
                         {"budget_bytes", budget.bytes},
                         {"checkpoint_modules", all_modules},
                         {"distributed", {{"data_parallel", o.data_parallel}, {"shard", o.shard},

@@ -126,9 +126,9 @@ int64_t MinimumOptimalBudget(const Chain& chain, const FixedMemory& fixed, int s
 /// where the chain came from (`{"kind":"chain","path":..}` or, for a profile,
 /// the model's sha256 and inputs, so that `ckplan run` can refuse a plan made
 /// for another model).
-PlanDocument MakePlanDocument(const Plan& plan, const Chain& chain, const nlohmann::json& source);
+PlanDocument MakePlanDocument(const Plan& plan, const Chain& chain, const PlanSource& source);
 
 /// PlanToJson(MakePlanDocument(plan, chain, source)).
-nlohmann::json PlanToJson(const Plan& plan, const Chain& chain, const nlohmann::json& source);
+nlohmann::json PlanToJson(const Plan& plan, const Chain& chain, const PlanSource& source);
 
 }  // namespace ckplan

@@ -14,6 +14,28 @@
 
 namespace ckplan {
 
+/// `source`: where the chain came from (ProfileSource in input.h makes it
+/// for a profile). Also the sweep's `source` (sweep_document.h).
+struct PlanSource {
+  std::string kind;                         ///< `chain` or `profile`
+  std::string path;                         ///< the chain or profile file
+  std::optional<std::string> model_sha256;  ///< a profile's `model.sha256`: `ckplan run` refuses another model
+  std::optional<std::string> model_path;    ///< a profile's `model.path`
+  /// A profile's `model.inputs` ([{shape, dtype, text, lo, hi}]), kept as
+  /// written: a pass-through of the profile contract, which keeps its
+  /// `model` object as written (profile.h); `ckplan run` parses each
+  /// input's `text` (ParseInputSpec).
+  std::optional<nlohmann::json> inputs;
+  bool operator==(const PlanSource& o) const;
+};
+
+/// The `source` object.
+nlohmann::json PlanSourceToJson(const PlanSource& source);
+/// Reads a `source` object at `path` of `file` (JSON path, for messages).
+/// Required: kind, path; model_sha256 and model_path strings and inputs an
+/// array when present. Throws BadInput naming `file` and the field.
+PlanSource PlanSourceFromJson(const nlohmann::json& node, const std::string& file, const std::string& path);
+
 /// One stage of the plan (`stages[]`).
 struct PlanStage {
   int index = 0;
@@ -83,10 +105,7 @@ struct PlanDocument {
   bool is_pipeline = false;
   std::string algorithm;                ///< optimal, none, every, every-n, sqrt
   std::string target = "schedule";      ///< schedule or pytorch
-  /// Where the chain came from: {"kind": "chain"|"profile", "path", and for
-  /// a profile "model_sha256", "model_path", "inputs" (the profile's
-  /// model.inputs)} (ProfileSource in input.h); kept as written.
-  nlohmann::json source;
+  PlanSource source;
   int64_t budget_bytes = 0;
   PlanFixed fixed;
   int64_t activation_budget_bytes = 0;

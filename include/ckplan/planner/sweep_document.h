@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ckplan/planner/plan_document.h"
+
 namespace ckplan {
 
 struct Plan;
@@ -22,8 +24,7 @@ struct SweepPoint {
 };
 
 struct SweepDocument {
-  /// Where the chain came from, as the plan's `source` (plan_document.h).
-  nlohmann::json source;
+  PlanSource source;         ///< where the chain came from, as the plan's
   int slots = 0;             ///< the DP's memory slots
   int64_t slot_bytes = 0;
   int64_t fixed_bytes = 0;   ///< parameters, buffers, gradients, optimizer state held all step
@@ -33,7 +34,7 @@ struct SweepDocument {
 };
 
 /// The sweep of an optimal plan made with PlanRequest::sweep (its `curve`).
-SweepDocument MakeSweepDocument(const Plan& plan, const nlohmann::json& source);
+SweepDocument MakeSweepDocument(const Plan& plan, const PlanSource& source);
 
 /// The `ckplan.sweep/1` document.
 nlohmann::json SweepToJson(const SweepDocument& sweep);
