@@ -110,6 +110,16 @@ class Optimal : public ChainSolver {
   OptimalOptions options_;
 };
 
+// A feasible module solution as the one signature gives it.
+void AddModules(const ModuleSolution& solution, ChainSolution* out) {
+  out->feasible = true;
+  out->schedule = solution.schedule;
+  out->time_ms = solution.time_ms;
+  out->peak_bytes = solution.peak_bytes;
+  out->wrapped = solution.wrapped;
+  out->held_at_loss_bytes = solution.kept_bytes;
+}
+
 // The PyTorch target: exact in bytes, no slots. One memory model: the
 // gradients the chain carries appear during backward.
 class Modules : public ChainSolver {
@@ -132,12 +142,7 @@ class Modules : public ChainSolver {
                                                std::to_string(solution.peak_bytes) +
                                                " B, above the activation budget " + std::to_string(budget_bytes) + " B");
     }
-    out.feasible = true;
-    out.schedule = solution.schedule;
-    out.time_ms = solution.time_ms;
-    out.peak_bytes = solution.peak_bytes;
-    out.wrapped = solution.wrapped;
-    out.held_at_loss_bytes = solution.kept_bytes;
+    AddModules(solution, &out);
     return out;
   }
 
@@ -169,14 +174,13 @@ class ModuleBaseline : public ChainSolver {
     const ModuleSolution solution = EvaluateModules(chain, wrapped, ModuleAccounting::kPyTorch, StageGradientsOf(chain));
     ChainSolution out;
     out.module_target = true;
-    out.time_ms = solution.time_ms;
-    out.peak_bytes = solution.peak_bytes;
     out.min_budget_bytes = out.min_budget_lower_bytes = solution.peak_bytes;
-    out.feasible = solution.peak_bytes <= budget_bytes;
-    if (!out.feasible) return out;
-    out.schedule = solution.schedule;
-    out.wrapped = solution.wrapped;
-    out.held_at_loss_bytes = solution.kept_bytes;
+    if (solution.peak_bytes <= budget_bytes) {
+      AddModules(solution, &out);
+    } else {  // a fixed strategy: its figures, fitting or not
+      out.time_ms = solution.time_ms;
+      out.peak_bytes = solution.peak_bytes;
+    }
     return out;
   }
 

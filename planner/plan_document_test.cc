@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include "../tests/test_chains.h"
+#include "../tests/test_errors.h"
 #include "ckplan/planner/error.h"
 #include "ckplan/planner/input.h"
 #include "ckplan/planner/plan.h"
@@ -39,15 +40,6 @@ void CheckRoundTrip(const nlohmann::json& written) {
   CHECK(PlanToJson(read) == written);
   CHECK(PlanFromJson(PlanToJson(read), "again.json") == read);
   CHECK(PlanToJson(read).dump(2) == written.dump(2));
-}
-
-std::string Message(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 }  // namespace
@@ -133,9 +125,7 @@ TEST_CASE("the plan reader names the file and field it refuses") {
   request.budget_bytes = int64_t{1} << 40;
   const nlohmann::json good = PlanToJson(MakePlan(chain, FixedMemory{}, request), chain, ChainSource("c"));
   auto refused = [&](const std::function<void(nlohmann::json&)>& mutate) {
-    nlohmann::json doc = good;
-    mutate(doc);
-    return Message([&] { PlanFromJson(doc, "bad.json"); });
+    return testing::Refusal(good, mutate, [](const nlohmann::json& doc) { PlanFromJson(doc, "bad.json"); });
   };
   CHECK(refused([](nlohmann::json& d) { d["schema"] = "ckplan.chain/1"; }).find("bad.json") != std::string::npos);
   CHECK(refused([](nlohmann::json& d) { d["schema"] = "ckplan.chain/1"; }).find("ckplan.plan/1") != std::string::npos);

@@ -6,6 +6,7 @@
 
 #include <functional>
 
+#include "../tests/test_errors.h"
 #include "ckplan/planner/error.h"
 #include "ckplan/planner/input.h"
 #include "ckplan/planner/run_report.h"
@@ -72,15 +73,8 @@ TEST_CASE("reports round-trip through ckplan.report/1") {
 
 TEST_CASE("the report reader names the field it refuses") {
   const nlohmann::json good = ReportToJson(ExampleReport());
-  auto message = [&](const std::function<void(nlohmann::json&)>& mutate) -> std::string {
-    nlohmann::json doc = good;
-    mutate(doc);
-    try {
-      ReportFromJson(doc, "bad.json");
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "(no error)";
+  auto message = [&](const std::function<void(nlohmann::json&)>& mutate) {
+    return testing::Refusal(good, mutate, [](const nlohmann::json& doc) { ReportFromJson(doc, "bad.json"); });
   };
   CHECK(message([](nlohmann::json&) {}) == "(no error)");
   CHECK(message([](nlohmann::json& d) { d["schema"] = "ckplan.sweep/1"; }).find("ckplan.report/1") != std::string::npos);

@@ -6,6 +6,7 @@
 
 #include <functional>
 
+#include "../tests/test_errors.h"
 #include "ckplan/planner/error.h"
 #include "ckplan/planner/input.h"
 #include "ckplan/planner/plan.h"
@@ -63,15 +64,8 @@ TEST_CASE("sweeps round-trip through ckplan.sweep/1") {
 
 TEST_CASE("the sweep reader names the field it refuses") {
   const nlohmann::json good = SweepToJson(ExampleSweep());
-  auto message = [&](const std::function<void(nlohmann::json&)>& mutate) -> std::string {
-    nlohmann::json doc = good;
-    mutate(doc);
-    try {
-      SweepFromJson(doc, "bad.json");
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "(no error)";
+  auto message = [&](const std::function<void(nlohmann::json&)>& mutate) {
+    return testing::Refusal(good, mutate, [](const nlohmann::json& doc) { SweepFromJson(doc, "bad.json"); });
   };
   CHECK(message([](nlohmann::json&) {}) == "(no error)");
   CHECK(message([](nlohmann::json& d) { d["schema"] = "ckplan.plan/1"; }).find("ckplan.sweep/1") != std::string::npos);
