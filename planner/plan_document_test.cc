@@ -101,22 +101,66 @@ TEST_CASE("a banded plan, a chain's plan and an infeasible plan round-trip") {
   CheckRoundTrip(PlanToJson(infeasible, chain, ChainSource("c.json")));
 }
 
-TEST_CASE("a pipeline plan's top level and its stage documents round-trip") {
+TEST_CASE("distributed plans round-trip: a pipeline's top level with its stage documents, a data-parallel rank") {
   const Chain chain = ThreeStageChain();
   PlanRequest request;
   request.budget_bytes = int64_t{1} << 40;
-  nlohmann::json stage = PlanToJson(MakePlan(chain, FixedMemory{}, request), chain, ChainSource("c"));
-  stage.erase("min_budget_bytes");
-  stage["pipeline_stage"] = {{"index", 0}, {"in_flight", 2}, {"peak_bytes", 1234}};
-  CheckRoundTrip(stage);
-  CHECK(!PlanFromJson(stage, "s").min_budget_bytes.has_value());
-  nlohmann::json top = {{"schema", "ckplan.plan/1"},     {"algorithm", "optimal"},
-                        {"source", stage["source"]},     {"budget_bytes", 1000},
-                        {"checkpoint_modules", {"a.b"}}, {"distributed", {{"pipeline", 2}, {"stages", {stage}}}}};
-  CheckRoundTrip(top);
-  const PlanDocument read = PlanFromJson(top, "top.json");
+  const Plan plan = MakePlan(chain, FixedMemory{}, request);
+  PlanRankFixed fixed;
+  fixed.shard = "full";
+  fixed.data_parallel = 2;
+  fixed.param_bytes = 300;
+  fixed.total_bytes = 300;
+  fixed.units = std::vector<PlanShardUnit>{{"", 100, 50}, {"a.b", 400, 200}};
+  PlanDocument stage = MakePlanDocument(plan, chain, ChainSource("c"));
+  stage.min_budget_bytes.reset();
+  PlanPipelineStage& ps = stage.pipeline_stage.emplace();
+  ps.index = 1;
+  ps.first_chain_stage = 2;
+  ps.last_chain_stage = 4;
+  ps.in_flight = 2;
+  ps.stored_after_forward_bytes = 77;
+  ps.fixed = fixed;
+  ps.activation_budget_bytes = -3;  // written as computed, even below zero
+  ps.peak_bytes = 1234;
+  CheckRoundTrip(PlanToJson(stage));
+  CHECK(!PlanToJson(stage).contains("min_budget_bytes"));
+
+  PlanDocument top;
+  top.is_pipeline = true;
+  top.algorithm = "optimal";
+  top.source = ChainSource("c");
+  top.budget_bytes = 1000;
+  top.checkpoint_modules = {"a.b"};
+  PlanDistributed& d = top.distributed.emplace();
+  d.pipeline = 2;
+  d.microbatches = 4;
+  d.schedule = "1f1b";
+  d.slowest_stage_ms = 2.5;
+  d.stages = {stage, stage};
+  const nlohmann::json written = PlanToJson(top);
+  CHECK(!written.contains("schedule"));
+  CHECK(written["distributed"]["stages"][1]["pipeline_stage"]["fixed"]["units"][1]["module"] == "a.b");
+  CheckRoundTrip(written);
+  const PlanDocument read = PlanFromJson(written, "top.json");
   CHECK(read.is_pipeline);
   CHECK(read.schedule.empty());
+  CHECK(read == top);
+  // A stage document's error names its whole path.
+  nlohmann::json bad = written;
+  bad["distributed"]["stages"][1]["schedule"][0]["stage"] = "x";
+  CHECK(testing::Refusal(bad, [](nlohmann::json&) {}, [](const nlohmann::json& doc) { PlanFromJson(doc, "top.json"); })
+            .find("distributed.stages[1].schedule") != std::string::npos);
+
+  PlanDocument rank_plan = MakePlanDocument(plan, chain, ChainSource("c"));
+  PlanDistributed& dp = rank_plan.distributed.emplace();
+  dp.data_parallel = 2;
+  dp.shard = "full";
+  dp.fsdp_units = {"a.b"};
+  dp.ranks.push_back({fixed, 900, 1100, 1200, 400});
+  CheckRoundTrip(PlanToJson(rank_plan));
+  CHECK(!PlanFromJson(PlanToJson(rank_plan), "dp.json").is_pipeline);
+  CHECK(PlanFromJson(PlanToJson(rank_plan), "dp.json") == rank_plan);
 }
 
 TEST_CASE("the plan reader names the file and field it refuses") {

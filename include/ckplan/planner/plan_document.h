@@ -98,6 +98,74 @@ struct PlanSolver {
   bool operator==(const PlanSolver& o) const;
 };
 
+struct PlanDocument;
+
+/// A unit FSDP shards (`fixed.units[]`, `--shard full`).
+struct PlanShardUnit {
+  std::string module;            ///< empty for the root
+  int64_t param_bytes = 0;
+  int64_t shard_bytes = 0;
+  bool operator==(const PlanShardUnit& o) const;
+};
+
+/// One rank's (or pipeline stage's) fixed part: RankMemory (distributed.h)
+/// as the distributed plans write it.
+struct PlanRankFixed {
+  std::string shard = "none";
+  int data_parallel = 1;
+  int64_t param_bytes = 0;
+  int64_t buffer_bytes = 0;
+  int64_t grad_bytes = 0;
+  int64_t optimizer_bytes = 0;
+  std::string optimizer = "none";
+  int64_t gathered_bytes = 0;
+  int64_t reduce_bytes = 0;
+  int64_t total_bytes = 0;
+  std::optional<std::vector<PlanShardUnit>> units;  ///< `--shard full` only
+  bool operator==(const PlanRankFixed& o) const;
+};
+
+/// `distributed.ranks[]` (data parallel).
+struct PlanRank {
+  PlanRankFixed fixed;
+  int64_t activation_budget_bytes = 0;
+  int64_t peak_bytes = 0;
+  int64_t pytorch_peak_bytes = 0;
+  int64_t saved_bytes = 0;
+  bool operator==(const PlanRank& o) const;
+};
+
+/// A pipeline stage's document's `pipeline_stage`.
+struct PlanPipelineStage {
+  int index = 0;
+  int first_chain_stage = 0;
+  int last_chain_stage = 0;
+  int in_flight = 1;
+  int64_t stored_after_forward_bytes = 0;
+  PlanRankFixed fixed;
+  int64_t activation_budget_bytes = 0;
+  int64_t peak_bytes = 0;
+  int64_t pytorch_saved_bytes = 0;
+  int64_t pytorch_peak_bytes = 0;
+  bool operator==(const PlanPipelineStage& o) const;
+};
+
+/// `distributed` (written by cmd_distributed.cc): a data-parallel plan's
+/// (`fsdp_units`, `ranks`) or a pipeline plan's (`microbatches`,
+/// `schedule`, `slowest_stage_ms`, `stages`: one plan per pipeline stage).
+struct PlanDistributed {
+  int data_parallel = 1;
+  std::string shard = "none";
+  int pipeline = 1;
+  std::vector<std::string> fsdp_units;   ///< data parallel
+  std::vector<PlanRank> ranks;           ///< data parallel
+  int microbatches = 1;                  ///< pipeline
+  std::string schedule;                  ///< pipeline: 1f1b or gpipe
+  double slowest_stage_ms = 0;           ///< pipeline
+  std::vector<PlanDocument> stages;      ///< pipeline: non-empty
+  bool operator==(const PlanDistributed& o) const;
+};
+
 struct PlanDocument {
   /// A pipeline plan's top level (`--pipeline`): schema, algorithm, source,
   /// budget_bytes, checkpoint_modules and `distributed` only; each pipeline
@@ -123,10 +191,10 @@ struct PlanDocument {
   std::optional<PlanSolver> solver;
   std::optional<int> every_n;               ///< every-n and sqrt plans
   std::optional<std::string> unit_style;    ///< decimal or binary; binary when absent
-  /// Extensions written by the distributed commands (cmd_distributed.cc),
-  /// kept as written: `distributed`, and a pipeline stage's `pipeline_stage`.
-  std::optional<nlohmann::json> distributed;
-  std::optional<nlohmann::json> pipeline_stage;
+  /// Written by the distributed commands (cmd_distributed.cc):
+  /// `distributed`, and a pipeline stage's `pipeline_stage`.
+  std::optional<PlanDistributed> distributed;
+  std::optional<PlanPipelineStage> pipeline_stage;
   bool operator==(const PlanDocument& o) const;
 };
 
