@@ -36,6 +36,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ckplan/planner/chain.h"
+#include "ckplan/planner/plan.h"
 #include "ckplan/planner/solver.h"
 
 using namespace ckplan;
@@ -236,7 +237,7 @@ int main(int argc, char** argv) {
       // The banded solver: its proven gap.
       const std::string before = plain_runs ? same + ", " : "";
       if (!fast.proven_optimal) {
-        same = before + Fmt("gap <= %.3g%%", (fast.time_ms - fast.lower_bound_ms) / fast.lower_bound_ms * 100);
+        same = before + Fmt("gap <= %.3g%%", OverheadPct(fast.time_ms, fast.lower_bound_ms));
       } else if (fast.band > 0) {
         same = before + "proven optimal";
       }

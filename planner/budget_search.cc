@@ -4,7 +4,7 @@
 #include <cmath>
 #include <limits>
 
-#include "ckplan/planner/baselines.h"
+#include "ckplan/planner/chain_solver.h"
 #include "ckplan/planner/error.h"
 
 namespace ckplan {
@@ -34,34 +34,25 @@ bool OptimalFeasible(const Chain& chain, int64_t chain_budget_bytes, int slots) 
   return false;
 }
 
-std::vector<Baseline> Baselines(const Chain& chain) {
-  const int length = chain.length();
-  std::vector<Baseline> baselines;
-  auto add = [&](Schedule schedule) {
-    SimulationResult simulation = Simulate(chain, schedule);
-    baselines.push_back({std::move(schedule), std::move(simulation)});
-  };
-  add(NoCheckpointSchedule(length));
-  add(SqrtSchedule(length));
-  for (int n : {1, 2, 4, 8}) {
-    if (n <= length) add(EveryNSchedule(length, n));
+std::vector<ChainSolution> Baselines(const Chain& chain) {
+  std::vector<ChainSolution> baselines;
+  for (const auto& solver : BaselineSolvers(chain.length())) {
+    baselines.push_back(solver->Solve(chain, std::numeric_limits<int64_t>::max()));  // fits: every figure given
   }
   return baselines;
 }
 
-std::optional<Baseline> FastestFitting(const Chain& chain, int64_t chain_budget_bytes) {
-  std::optional<Baseline> best;
-  for (Baseline& b : Baselines(chain)) {
-    if (b.simulation.peak_bytes <= chain_budget_bytes && (!best || b.simulation.time_ms < best->simulation.time_ms)) {
-      best = std::move(b);
-    }
+std::optional<ChainSolution> FastestFitting(const Chain& chain, int64_t chain_budget_bytes) {
+  std::optional<ChainSolution> best;
+  for (ChainSolution& b : Baselines(chain)) {
+    if (b.peak_bytes <= chain_budget_bytes && (!best || b.time_ms < best->time_ms)) best = std::move(b);
   }
   return best;
 }
 
 int64_t SmallestBaselinePeak(const Chain& chain) {
   int64_t smallest = std::numeric_limits<int64_t>::max();
-  for (const Baseline& b : Baselines(chain)) smallest = std::min(smallest, b.simulation.peak_bytes);
+  for (const ChainSolution& b : Baselines(chain)) smallest = std::min(smallest, b.peak_bytes);
   return smallest;
 }
 

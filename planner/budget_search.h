@@ -1,5 +1,5 @@
 #pragma once
-// The search for budgets (planner-internal, used by plan.cc): slot grids,
+// The search for budgets (planner-internal, used by the optimal solver in chain_solver.cc): slot grids,
 // the baselines every optimal plan is compared with, feasibility of the
 // optimal algorithm at a budget, the smallest feasible budget
 // (MinimumOptimalBudget and OptimalBudgetFeasible, declared in plan.h), and
@@ -9,6 +9,7 @@
 #include <optional>
 #include <vector>
 
+#include "ckplan/planner/chain_solver.h"
 #include "ckplan/planner/plan.h"
 #include "ckplan/planner/solver.h"
 
@@ -30,16 +31,12 @@ std::vector<SlotGrid> RefinedGrids(const Chain& chain, int64_t chain_budget, int
 /// banded), on the request's grid or a finer one RefineSlots would use.
 bool OptimalFeasible(const Chain& chain, int64_t chain_budget_bytes, int slots);
 
-// The baselines, simulated in bytes. An optimal plan is never slower than a
-// baseline that fits: the solver rounds sizes up to whole slots, and the
-// banded solver searches a band; either can miss a baseline that fits.
-struct Baseline {
-  Schedule schedule;
-  SimulationResult simulation;
-};
-
-std::vector<Baseline> Baselines(const Chain& chain);
-std::optional<Baseline> FastestFitting(const Chain& chain, int64_t chain_budget_bytes);
+// The baselines (BaselineSolvers), simulated in bytes. An optimal plan is
+// never slower than a baseline that fits: the solver rounds sizes up to
+// whole slots, and the banded solver searches a band; either can miss a
+// baseline that fits.
+std::vector<ChainSolution> Baselines(const Chain& chain);
+std::optional<ChainSolution> FastestFitting(const Chain& chain, int64_t chain_budget_bytes);
 int64_t SmallestBaselinePeak(const Chain& chain);
 
 /// Throws BadInput for a chain of more than kMaxStages stages.

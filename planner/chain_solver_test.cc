@@ -9,6 +9,7 @@
 #include "../tests/test_chains.h"
 #include "ckplan/planner/baselines.h"
 #include "ckplan/planner/input.h"
+#include "ckplan/planner/plan.h"
 #include "ckplan/planner/simulator.h"
 #include "ckplan/planner/solver.h"
 
@@ -64,4 +65,66 @@ TEST_CASE("a fixed strategy is feasible exactly when its simulated peak fits") {
     CHECK(!solver->Solve(chain, peak - 1).feasible);
     CHECK(solver->Solve(chain, peak).schedule == EveryNSchedule(chain.length(), n));
   }
+}
+
+TEST_CASE("MakePlan solves through the strategy's ChainSolver, on the budget less the fixed part") {
+  PlannerInput in = LoadPlannerInput(std::string(CKPLAN_SOURCE_DIR) + "/data/example.profile.json", "adam");
+  const Chain& chain = in.chain;
+  const int64_t none_peak = in.fixed.total() + Simulate(chain, NoCheckpointSchedule(chain.length())).peak_bytes;
+  for (double share : {0.6, 0.8, 1.0}) {
+    const int64_t budget = static_cast<int64_t>(share * static_cast<double>(none_peak));
+    CAPTURE(budget);
+    struct Case {
+      Algorithm algorithm;
+      int every_n;
+      std::unique_ptr<ChainSolver> solver;
+    };
+    std::vector<Case> cases;
+    cases.push_back({Algorithm::kNone, 0, NoCheckpointSolver()});
+    cases.push_back({Algorithm::kSqrt, 0, SqrtSolver()});
+    cases.push_back({Algorithm::kEveryN, 3, EveryNSolver(3)});
+    cases.push_back({Algorithm::kOptimal, 0, OptimalSolver(200)});
+    for (const Case& c : cases) {
+      CAPTURE(c.solver->Name());
+      PlanRequest request;
+      request.algorithm = c.algorithm;
+      request.every_n = c.every_n;
+      request.budget_bytes = budget;
+      request.slots = 200;
+      const Plan plan = MakePlan(chain, in.fixed, request);
+      const ChainSolution s = c.solver->Solve(chain, budget - in.fixed.total());
+      CHECK(plan.feasible == s.feasible);
+      CHECK(plan.schedule == s.schedule);
+      CHECK(plan.min_budget_bytes == in.fixed.total() + s.min_budget_bytes);
+      if (s.feasible) {
+        CHECK(plan.peak_bytes == in.fixed.total() + s.peak_bytes);
+        CHECK(plan.time_ms == s.time_ms + in.fixed.optimizer_step_ms);
+      }
+    }
+  }
+}
+
+TEST_CASE("the PyTorch target is never slower than its module baselines that fit") {
+  PlannerInput in = LoadPlannerInput(std::string(CKPLAN_SOURCE_DIR) + "/data/example.profile.json", "adam");
+  const Chain& chain = in.chain;
+  const std::vector<WrappableModule> modules = WrappableModules(chain, &in.profile);
+  const auto optimum = ModulesSolver(modules);
+  const int64_t huge = int64_t{1} << 50;
+  int wrapped_seen = 0;
+  for (int n : {0, 1, 2, 4}) {
+    CAPTURE(n);
+    const ChainSolution baseline = ModuleBaselineSolver(modules, n)->Solve(chain, huge);
+    REQUIRE(baseline.feasible);
+    CHECK(baseline.module_target);
+    if (n == 0) CHECK(baseline.wrapped.empty());
+    wrapped_seen += static_cast<int>(baseline.wrapped.size());
+    // Fits exactly at its own peak, not a byte below.
+    CHECK(ModuleBaselineSolver(modules, n)->Solve(chain, baseline.peak_bytes).feasible);
+    CHECK(!ModuleBaselineSolver(modules, n)->Solve(chain, baseline.peak_bytes - 1).feasible);
+    const ChainSolution best = optimum->Solve(chain, baseline.peak_bytes);
+    REQUIRE(best.feasible);
+    CHECK(best.peak_bytes <= baseline.peak_bytes);
+    CHECK(best.time_ms <= baseline.time_ms * (1 + 1e-12));
+  }
+  CHECK(wrapped_seen > 0);
 }

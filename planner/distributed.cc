@@ -141,18 +141,23 @@ RankMemory RankFixedMemory(const Chain& chain, const std::vector<ParameterRecord
   return m;
 }
 
-nlohmann::json RankMemoryToJson(const RankMemory& m) {
-  nlohmann::json units = nlohmann::json::array();
-  for (const ShardUnit& u : m.units) {
-    units.push_back({{"module", u.name}, {"param_bytes", u.param_bytes}, {"shard_bytes", u.shard_bytes}});
+PlanRankFixed RankFixedOf(const RankMemory& m) {
+  PlanRankFixed out;
+  out.shard = ShardModeName(m.shard);
+  out.data_parallel = m.data_parallel;
+  out.param_bytes = m.param_bytes;
+  out.buffer_bytes = m.buffer_bytes;
+  out.grad_bytes = m.grad_bytes;
+  out.optimizer_bytes = m.optimizer_bytes;
+  out.optimizer = m.optimizer;
+  out.gathered_bytes = m.gathered_bytes;
+  out.reduce_bytes = m.reduce_bytes;
+  out.total_bytes = m.total();
+  if (m.shard == ShardMode::kFull) {
+    out.units.emplace();
+    for (const ShardUnit& u : m.units) out.units->push_back({u.name, u.param_bytes, u.shard_bytes});
   }
-  nlohmann::json doc = {{"shard", ShardModeName(m.shard)}, {"data_parallel", m.data_parallel},
-                        {"param_bytes", m.param_bytes}, {"buffer_bytes", m.buffer_bytes},
-                        {"grad_bytes", m.grad_bytes}, {"optimizer_bytes", m.optimizer_bytes},
-                        {"optimizer", m.optimizer}, {"gathered_bytes", m.gathered_bytes},
-                        {"reduce_bytes", m.reduce_bytes}, {"total_bytes", m.total()}};
-  if (m.shard == ShardMode::kFull) doc["units"] = units;
-  return doc;
+  return out;
 }
 
 }  // namespace ckplan

@@ -9,12 +9,15 @@
 
 namespace ckplan {
 
-nlohmann::json ProfileSource(const Profile& profile, const std::string& profile_path) {
-  nlohmann::json source = {{"kind", "profile"}, {"path", profile_path}};
+PlanSource ProfileSource(const Profile& profile, const std::string& profile_path) {
+  PlanSource source;
+  source.kind = "profile";
+  source.path = profile_path;
+  // The profile keeps `model` as written (profile.h): its fields as found.
   const nlohmann::json& model = profile.model;
-  if (model.contains("sha256")) source["model_sha256"] = model["sha256"];
-  if (model.contains("path")) source["model_path"] = model["path"];
-  if (model.contains("inputs")) source["inputs"] = model["inputs"];
+  if (model.contains("sha256") && model["sha256"].is_string()) source.model_sha256 = model["sha256"].get<std::string>();
+  if (model.contains("path") && model["path"].is_string()) source.model_path = model["path"].get<std::string>();
+  if (model.contains("inputs")) source.inputs = model["inputs"];
   return source;
 }
 
@@ -71,7 +74,8 @@ PlannerInput LoadPlannerInput(const std::string& path, const std::string& optimi
     input.chain = ChainFromJson(doc, path);
     input.fixed = FixedMemoryFor(0, 0, "none");
     input.fixed.grad_bytes = 0;
-    input.source = {{"kind", "chain"}, {"path", path}};
+    input.source.kind = "chain";
+    input.source.path = path;
     return input;
   }
   if (schema == "ckplan.profile/1") return PlannerInputFromProfile(ProfileFromJson(doc, path), path, optimizer);

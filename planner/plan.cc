@@ -4,11 +4,9 @@
 #include <cmath>
 #include <optional>
 
-#include "budget_search.h"
 #include "ckplan/planner/baselines.h"
+#include "ckplan/planner/chain_solver.h"
 #include "ckplan/planner/error.h"
-#include "ckplan/planner/param_grads.h"
-#include "ckplan/planner/solver.h"
 #include "ckplan/planner/units.h"
 
 namespace ckplan {
@@ -50,10 +48,8 @@ FixedMemory FixedMemoryFor(int64_t param_bytes, int64_t buffer_bytes, const std:
   return fixed;
 }
 
-double Plan::gap_bound_pct() const {
-  if (proven_optimal || lower_bound_ms <= 0) return 0;
-  return (time_ms - lower_bound_ms) / lower_bound_ms * 100.0;
-}
+// The gap is the plan's overhead over the proven lower bound: the one formula.
+double Plan::gap_bound_pct() const { return proven_optimal ? 0 : OverheadPct(time_ms, lower_bound_ms); }
 
 double OverheadPct(double time_ms, double baseline_ms) {
   if (!(baseline_ms > 0)) return 0;
@@ -65,78 +61,23 @@ double Plan::overhead_pct() const { return OverheadPct(time_ms, no_recompute_ms)
 
 namespace {
 
-// The PyTorch target: exact in bytes, no slots.
-Plan MakeModulePlan(const Chain& chain, const FixedMemory& fixed, const PlanRequest& request, Plan plan) {
-  CheckStageCount(chain);
-  const std::vector<WrappableModule>& modules = *request.pytorch_modules;
-  // One memory model: the gradients the chain carries appear during backward
-  // (those in the fixed part are held for the whole step).
-  const StageGradients grads = StageGradientsOf(chain);
-  const int64_t fixed_bytes = fixed.total();
-  const int64_t chain_budget = request.budget_bytes - fixed_bytes;
-  plan.target = "pytorch";
-  plan.solver = "modules";
-  plan.min_budget_bytes = fixed_bytes + MinimumModulesMemory(chain, modules, ModuleAccounting::kPyTorch, grads);
-  plan.min_budget_lower_bytes = plan.min_budget_bytes;
-  if (chain_budget <= 0) return plan;
-  ModuleSolution solution = SolveModules(chain, modules, chain_budget, ModuleAccounting::kPyTorch, grads);
-  if (!solution.feasible) return plan;
-  plan.feasible = true;
-  plan.schedule = solution.schedule;
-  plan.time_ms = solution.time_ms + fixed.optimizer_step_ms;  // as every plan: the optimizer's update included
-  // Predicted as PyTorch runs it (apply_plan): the solver's own accounting.
-  // The simulation (what `ckplan run`'s executor holds) gives the timeline.
-  plan.simulation = Simulate(chain, plan.schedule);
-  plan.peak_bytes = fixed_bytes + solution.peak_bytes;
-  plan.checkpointed_stages = CheckpointedStages(plan.schedule, chain.length());
-  plan.pytorch = ExportForModules(chain, solution.wrapped);
-  // pytorch.predicted.peak_bytes is written as fixed.total() + this.
-  plan.pytorch.simulation.peak_bytes = solution.peak_bytes;
-  plan.pytorch.held_at_loss_bytes = solution.kept_bytes;
-  if (solution.peak_bytes > chain_budget) {
-    throw Error(ExitCode::kVerifyFailed, "internal check failed: the module plan peaks at " +
-                                             std::to_string(solution.peak_bytes) +
-                                             " B, above the activation budget " + std::to_string(chain_budget) + " B");
+// The strategy the request names, through the one solver signature.
+std::unique_ptr<ChainSolver> SolverFor(const PlanRequest& request, int every_n) {
+  if (request.algorithm == Algorithm::kOptimal) {
+    if (request.pytorch_modules != nullptr) return ModulesSolver(*request.pytorch_modules);
+    OptimalOptions options;
+    options.slots = request.slots;
+    options.threads = request.threads;
+    options.curve = request.sweep;
+    options.progress = request.progress;
+    return OptimalSolver(options);
   }
-  return plan;
-}
-
-// A baseline for the PyTorch target: its segments as apply_plan can wrap
-// them (a module covering a whole segment, else each stage of it that is a
-// module), counted as the PyTorch target counts (EvaluateModules): the
-// optimum over sets of modules is then never slower than it, and `none`
-// (nothing wrapped) peaks where that optimum with nothing wrapped does.
-void ModuleBaseline(const Chain& chain, const FixedMemory& fixed, const PlanRequest& request, Plan* plan) {
-  const std::vector<WrappableModule>& modules = *request.pytorch_modules;
-  const int length = chain.length();
-  std::vector<WrappableModule> wrapped;
-  const int n = plan->every_n;
-  for (int begin = 0; n > 0 && begin < length; begin += n) {
-    const int end = std::min(length, begin + n) - 1;
-    auto whole = std::find_if(modules.begin(), modules.end(),
-                              [&](const WrappableModule& m) { return m.first_stage == begin && m.last_stage == end; });
-    if (whole != modules.end()) {
-      wrapped.push_back(*whole);
-      continue;
-    }
-    for (int k = begin; k <= end; ++k) {
-      auto single = std::find_if(modules.begin(), modules.end(),
-                                 [&](const WrappableModule& m) { return m.first_stage == k && m.last_stage == k; });
-      if (single != modules.end()) wrapped.push_back(*single);
-    }
+  if (request.pytorch_modules != nullptr) return ModuleBaselineSolver(*request.pytorch_modules, every_n);
+  switch (request.algorithm) {
+    case Algorithm::kNone: return NoCheckpointSolver();
+    case Algorithm::kSqrt: return SqrtSolver();
+    default: return EveryNSolver(every_n);
   }
-  const ModuleSolution solution = EvaluateModules(chain, wrapped, ModuleAccounting::kPyTorch, StageGradientsOf(chain));
-  plan->target = "pytorch";
-  plan->schedule = solution.schedule;
-  plan->simulation = Simulate(chain, plan->schedule);
-  plan->time_ms = solution.time_ms + fixed.optimizer_step_ms;
-  plan->peak_bytes = fixed.total() + solution.peak_bytes;
-  plan->min_budget_bytes = plan->min_budget_lower_bytes = plan->peak_bytes;
-  plan->feasible = plan->peak_bytes <= request.budget_bytes;
-  plan->checkpointed_stages = CheckpointedStages(plan->schedule, length);
-  plan->pytorch = ExportForModules(chain, solution.wrapped);
-  plan->pytorch.simulation.peak_bytes = solution.peak_bytes;
-  plan->pytorch.held_at_loss_bytes = solution.kept_bytes;
 }
 
 }  // namespace
@@ -148,109 +89,55 @@ Plan MakePlan(const Chain& chain, const FixedMemory& fixed, const PlanRequest& r
   plan.budget_bytes = request.budget_bytes;
   plan.fixed = fixed;
   // Every predicted step time includes the optimizer's update (chain times
-  // plus `step`); the solver and the simulator work on the chain alone.
+  // plus `step`); the solvers and the simulator work on the chain alone.
   const double step = fixed.optimizer_step_ms;
   plan.no_recompute_ms = chain.NoRecomputeTimeMs() + step;
   const int length = chain.length();
   const int64_t chain_budget = request.budget_bytes - fixed.total();
-
-  if (request.algorithm != Algorithm::kOptimal) {
-    switch (request.algorithm) {
-      case Algorithm::kNone: plan.schedule = NoCheckpointSchedule(length); break;
-      case Algorithm::kEvery:
-        plan.every_n = 1;
-        plan.schedule = EveryNSchedule(length, 1);
-        break;
-      case Algorithm::kEveryN:
-        if (request.every_n < 1) throw BadInput("invalid --every " + std::to_string(request.every_n) + ": must be at least 1");
-        plan.every_n = request.every_n;
-        plan.schedule = EveryNSchedule(length, request.every_n);
-        break;
-      case Algorithm::kSqrt:
-        plan.every_n = SqrtSegmentLength(length);
-        plan.schedule = SqrtSchedule(length);
-        break;
-      default: break;
-    }
-    if (request.pytorch_modules != nullptr) {
-      ModuleBaseline(chain, fixed, request, &plan);
-      return plan;
-    }
-    plan.simulation = Simulate(chain, plan.schedule);
-    plan.time_ms = plan.simulation.time_ms + step;
-    plan.peak_bytes = fixed.total() + plan.simulation.peak_bytes;
-    plan.min_budget_bytes = plan.peak_bytes;
-    plan.min_budget_lower_bytes = plan.min_budget_bytes;
-    plan.feasible = plan.peak_bytes <= request.budget_bytes;
-    plan.checkpointed_stages = CheckpointedStages(plan.schedule, length);
-    plan.pytorch = ExportForPyTorch(chain, plan.checkpointed_stages);
-    return plan;
+  switch (request.algorithm) {
+    case Algorithm::kEvery: plan.every_n = 1; break;
+    case Algorithm::kEveryN:
+      if (request.every_n < 1) throw BadInput("invalid --every " + std::to_string(request.every_n) + ": must be at least 1");
+      plan.every_n = request.every_n;
+      break;
+    case Algorithm::kSqrt: plan.every_n = SqrtSegmentLength(length); break;
+    default: break;
   }
+  const ChainSolution solution = SolverFor(request, plan.every_n)->Solve(chain, chain_budget);
 
-  if (request.pytorch_modules != nullptr) return MakeModulePlan(chain, fixed, request, std::move(plan));
-  plan.slots = request.slots;
-  CheckStageCount(chain);
-  SlotGrid grid = GridFor(chain_budget, request.slots);
-  plan.slot_bytes = grid.slot_bytes;
-  DiscreteChain discrete = Discretize(chain, std::max<int64_t>(grid.slot_bytes, 1));
-  // Refuse a table that cannot fit before any other work (throws BadInput).
-  if (grid.memory_slots >= 0) CheckSolverFits(discrete, grid.memory_slots);
-  plan.min_budget_bytes = MinimumOptimalBudget(chain, fixed, request.slots);
-  plan.min_budget_lower_bytes = plan.min_budget_bytes;
-  if (ChooseSolver(chain.length(), request.slots) == SolverMethod::kBanded) {
-    // Sizes in bytes: rounding to slots only adds.
-    plan.min_budget_lower_bytes =
-        std::min(plan.min_budget_bytes, fixed.total() + MinimumMemoryLowerBound(Discretize(chain, 1)));
+  if (request.pytorch_modules != nullptr) plan.target = "pytorch";
+  if (request.algorithm == Algorithm::kOptimal && request.pytorch_modules == nullptr) {
+    plan.slots = solution.memory_slots;
+    plan.slot_bytes = solution.slot_bytes;
   }
-  if (grid.memory_slots < 0) return plan;
-  SolverOptions options;
-  options.threads = request.threads;
-  options.progress = request.progress;
-  OptimalSolution solution = SolveChain(discrete, grid.memory_slots, options);
-  RefineSlots(chain, chain_budget, request, &grid, &solution);
-  plan.slots = static_cast<int>(grid.memory_slots);
-  plan.slot_bytes = grid.slot_bytes;
-  plan.solver = solution.band > 0 ? "banded" : "exact";
+  plan.min_budget_bytes = fixed.total() + solution.min_budget_bytes;
+  plan.min_budget_lower_bytes = fixed.total() + solution.min_budget_lower_bytes;
+  plan.solver = solution.method;
   plan.band = solution.band;
   plan.proven_optimal = solution.proven_optimal;
-  plan.lower_bound_ms = solution.lower_bound_ms + step;
-  if (request.sweep) {
-    for (size_t m = 0; m < solution.curve_ms.size(); ++m) {
-      if (solution.curve_ms[m] < kInfinity) {
-        plan.curve.push_back({fixed.total() + static_cast<int64_t>(m) * grid.slot_bytes, solution.curve_ms[m] + step});
-      }
-    }
+  if (solution.method == "exact" || solution.method == "banded") plan.lower_bound_ms = solution.lower_bound_ms + step;
+  for (const CurvePoint& point : solution.curve) {
+    plan.curve.push_back({fixed.total() + point.budget_bytes, point.time_ms + step});
   }
-  // A baseline that fits and is faster (or fits where the rounded sizes do
-  // not) is the plan: the solver's figures would not be optimal.
-  std::optional<Baseline> baseline = FastestFitting(chain, chain_budget);
-  const bool take_baseline =
-      baseline && (!solution.feasible || baseline->simulation.time_ms < solution.time_ms * (1 - 1e-12));
-  if (!solution.feasible && !take_baseline) return plan;
+  // A fixed strategy's figures are its one schedule's, fitting or not.
+  if (solution.feasible || request.algorithm != Algorithm::kOptimal) {
+    plan.time_ms = solution.time_ms + step;
+    plan.peak_bytes = fixed.total() + solution.peak_bytes;
+  }
+  if (!solution.feasible) return plan;
   plan.feasible = true;
-  double chain_ms = 0;  // the schedule's time over the chain, without the optimizer's update
-  if (take_baseline) {
-    plan.schedule = std::move(baseline->schedule);
-    chain_ms = baseline->simulation.time_ms;
-    if (plan.band > 0) plan.proven_optimal = solution.lower_bound_ms >= chain_ms * (1 - 1e-12);
-  } else {
-    plan.schedule = std::move(solution.schedule);
-    chain_ms = solution.time_ms;
-  }
-  plan.time_ms = chain_ms + step;
+  plan.schedule = solution.schedule;
+  // The simulation (what `ckplan run`'s executor holds) gives the timeline;
+  // the PyTorch target's peak is by its own accounting.
   plan.simulation = Simulate(chain, plan.schedule);
-  plan.peak_bytes = fixed.total() + plan.simulation.peak_bytes;
   plan.checkpointed_stages = CheckpointedStages(plan.schedule, length);
-  plan.pytorch = ExportForPyTorch(chain, plan.checkpointed_stages);
-  if (plan.simulation.peak_bytes > chain_budget) {
-    throw Error(ExitCode::kVerifyFailed,
-                "internal check failed: the optimal schedule simulates to " +
-                    std::to_string(plan.simulation.peak_bytes) + " B, above the activation budget " +
-                    std::to_string(chain_budget) + " B");
-  }
-  const double tolerance = 1e-9 * std::max(1.0, std::fabs(chain_ms));
-  if (std::fabs(plan.simulation.time_ms - chain_ms) > tolerance) {
-    throw Error(ExitCode::kVerifyFailed, "internal check failed: simulated time differs from the solver's");
+  if (solution.module_target) {
+    plan.pytorch = ExportForModules(chain, solution.wrapped);
+    // pytorch.predicted.peak_bytes is written as fixed.total() + this.
+    plan.pytorch.simulation.peak_bytes = solution.peak_bytes;
+    plan.pytorch.held_at_loss_bytes = solution.held_at_loss_bytes;
+  } else {
+    plan.pytorch = ExportForPyTorch(chain, plan.checkpointed_stages);
   }
   return plan;
 }

@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include "../tests/test_chains.h"
+#include "../tests/test_errors.h"
 #include "ckplan/planner/error.h"
 #include "ckplan/planner/input.h"
 #include "ckplan/planner/plan.h"
@@ -14,6 +15,18 @@
 #include "ckplan/planner/stages.h"
 
 using namespace ckplan;
+
+namespace {
+
+// The source of a plan made from a chain file.
+PlanSource ChainSource(const std::string& path) {
+  PlanSource source;
+  source.kind = "chain";
+  source.path = path;
+  return source;
+}
+
+}  // namespace
 using namespace ckplan::testing;
 
 namespace {
@@ -27,15 +40,6 @@ void CheckRoundTrip(const nlohmann::json& written) {
   CHECK(PlanToJson(read) == written);
   CHECK(PlanFromJson(PlanToJson(read), "again.json") == read);
   CHECK(PlanToJson(read).dump(2) == written.dump(2));
-}
-
-std::string Message(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 }  // namespace
@@ -85,7 +89,7 @@ TEST_CASE("a banded plan, a chain's plan and an infeasible plan round-trip") {
   Plan banded = MakePlan(long_chain, FixedMemory{}, request);
   REQUIRE(banded.feasible);
   REQUIRE(banded.band > 0);
-  nlohmann::json doc = PlanToJson(banded, long_chain, {{"kind", "chain"}, {"path", "long.json"}});
+  nlohmann::json doc = PlanToJson(banded, long_chain, ChainSource("long.json"));
   CHECK(doc["solver"]["method"] == "banded");
   CheckRoundTrip(doc);
   CHECK(PlanFromJson(doc, "p").solver->band == banded.band);
@@ -94,36 +98,78 @@ TEST_CASE("a banded plan, a chain's plan and an infeasible plan round-trip") {
   request.budget_bytes = 1;
   Plan infeasible = MakePlan(chain, FixedMemory{}, request);
   REQUIRE(!infeasible.feasible);
-  CheckRoundTrip(PlanToJson(infeasible, chain, {{"kind", "chain"}, {"path", "c.json"}}));
+  CheckRoundTrip(PlanToJson(infeasible, chain, ChainSource("c.json")));
 }
 
-TEST_CASE("a pipeline plan's top level and its stage documents round-trip") {
+TEST_CASE("distributed plans round-trip: a pipeline's top level with its stage documents, a data-parallel rank") {
   const Chain chain = ThreeStageChain();
   PlanRequest request;
   request.budget_bytes = int64_t{1} << 40;
-  nlohmann::json stage = PlanToJson(MakePlan(chain, FixedMemory{}, request), chain, {{"kind", "chain"}, {"path", "c"}});
-  stage.erase("min_budget_bytes");
-  stage["pipeline_stage"] = {{"index", 0}, {"in_flight", 2}, {"peak_bytes", 1234}};
-  CheckRoundTrip(stage);
-  CHECK(!PlanFromJson(stage, "s").min_budget_bytes.has_value());
-  nlohmann::json top = {{"schema", "ckplan.plan/1"},     {"algorithm", "optimal"},
-                        {"source", stage["source"]},     {"budget_bytes", 1000},
-                        {"checkpoint_modules", {"a.b"}}, {"distributed", {{"pipeline", 2}, {"stages", {stage}}}}};
-  CheckRoundTrip(top);
-  const PlanDocument read = PlanFromJson(top, "top.json");
+  const Plan plan = MakePlan(chain, FixedMemory{}, request);
+  PlanRankFixed fixed;
+  fixed.shard = "full";
+  fixed.data_parallel = 2;
+  fixed.param_bytes = 300;
+  fixed.total_bytes = 300;
+  fixed.units = std::vector<PlanShardUnit>{{"", 100, 50}, {"a.b", 400, 200}};
+  PlanDocument stage = MakePlanDocument(plan, chain, ChainSource("c"));
+  stage.min_budget_bytes.reset();
+  PlanPipelineStage& ps = stage.pipeline_stage.emplace();
+  ps.index = 1;
+  ps.first_chain_stage = 2;
+  ps.last_chain_stage = 4;
+  ps.in_flight = 2;
+  ps.stored_after_forward_bytes = 77;
+  ps.fixed = fixed;
+  ps.activation_budget_bytes = -3;  // written as computed, even below zero
+  ps.peak_bytes = 1234;
+  CheckRoundTrip(PlanToJson(stage));
+  CHECK(!PlanToJson(stage).contains("min_budget_bytes"));
+
+  PlanDocument top;
+  top.is_pipeline = true;
+  top.algorithm = "optimal";
+  top.source = ChainSource("c");
+  top.budget_bytes = 1000;
+  top.checkpoint_modules = {"a.b"};
+  PlanDistributed& d = top.distributed.emplace();
+  d.pipeline = 2;
+  d.microbatches = 4;
+  d.schedule = "1f1b";
+  d.slowest_stage_ms = 2.5;
+  d.stages = {stage, stage};
+  const nlohmann::json written = PlanToJson(top);
+  CHECK(!written.contains("schedule"));
+  CHECK(written["distributed"]["stages"][1]["pipeline_stage"]["fixed"]["units"][1]["module"] == "a.b");
+  CheckRoundTrip(written);
+  const PlanDocument read = PlanFromJson(written, "top.json");
   CHECK(read.is_pipeline);
   CHECK(read.schedule.empty());
+  CHECK(read == top);
+  // A stage document's error names its whole path.
+  nlohmann::json bad = written;
+  bad["distributed"]["stages"][1]["schedule"][0]["stage"] = "x";
+  CHECK(testing::Refusal(bad, [](nlohmann::json&) {}, [](const nlohmann::json& doc) { PlanFromJson(doc, "top.json"); })
+            .find("distributed.stages[1].schedule") != std::string::npos);
+
+  PlanDocument rank_plan = MakePlanDocument(plan, chain, ChainSource("c"));
+  PlanDistributed& dp = rank_plan.distributed.emplace();
+  dp.data_parallel = 2;
+  dp.shard = "full";
+  dp.fsdp_units = {"a.b"};
+  dp.ranks.push_back({fixed, 900, 1100, 1200, 400});
+  CheckRoundTrip(PlanToJson(rank_plan));
+  CHECK(!PlanFromJson(PlanToJson(rank_plan), "dp.json").is_pipeline);
+  CHECK(PlanFromJson(PlanToJson(rank_plan), "dp.json") == rank_plan);
 }
 
 TEST_CASE("the plan reader names the file and field it refuses") {
   const Chain chain = ThreeStageChain();
   PlanRequest request;
   request.budget_bytes = int64_t{1} << 40;
-  const nlohmann::json good = PlanToJson(MakePlan(chain, FixedMemory{}, request), chain, {{"kind", "chain"}, {"path", "c"}});
+  const nlohmann::json good = PlanToJson(MakePlan(chain, FixedMemory{}, request), chain, ChainSource("c"));
   auto refused = [&](const std::function<void(nlohmann::json&)>& mutate) {
-    nlohmann::json doc = good;
-    mutate(doc);
-    return Message([&] { PlanFromJson(doc, "bad.json"); });
+    return testing::Refusal(good, mutate, [](const nlohmann::json& doc) { PlanFromJson(doc, "bad.json"); });
   };
   CHECK(refused([](nlohmann::json& d) { d["schema"] = "ckplan.chain/1"; }).find("bad.json") != std::string::npos);
   CHECK(refused([](nlohmann::json& d) { d["schema"] = "ckplan.chain/1"; }).find("ckplan.plan/1") != std::string::npos);
@@ -134,5 +180,24 @@ TEST_CASE("the plan reader names the file and field it refuses") {
         std::string::npos);
   CHECK(refused([](nlohmann::json& d) { d["pytorch"]["predicted"]["fits_budget"] = 1; }).find("fits_budget") !=
         std::string::npos);
+  CHECK(refused([](nlohmann::json& d) { d["source"].erase("kind"); }).find("source.kind") != std::string::npos);
+  CHECK(refused([](nlohmann::json& d) { d["source"]["model_sha256"] = 7; }).find("source.model_sha256") !=
+        std::string::npos);
+  CHECK(refused([](nlohmann::json& d) { d["source"]["inputs"] = "8x3"; }).find("source.inputs") != std::string::npos);
   CHECK(refused([](nlohmann::json& d) {}) == "(no error)");
+}
+
+TEST_CASE("a plan's source names the profile's model and passes its inputs through") {
+  PlannerInput in = LoadPlannerInput(ExampleProfile(), "adam");
+  CHECK(in.source.kind == "profile");
+  CHECK(in.source.path == ExampleProfile());
+  REQUIRE(in.source.model_sha256);
+  CHECK(*in.source.model_sha256 == in.profile.model["sha256"].get<std::string>());
+  REQUIRE(in.source.inputs);
+  CHECK(*in.source.inputs == in.profile.model["inputs"]);
+  PlanRequest request;
+  request.budget_bytes = int64_t{1} << 40;
+  const nlohmann::json doc = PlanToJson(MakePlan(in.chain, in.fixed, request), in.chain, in.source);
+  CHECK(PlanFromJson(doc, "plan.json").source == in.source);
+  CHECK(doc["source"]["inputs"] == in.profile.model["inputs"]);
 }

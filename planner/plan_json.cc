@@ -4,7 +4,7 @@
 
 namespace ckplan {
 
-PlanDocument MakePlanDocument(const Plan& plan, const Chain& chain, const nlohmann::json& source) {
+PlanDocument MakePlanDocument(const Plan& plan, const Chain& chain, const PlanSource& source) {
   PlanDocument doc;
   std::vector<bool> checkpointed(static_cast<size_t>(chain.length()), false);
   for (int i : plan.checkpointed_stages) checkpointed[static_cast<size_t>(i)] = true;
@@ -70,7 +70,7 @@ PlanDocument MakePlanDocument(const Plan& plan, const Chain& chain, const nlohma
   return doc;
 }
 
-nlohmann::json PlanToJson(const Plan& plan, const Chain& chain, const nlohmann::json& source) {
+nlohmann::json PlanToJson(const Plan& plan, const Chain& chain, const PlanSource& source) {
   return PlanToJson(MakePlanDocument(plan, chain, source));
 }
 

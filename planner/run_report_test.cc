@@ -7,6 +7,7 @@
 
 #include <cmath>
 
+#include "../tests/test_errors.h"
 #include "ckplan/planner/error.h"
 
 using namespace ckplan;
@@ -73,15 +74,8 @@ TEST_CASE("run reports round-trip through ckplan.run/1") {
 
 TEST_CASE("the run reader needs what the report draws and names what it refuses") {
   const nlohmann::json good = RunReportToJson(Example());
-  auto message = [&](const std::function<void(nlohmann::json&)>& mutate) -> std::string {
-    nlohmann::json doc = good;
-    mutate(doc);
-    try {
-      RunReportFromJson(doc, "bad.json");
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "(no error)";
+  auto message = [&](const std::function<void(nlohmann::json&)>& mutate) {
+    return testing::Refusal(good, mutate, [](const nlohmann::json& doc) { RunReportFromJson(doc, "bad.json"); });
   };
   CHECK(message([](nlohmann::json& d) { d["schema"] = "ckplan.plan/1"; }).find("ckplan.run/1") != std::string::npos);
   CHECK(message([](nlohmann::json& d) { d["measured"].erase("step_ms"); }).find("measured.step_ms") != std::string::npos);

@@ -139,10 +139,12 @@ class Executor {
                                      "plan of one pipeline stage");
     }
     JsonReader source = root.Field("source");
-    if (source.Field("kind").String() != "profile") {
+    if (doc.source.kind != "profile") {
       source.Field("kind").Fail("the plan was made from a chain file; `ckplan run` needs a plan made from a profile of the model");
     }
-    sha256_ = source.Field("model_sha256").String();
+    if (!doc.source.model_sha256) source.Field("model_sha256");  // throws: missing
+    sha256_ = *doc.source.model_sha256;
+    // The profile's model.inputs, passed through (plan_document.h): each input's text.
     JsonReader inputs = source.Field("inputs");
     for (size_t i = 0; i < inputs.ArraySize(); ++i) {
       input_specs_.push_back(ParseInputSpec(inputs.Item(i).Field("text").String()));

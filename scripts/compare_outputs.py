@@ -19,6 +19,8 @@ files:
     baselines: the exit code, stdout (the strategy table), stderr and the
     plan JSON (`-o`), and a `--sweep` file;
   * `report` as JSON, Markdown and HTML, and its stdout;
+  * `solve --data-parallel 2` with each `--shard`, `--pipeline 2` (1f1b and
+    gpipe), and `report --plan` of the base build's distributed plans;
   * `run --steps 1` of data/example.pt under a plan, run JSON compared
     without times (`*_ms`, `*overhead_pct`).
 
@@ -202,6 +204,26 @@ def main():
             both("report %s %s" % (name, fmt), ["report", profile, "-o", "report." + fmt], ["report." + fmt])
         both("report %s budget" % name, ["report", profile, "--budget", budgets_for(profile)[4], "-o", "report.md"],
              ["report.md"])
+        # Distributed plans (`distributed`, `pipeline_stage`) and the report's per-rank table of them,
+        # the report reading the base build's plan.
+        wide = budgets_for(profile)[4]
+        for shard in ("none", "optimizer", "grad", "full"):
+            both("solve %s --data-parallel 2 --shard %s" % (name, shard),
+                 ["solve", profile, "--budget", wide, "--data-parallel", "2", "--shard", shard, "-o", "plan.json"],
+                 ["plan.json"])
+        for schedule, microbatches in (("1f1b", "4"), ("gpipe", "2")):
+            both("solve %s --pipeline 2 --schedule %s" % (name, schedule),
+                 ["solve", profile, "--budget", wide, "--pipeline", "2", "--microbatches", microbatches,
+                  "--schedule", schedule, "-o", "plan.json"], ["plan.json"])
+        for kind, case in (("ranks", "solve %s --data-parallel 2 --shard full" % name),
+                           ("stages", "solve %s --pipeline 2 --schedule 1f1b" % name)):
+            plan = os.path.join(base.case_dir(case), "plan.json")
+            if os.path.exists(plan):
+                kept = os.path.join(profiles_dir, "%s.%s.plan.json" % (name, kind))
+                shutil.copy(plan, kept)
+                for fmt in ("json", "md"):
+                    both("report %s --plan (%s) %s" % (name, case, fmt),
+                         ["report", profile, "--plan", kept, "-o", "report." + fmt], ["report." + fmt])
 
     # A chain file, solved and reported directly.
     chain = os.path.join(base.case_dir("solve example --show-stages"), "chain.json")

@@ -87,7 +87,7 @@ RankMemory RankFor(const PlannerInput& in, const std::vector<ParameterRecord>& p
     return m;
   }
   return RankFixedMemory(chain, parameters, param_bytes, in.profile.totals.buffer_bytes, optimizer, o.data_parallel,
-                         ParseShardMode(o.shard), in.source.value("path", std::string()));
+                         ParseShardMode(o.shard), in.source.path);
 }
 
 int RunDataParallel(const DistributedOptions& o, const PlannerInput& in, const std::string& budget_text,
@@ -114,26 +114,24 @@ int RunDataParallel(const DistributedOptions& o, const PlannerInput& in, const s
   request.slots = slots;
   Plan plan = MakePlan(chain, fixed, request);
   std::fprintf(human, "%s: %d data-parallel rank(s), --shard %s, budget %s per rank (the profile's batch is one rank's)\n",
-               in.source.value("path", std::string()).c_str(), o.data_parallel, o.shard.c_str(),
+               in.source.path.c_str(), o.data_parallel, o.shard.c_str(),
                FormatBytes(budget.bytes, budget.style).c_str());
   std::fprintf(human, "per-rank fixed part: %s\nactivation budget: %s\n", DescribeRank(rank, budget.style).c_str(),
                FormatBytes(budget.bytes - fixed.total(), budget.style).c_str());
   std::fprintf(human, "optimal plan per rank: peak %s, step %s (%s over no checkpointing), %zu of %d stages recomputed\n",
                FormatBytes(plan.peak_bytes, budget.style).c_str(), FormatMs(plan.time_ms).c_str(), FormatPct(plan.overhead_pct()).c_str(),
                plan.checkpointed_stages.size(), chain.length());
-  nlohmann::json doc = PlanToJson(plan, chain, in.source);
-  nlohmann::json rank_doc = {{"fixed", RankMemoryToJson(rank)},
-                             {"activation_budget_bytes", budget.bytes - fixed.total()},
-                             {"peak_bytes", plan.peak_bytes},
-                             {"pytorch_peak_bytes", doc["pytorch"]["predicted"]["peak_bytes"]},
-                             {"saved_bytes", plan.pytorch.held_at_loss_bytes}};
-  nlohmann::json units = nlohmann::json::array();
+  PlanDocument doc = MakePlanDocument(plan, chain, in.source);
+  PlanDistributed distributed;
+  distributed.data_parallel = o.data_parallel;
+  distributed.shard = o.shard;
   for (const ShardUnit& u : rank.units) {
-    if (!u.name.empty()) units.push_back(u.name);
+    if (!u.name.empty()) distributed.fsdp_units.push_back(u.name);
   }
-  doc["distributed"] = {{"data_parallel", o.data_parallel}, {"shard", o.shard}, {"pipeline", 1},
-                        {"fsdp_units", units}, {"ranks", nlohmann::json::array({rank_doc})}};
-  if (!output.empty()) EmitOutput(output, doc.dump(2) + "\n", human);
+  distributed.ranks.push_back({RankFixedOf(rank), budget.bytes - fixed.total(), plan.peak_bytes, doc.pytorch.peak_bytes,
+                               plan.pytorch.held_at_loss_bytes});
+  doc.distributed = distributed;
+  if (!output.empty()) EmitOutput(output, PlanToJson(doc).dump(2) + "\n", human);
   return 0;
 }
 
@@ -148,7 +146,7 @@ int RunPipeline(const DistributedOptions& o, const PlannerInput& in, const std::
                           in.from_profile ? "model" : "chain", chain.length(), chain.length()));
   }
   if (in.from_profile && in.profile.parameters.empty() && in.profile.totals.param_bytes > 0) {
-    throw BadInput(in.source.value("path", std::string()) +
+    throw BadInput(in.source.path +
                    ": the profile has no 'parameters' list, which --pipeline needs (each stage's parameters): "
                    "profile the model again with this ckplan");
   }
@@ -180,12 +178,21 @@ int RunPipeline(const DistributedOptions& o, const PlannerInput& in, const std::
   }
   FILE* human = output == "-" ? stderr : stdout;
   std::fprintf(human, "%s: %d pipeline stages, %d microbatches, %s, budget %s per stage rank\n",
-               in.source.value("path", std::string()).c_str(), o.pipeline, o.microbatches, o.schedule.c_str(),
+               in.source.path.c_str(), o.pipeline, o.microbatches, o.schedule.c_str(),
                FormatBytes(budget.bytes, budget.style).c_str());
   std::vector<std::vector<std::string>> rows = {
       {"stage", "chain stages", "in flight", "fixed", "stored/microbatch", "peak", "time/microbatch", "recomputed"}};
-  nlohmann::json stage_docs = nlohmann::json::array();
-  nlohmann::json all_modules = nlohmann::json::array();
+  PlanDocument top;
+  top.is_pipeline = true;
+  top.algorithm = "optimal";
+  top.source = in.source;
+  top.budget_bytes = budget.bytes;
+  PlanDistributed distributed;
+  distributed.data_parallel = o.data_parallel;
+  distributed.shard = o.shard;
+  distributed.pipeline = o.pipeline;
+  distributed.microbatches = o.microbatches;
+  distributed.schedule = o.schedule;
   for (size_t s = 0; s < plan.stages.size(); ++s) {
     const PipelineStagePlan& sp = plan.stages[s];
     Chain sub = SubChain(chain, sp.first, sp.last);
@@ -205,20 +212,24 @@ int RunPipeline(const DistributedOptions& o, const PlannerInput& in, const std::
     p.checkpointed_stages = CheckpointedStages(p.schedule, sub.length());
     p.pytorch = ExportForPyTorch(sub, p.checkpointed_stages);
     p.solver = "in-flight";
-    nlohmann::json doc = PlanToJson(p, sub, in.source);
-    doc.erase("min_budget_bytes");
-    doc["pipeline_stage"] = {
-        {"index", s}, {"first_chain_stage", sp.first}, {"last_chain_stage", sp.last - 1},
-        {"in_flight", sp.in_flight}, {"stored_after_forward_bytes", sp.stored_after_forward_bytes},
-        {"fixed", RankMemoryToJson(rank)}, {"activation_budget_bytes", sp.activation_budget_bytes},
-        {"peak_bytes", sp.peak_bytes},
-        // What PyTorch keeps per microbatch: a later stage's input is an
-        // activation it receives and holds (the first stage's is the model input).
-        {"pytorch_saved_bytes", p.pytorch.held_at_loss_bytes + (s > 0 ? sub.input_bytes : 0)},
-        {"pytorch_peak_bytes", rank.total() + (sp.in_flight - 1) * p.pytorch.simulation.live_after_forward_bytes +
-                                   p.pytorch.simulation.peak_bytes}};
-    for (const std::string& m : p.pytorch.checkpoint_modules) all_modules.push_back(m);
-    stage_docs.push_back(doc);
+    PlanDocument doc = MakePlanDocument(p, sub, in.source);
+    doc.min_budget_bytes.reset();
+    PlanPipelineStage& stage = doc.pipeline_stage.emplace();
+    stage.index = static_cast<int>(s);
+    stage.first_chain_stage = sp.first;
+    stage.last_chain_stage = sp.last - 1;
+    stage.in_flight = sp.in_flight;
+    stage.stored_after_forward_bytes = sp.stored_after_forward_bytes;
+    stage.fixed = RankFixedOf(rank);
+    stage.activation_budget_bytes = sp.activation_budget_bytes;
+    stage.peak_bytes = sp.peak_bytes;
+    // What PyTorch keeps per microbatch: a later stage's input is an
+    // activation it receives and holds (the first stage's is the model input).
+    stage.pytorch_saved_bytes = p.pytorch.held_at_loss_bytes + (s > 0 ? sub.input_bytes : 0);
+    stage.pytorch_peak_bytes = rank.total() + (sp.in_flight - 1) * p.pytorch.simulation.live_after_forward_bytes +
+                               p.pytorch.simulation.peak_bytes;
+    for (const std::string& m : p.pytorch.checkpoint_modules) top.checkpoint_modules.push_back(m);
+    distributed.stages.push_back(std::move(doc));
     rows.push_back({std::to_string(s), Format("%d-%d", sp.first, sp.last - 1), std::to_string(sp.in_flight),
                     FormatBytes(sp.fixed_bytes, budget.style), FormatBytes(sp.stored_after_forward_bytes, budget.style),
                     FormatBytes(sp.peak_bytes, budget.style), FormatMs(sp.time_ms),
@@ -226,16 +237,9 @@ int RunPipeline(const DistributedOptions& o, const PlannerInput& in, const std::
   }
   std::fprintf(human, "%s", FormatTable(rows, {true, true, true, true, true, true, true, true}).c_str());
   std::fprintf(human, "slowest stage: %s per microbatch\n", FormatMs(plan.slowest_stage_ms).c_str());
-  nlohmann::json doc = {{"schema", "ckplan.plan/1"},
-                        {"algorithm", "optimal"},
-                        {"source", in.source},
-                        {"budget_bytes", budget.bytes},
-                        {"checkpoint_modules", all_modules},
-                        {"distributed", {{"data_parallel", o.data_parallel}, {"shard", o.shard},
-                                         {"pipeline", o.pipeline}, {"microbatches", o.microbatches},
-                                         {"schedule", o.schedule}, {"slowest_stage_ms", plan.slowest_stage_ms},
-                                         {"stages", stage_docs}}}};
-  if (!output.empty()) EmitOutput(output, doc.dump(2) + "\n", human);
+  distributed.slowest_stage_ms = plan.slowest_stage_ms;
+  top.distributed = std::move(distributed);
+  if (!output.empty()) EmitOutput(output, PlanToJson(top).dump(2) + "\n", human);
   return 0;
 }
 

@@ -14,6 +14,7 @@
 #include "ckplan/planner/plan.h"
 #include "ckplan/planner/solver.h"
 #include "ckplan/planner/solver_modules.h"
+#include "ckplan/planner/sweep_document.h"
 #include "commands.h"
 #include "distributed_solve.h"
 #include "strategy_table.h"
@@ -241,29 +242,22 @@ int RunSolve(const SolveOptions& options) {
   std::fprintf(human, "\n%s", StrategyTableText(rows, budget.style).c_str());
 
   if (!o.sweep_path.empty()) {
-    nlohmann::json points = nlohmann::json::array();
-    for (const CurvePoint& point : plan.curve) {
-      const double overhead = OverheadPct(point.time_ms, plan.no_recompute_ms);
-      points.push_back({{"budget_bytes", point.budget_bytes}, {"time_ms", point.time_ms}, {"overhead_pct", overhead}});
-    }
-    nlohmann::json sweep = {{"schema", "ckplan.sweep/1"}, {"source", in.source}, {"slots", plan.slots},
-                            {"slot_bytes", plan.slot_bytes}, {"fixed_bytes", in.fixed.total()},
-                            {"no_recompute_ms", plan.no_recompute_ms}, {"points", points}};
-    EmitOutput(o.sweep_path, sweep.dump(2) + "\n", human);
+    const SweepDocument sweep = MakeSweepDocument(plan, in.source);
+    EmitOutput(o.sweep_path, SweepToJson(sweep).dump(2) + "\n", human);
     // A readable digest: where the optimal step time changes, about 12 rows.
     std::vector<std::vector<std::string>> curve_rows = {{"budget", "step", "overhead"}};
     double last_time = -1;
-    size_t stride = std::max<size_t>(1, plan.curve.size() / 12);
-    for (size_t k = 0; k < plan.curve.size(); ++k) {
-      const CurvePoint& point = plan.curve[k];
+    size_t stride = std::max<size_t>(1, sweep.points.size() / 12);
+    for (size_t k = 0; k < sweep.points.size(); ++k) {
+      const SweepPoint& point = sweep.points[k];
       bool changes = point.time_ms != last_time;
-      if ((k % stride == 0 && changes) || k + 1 == plan.curve.size()) {
-        const double overhead = OverheadPct(point.time_ms, plan.no_recompute_ms);
-        curve_rows.push_back({FormatBytes(point.budget_bytes, budget.style), FormatMs(point.time_ms), FormatPct(overhead)});
+      if ((k % stride == 0 && changes) || k + 1 == sweep.points.size()) {
+        curve_rows.push_back({FormatBytes(point.budget_bytes, budget.style), FormatMs(point.time_ms),
+                              FormatPct(point.overhead_pct)});
         last_time = point.time_ms;
       }
     }
-    std::fprintf(human, "\nmemory/time curve (%zu budgets%s):\n%s", plan.curve.size(),
+    std::fprintf(human, "\nmemory/time curve (%zu budgets%s):\n%s", sweep.points.size(),
                  o.sweep_path == "-" ? "" : (", all in " + o.sweep_path).c_str(),
                  FormatTable(curve_rows, {true, true, true}).c_str());
   }

@@ -13,6 +13,7 @@
 
 #include "ckplan/planner/error.h"
 #include "ckplan/planner/json_io.h"
+#include "ckplan/planner/plan_document.h"
 #include "ckplan/planner/stages.h"
 #include "ckplan/planner/units.h"
 #include "ckplan/planner/cost_model.h"
@@ -177,21 +178,13 @@ struct RunCommandOptions {
   std::string device = "cpu";
 };
 
-// The unit style the plan's budget was written in (`unit_style`, optional:
-// binary for plans without it).
-UnitStyle PlanUnitStyle(const nlohmann::json& plan, const std::string& file) {
-  JsonReader root(plan, file);
-  if (!plan.is_object() || !root.Has("unit_style")) return UnitStyle::kBinary;
-  JsonReader field = root.Field("unit_style");
-  std::optional<UnitStyle> style = UnitStyleFromName(field.String());
-  if (!style) field.Fail("expected \"decimal\" or \"binary\"");
-  return *style;
-}
-
 int RunRunCommand(const RunCommandOptions& o) {
   CheckOutputPath(o.output);
   nlohmann::json plan = ReadJsonFile(o.plan);
-  const UnitStyle style = PlanUnitStyle(plan, o.plan);
+  // The plan through its one reader (the executor reads it so again): bytes
+  // print in the unit style its budget was written in (binary when absent).
+  const PlanDocument document = PlanFromJson(plan, o.plan);
+  const UnitStyle style = *UnitStyleFromName(document.unit_style.value_or("binary"));
   auto bytes = [style](int64_t value) { return FormatBytes(value, style); };
   RunOptions options;
   options.model_path = o.model;
@@ -224,12 +217,11 @@ int RunRunCommand(const RunCommandOptions& o) {
   std::fprintf(out, "predicted peak %s against measured; gradients: max abs diff %.3g, max rel diff %.3g\n",
                FormatPct(r.peak_error_pct).c_str(), r.max_abs_grad_diff, r.max_rel_grad_diff);
   std::fprintf(out, "verdict: %s\n", r.verdict.c_str());
-  if (plan.is_object() && plan.value("target", "") == "pytorch" && plan.contains("checkpoint_modules") &&
-      plan["checkpoint_modules"].is_array()) {
+  if (document.target == "pytorch") {
     std::fprintf(out,
                  "run as PyTorch runs it: eager, its %zu wrapped modules recomputed as torch.utils.checkpoint does "
                  "(no checkpointing: the plain eager step)\n",
-                 plan["checkpoint_modules"].size());
+                 document.checkpoint_modules.size());
   }
   EmitOutput(o.output, RunReportToJson(r).dump(2) + "\n", out);
   return r.verdict == "ok" ? 0 : static_cast<int>(ExitCode::kVerifyFailed);

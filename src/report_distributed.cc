@@ -4,6 +4,7 @@
 
 #include "ckplan/planner/error.h"
 #include "ckplan/planner/json_io.h"
+#include "ckplan/planner/plan_document.h"
 #include "html_escape.h"
 #include "terminal.h"
 
@@ -11,14 +12,14 @@ namespace ckplan {
 
 namespace {
 
-RankMemoryRow RowFrom(const JsonReader& fixed, const std::string& label) {
+RankMemoryRow RowFrom(const PlanRankFixed& fixed, const std::string& label) {
   RankMemoryRow row;
   row.label = label;
-  row.param_bytes = fixed.Field("param_bytes").NonNegativeBytes();
-  row.grad_bytes = fixed.Field("grad_bytes").NonNegativeBytes();
-  row.optimizer_bytes = fixed.Field("optimizer_bytes").NonNegativeBytes();
-  row.buffer_bytes = fixed.Field("buffer_bytes").NonNegativeBytes();
-  row.gathered_bytes = fixed.Field("gathered_bytes").NonNegativeBytes() + fixed.Field("reduce_bytes").NonNegativeBytes();
+  row.param_bytes = fixed.param_bytes;
+  row.grad_bytes = fixed.grad_bytes;
+  row.optimizer_bytes = fixed.optimizer_bytes;
+  row.buffer_bytes = fixed.buffer_bytes;
+  row.gathered_bytes = fixed.gathered_bytes + fixed.reduce_bytes;
   return row;
 }
 
@@ -37,35 +38,31 @@ std::vector<std::string> Cells(const RankMemoryRow& r, UnitStyle style) {
 }  // namespace
 
 DistributedSummary ReadDistributedPlan(const std::string& path) {
-  nlohmann::json doc = ReadJsonFile(path);
-  JsonReader root(doc, path);
-  root.ExpectObject();
-  if (root.Field("schema").String() != "ckplan.plan/1") root.Field("schema").Fail("expected \"ckplan.plan/1\"");
-  if (!root.Has("distributed")) {
+  // The plan through its contract (plan_document.h).
+  const PlanDocument plan = PlanFromJson(ReadJsonFile(path), path);
+  if (!plan.distributed) {
     throw BadInput(path + ": field 'distributed': missing (not a plan from `ckplan solve --data-parallel` or --pipeline)");
   }
-  JsonReader d = root.Field("distributed");
+  const PlanDistributed& d = *plan.distributed;
   DistributedSummary summary;
-  if (d.Has("stages")) {
-    JsonReader stages = d.Field("stages");
-    summary.what = Format("%zu pipeline stages, %s, %d microbatches", stages.ArraySize(),
-                          d.Field("schedule").String().c_str(), d.Field("microbatches").IntegerIn(1, 1 << 30));
-    for (size_t s = 0; s < stages.ArraySize(); ++s) {
-      JsonReader st = stages.Item(s).Field("pipeline_stage");
-      RankMemoryRow row = RowFrom(st.Field("fixed"), Format("stage %zu", s));
-      row.activation_budget_bytes = st.Field("activation_budget_bytes").Integer();
-      row.in_flight = st.Field("in_flight").IntegerIn(1, 1 << 30);
-      row.stored_bytes = st.Field("stored_after_forward_bytes").NonNegativeBytes();
-      row.peak_bytes = st.Field("peak_bytes").NonNegativeBytes();
+  if (!d.stages.empty()) {
+    summary.what = Format("%zu pipeline stages, %s, %d microbatches", d.stages.size(), d.schedule.c_str(), d.microbatches);
+    for (size_t s = 0; s < d.stages.size(); ++s) {
+      const std::optional<PlanPipelineStage>& st = d.stages[s].pipeline_stage;
+      if (!st) throw BadInput(Format("%s: field 'distributed.stages[%zu].pipeline_stage': missing", path.c_str(), s));
+      RankMemoryRow row = RowFrom(st->fixed, Format("stage %zu", s));
+      row.activation_budget_bytes = st->activation_budget_bytes;
+      row.in_flight = st->in_flight;
+      row.stored_bytes = st->stored_after_forward_bytes;
+      row.peak_bytes = st->peak_bytes;
       summary.rows.push_back(row);
     }
   } else {
-    const int ranks = d.Field("data_parallel").IntegerIn(1, 1 << 30);
-    summary.what = Format("%d data-parallel rank(s), --shard %s", ranks, d.Field("shard").String().c_str());
-    JsonReader rank = d.Field("ranks").Item(0);
-    RankMemoryRow row = RowFrom(rank.Field("fixed"), Format("each of %d", ranks));
-    row.activation_budget_bytes = rank.Field("activation_budget_bytes").Integer();
-    row.peak_bytes = rank.Field("peak_bytes").NonNegativeBytes();
+    summary.what = Format("%d data-parallel rank(s), --shard %s", d.data_parallel, d.shard.c_str());
+    const PlanRank& rank = d.ranks.front();
+    RankMemoryRow row = RowFrom(rank.fixed, Format("each of %d", d.data_parallel));
+    row.activation_budget_bytes = rank.activation_budget_bytes;
+    row.peak_bytes = rank.peak_bytes;
     summary.rows.push_back(row);
   }
   return summary;
@@ -98,18 +95,6 @@ std::string DistributedMarkdown(const DistributedSummary& summary, UnitStyle sty
     s << "\n";
   }
   return s.str();
-}
-
-nlohmann::json DistributedJson(const DistributedSummary& summary) {
-  nlohmann::json rows = nlohmann::json::array();
-  for (const auto& r : summary.rows) {
-    rows.push_back({{"label", r.label}, {"param_bytes", r.param_bytes}, {"grad_bytes", r.grad_bytes},
-                    {"optimizer_bytes", r.optimizer_bytes}, {"buffer_bytes", r.buffer_bytes},
-                    {"gathered_bytes", r.gathered_bytes}, {"activation_budget_bytes", r.activation_budget_bytes},
-                    {"in_flight", r.in_flight}, {"stored_after_forward_bytes", r.stored_bytes},
-                    {"peak_bytes", r.peak_bytes}});
-  }
-  return {{"what", summary.what}, {"ranks", rows}};
 }
 
 }  // namespace ckplan

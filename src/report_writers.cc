@@ -102,25 +102,19 @@ std::string ReportMarkdown(const Report& r) {
 }
 
 nlohmann::json ReportJson(const Report& r) {
-  nlohmann::json strategies = nlohmann::json::array();
-  for (const auto& p : r.strategies) {
-    strategies.push_back({{"name", p.name}, {"peak_bytes", p.peak_bytes}, {"time_ms", p.time_ms},
-                          {"overhead_pct", p.overhead_pct}, {"fits", p.fits}});
+  ReportDocument doc;
+  doc.source = r.source;
+  doc.budget_bytes = r.budget_bytes;
+  doc.fixed_bytes = r.fixed.total();
+  doc.no_recompute_ms = r.no_recompute_ms;
+  doc.strategies = r.strategies;
+  doc.optimal_curve = r.optimal_curve;
+  for (const RunPoint& run : r.runs) {
+    doc.runs.push_back({run.label, run.run.algorithm, run.run.measured.peak_bytes, run.run.measured.step_ms,
+                        run.run.predicted_peak_bytes, run.run.predicted_time_ms, run.run.verdict});
   }
-  nlohmann::json curve = nlohmann::json::array();
-  for (const auto& p : r.optimal_curve) curve.push_back({{"budget_bytes", p.budget_bytes}, {"time_ms", p.time_ms}});
-  nlohmann::json runs = nlohmann::json::array();
-  for (const auto& run : r.runs) {
-    runs.push_back({{"file", run.label}, {"algorithm", run.run.algorithm},
-                    {"measured_peak_bytes", run.run.measured.peak_bytes}, {"measured_ms", run.run.measured.step_ms},
-                    {"predicted_peak_bytes", run.run.predicted_peak_bytes}, {"predicted_ms", run.run.predicted_time_ms},
-                    {"verdict", run.run.verdict}});
-  }
-  nlohmann::json doc = {{"schema", "ckplan.report/1"}, {"source", r.source}, {"budget_bytes", r.budget_bytes},
-                        {"fixed_bytes", r.fixed.total()}, {"no_recompute_ms", r.no_recompute_ms},
-                        {"strategies", strategies}, {"optimal_curve", curve}, {"runs", runs}};
-  if (!r.distributed.rows.empty()) doc["distributed"] = DistributedJson(r.distributed);
-  return doc;
+  if (!r.distributed.rows.empty()) doc.distributed = r.distributed;
+  return ReportToJson(doc);
 }
 
 }  // namespace ckplan

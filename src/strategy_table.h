@@ -9,17 +9,10 @@
 #include <vector>
 
 #include "ckplan/planner/plan.h"
+#include "ckplan/planner/report_document.h"  // StrategyPoint
 #include "ckplan/planner/units.h"
 
 namespace ckplan {
-
-struct StrategyPoint {
-  std::string name;       ///< `none`, `every`, `every-4`, `sqrt (n=4)`, `optimal`
-  int64_t peak_bytes = 0;
-  double time_ms = 0;
-  double overhead_pct = 0;
-  bool fits = false;
-};
 
 /// The row of `plan` under `name`: its peak, step time and overhead, and
 /// whether its peak is within `budget_bytes`.

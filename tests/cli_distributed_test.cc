@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ckplan/planner/chain.h"
+#include "ckplan/planner/plan_document.h"
 #include "ckplan/planner/units.h"
 #include "cli_helpers.h"
 #include "test_chains.h"
@@ -36,6 +37,12 @@ TEST_CASE("solve --data-parallel --shard optimizer: a per-rank plan with the fix
   CHECK(fixed["optimizer_bytes"].get<int64_t>() == 2 * ((params + 3) / 4));
   CHECK(plan["fixed"]["total_bytes"] == fixed["total_bytes"]);
   CHECK(plan["predicted"]["peak_bytes"].get<int64_t>() <= plan["budget_bytes"].get<int64_t>());
+  // Through the plan contract (plan_document.h): typed, and written back the same.
+  const ckplan::PlanDocument document = ckplan::PlanFromJson(plan, "plan.json");
+  REQUIRE(document.distributed);
+  CHECK(document.distributed->data_parallel == 4);
+  CHECK(document.distributed->ranks.at(0).fixed.optimizer_bytes == 2 * ((params + 3) / 4));
+  CHECK(ckplan::PlanToJson(document) == plan);
 
   // The report shows it per rank.
   CommandResult report = RunCkplan("report " + Example() + " --plan " + dir + "/plan.json -o " + dir + "/r.md", dir);
@@ -88,6 +95,11 @@ TEST_CASE("solve --pipeline on a chain: a plan per stage, each within the budget
     CHECK(stages[s]["schema"] == "ckplan.plan/1");
   }
   CHECK(covered == 12);
+  const ckplan::PlanDocument document = ckplan::PlanFromJson(plan, "plan.json");
+  CHECK(document.is_pipeline);
+  REQUIRE(document.distributed->stages.size() == 3);
+  CHECK(document.distributed->stages[2].pipeline_stage->last_chain_stage == 11);
+  CHECK(ckplan::PlanToJson(document) == plan);
 
   r = RunCkplan("solve " + dir + "/chain.json --budget 20MB --pipeline 13 --microbatches 4", dir);
   CHECK(r.exit_code == 2);

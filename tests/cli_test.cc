@@ -5,7 +5,9 @@
 
 #include "cli_helpers.h"
 #include "ckplan/planner/chain.h"
+#include "ckplan/planner/report_document.h"
 #include "ckplan/planner/simulator.h"
+#include "ckplan/planner/sweep_document.h"
 #include "ckplan/planner/units.h"
 #include "test_chains.h"
 
@@ -163,15 +165,33 @@ TEST_CASE("--sweep gives the whole memory/time curve, never slower with more mem
   CommandResult r = RunCkplan("solve " + chain + " --budget " + std::to_string(none_peak * 2) + " --sweep " + dir + "/sweep.json", dir);
   REQUIRE(r.exit_code == 0);
   CHECK(r.out.find("memory/time curve") != std::string::npos);
-  nlohmann::json sweep = nlohmann::json::parse(ReadAll(dir + "/sweep.json"));
-  CHECK(sweep["schema"] == "ckplan.sweep/1");
-  REQUIRE(sweep["points"].size() > 100);
+  // Through the contract's reader (sweep_document.h), as any consumer reads it.
+  const SweepDocument sweep = SweepFromJson(nlohmann::json::parse(ReadAll(dir + "/sweep.json")), "sweep.json");
+  REQUIRE(sweep.points.size() > 100);
   double previous = 1e300;
-  for (const auto& point : sweep["points"]) {
-    CHECK(point["time_ms"].get<double>() <= previous);
-    previous = point["time_ms"].get<double>();
+  for (const SweepPoint& point : sweep.points) {
+    CHECK(point.time_ms <= previous);
+    previous = point.time_ms;
   }
-  CHECK(sweep["points"].back()["overhead_pct"].get<double>() == doctest::Approx(0.0));
+  CHECK(sweep.points.back().overhead_pct == doctest::Approx(0.0));
+  CHECK(sweep.points.back().budget_bytes <= none_peak * 2);
+}
+
+TEST_CASE("report -o report.json reads back through its contract") {
+  std::string dir = TempDir();
+  std::string chain = WriteChain(dir);
+  CommandResult r = RunCkplan("report " + chain + " --slots 200 -o " + dir + "/report.json", dir);
+  REQUIRE(r.exit_code == 0);
+  const ReportDocument report = ReportFromJson(nlohmann::json::parse(ReadAll(dir + "/report.json")), "report.json");
+  REQUIRE(!report.strategies.empty());
+  CHECK(report.strategies.front().name == "none");
+  CHECK(report.strategies.back().name == "optimal");
+  CHECK(report.strategies.back().fits);
+  CHECK(report.strategies.back().peak_bytes <= report.budget_bytes);
+  REQUIRE(!report.optimal_curve.empty());
+  CHECK(report.optimal_curve.front().budget_bytes <= report.budget_bytes);
+  CHECK(report.runs.empty());
+  CHECK(!report.distributed);
 }
 
 TEST_CASE("--show-stages lists the chain") {

@@ -30,7 +30,7 @@ struct Prepared {
   Profile profile;
   Chain chain;
   FixedMemory fixed;
-  nlohmann::json source;
+  PlanSource source;
 };
 
 const Prepared& Prepare(const std::string& name) {

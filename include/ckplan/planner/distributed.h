@@ -77,7 +77,8 @@ RankMemory RankFixedMemory(const Chain& chain, const std::vector<ParameterRecord
                            int64_t buffer_bytes, const std::string& optimizer, int data_parallel, ShardMode shard,
                            const std::string& file);
 
-/// JSON of a RankMemory (the plan's `rank.fixed`).
-nlohmann::json RankMemoryToJson(const RankMemory& memory);
+/// A RankMemory as the plan contract writes it (`distributed.ranks[].fixed`,
+/// `pipeline_stage.fixed`: plan_document.h).
+PlanRankFixed RankFixedOf(const RankMemory& memory);
 
 }  // namespace ckplan

@@ -16,13 +16,13 @@ struct PlannerInput {
   bool from_profile = false;
   Chain chain;
   FixedMemory fixed;        ///< zero for a chain
-  nlohmann::json source;    ///< written into plans: where the chain came from
+  PlanSource source;        ///< written into plans and sweeps: where the chain came from
   Profile profile;          ///< when from_profile
 };
 
 /// The `source` a plan made from `profile` carries: the model's sha256,
 /// path and inputs.
-nlohmann::json ProfileSource(const Profile& profile, const std::string& profile_path);
+PlanSource ProfileSource(const Profile& profile, const std::string& profile_path);
 
 /// The planner's input for a profile read from (or to be written to)
 /// `path`: its chain, with the parameter gradients on its stages, and the

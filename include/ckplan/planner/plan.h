@@ -10,6 +10,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "ckplan/planner/chain.h"
+#include "ckplan/planner/chain_solver.h"
 #include "ckplan/planner/plan_document.h"
 #include "ckplan/planner/pytorch_export.h"
 #include "ckplan/planner/schedule.h"
@@ -68,11 +69,6 @@ struct PlanRequest {
   const std::vector<WrappableModule>* pytorch_modules = nullptr;
 };
 
-struct CurvePoint {
-  int64_t budget_bytes;   ///< total, fixed part included
-  double time_ms;
-};
-
 struct Plan {
   Algorithm algorithm = Algorithm::kOptimal;
   int every_n = 0;                     ///< segment length for every-n / sqrt
@@ -109,8 +105,9 @@ struct Plan {
   double overhead_pct() const;
 };
 
-/// Makes the plan. For kOptimal, the DP over `slots` memory slots of
-/// floor((budget - fixed) / slots) bytes. The schedule is checked by the
+/// Makes the plan through the request's ChainSolver (chain_solver.h), on
+/// the budget less the fixed part. For kOptimal, the DP over `slots` memory
+/// slots of floor((budget - fixed) / slots) bytes. The schedule is checked by the
 /// simulator (throws Error(kVerifyFailed) if it fails, which is a bug). An
 /// infeasible budget is not an error: feasible is false and
 /// min_budget_bytes says what would work.
@@ -129,9 +126,9 @@ int64_t MinimumOptimalBudget(const Chain& chain, const FixedMemory& fixed, int s
 /// where the chain came from (`{"kind":"chain","path":..}` or, for a profile,
 /// the model's sha256 and inputs, so that `ckplan run` can refuse a plan made
 /// for another model).
-PlanDocument MakePlanDocument(const Plan& plan, const Chain& chain, const nlohmann::json& source);
+PlanDocument MakePlanDocument(const Plan& plan, const Chain& chain, const PlanSource& source);
 
 /// PlanToJson(MakePlanDocument(plan, chain, source)).
-nlohmann::json PlanToJson(const Plan& plan, const Chain& chain, const nlohmann::json& source);
+nlohmann::json PlanToJson(const Plan& plan, const Chain& chain, const PlanSource& source);
 
 }  // namespace ckplan

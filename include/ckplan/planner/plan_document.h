@@ -14,6 +14,28 @@
 
 namespace ckplan {
 
+/// `source`: where the chain came from (ProfileSource in input.h makes it
+/// for a profile). Also the sweep's `source` (sweep_document.h).
+struct PlanSource {
+  std::string kind;                         ///< `chain` or `profile`
+  std::string path;                         ///< the chain or profile file
+  std::optional<std::string> model_sha256;  ///< a profile's `model.sha256`: `ckplan run` refuses another model
+  std::optional<std::string> model_path;    ///< a profile's `model.path`
+  /// A profile's `model.inputs` ([{shape, dtype, text, lo, hi}]), kept as
+  /// written: a pass-through of the profile contract, which keeps its
+  /// `model` object as written (profile.h); `ckplan run` parses each
+  /// input's `text` (ParseInputSpec).
+  std::optional<nlohmann::json> inputs;
+  bool operator==(const PlanSource& o) const;
+};
+
+/// The `source` object.
+nlohmann::json PlanSourceToJson(const PlanSource& source);
+/// Reads a `source` object at `path` of `file` (JSON path, for messages).
+/// Required: kind, path; model_sha256 and model_path strings and inputs an
+/// array when present. Throws BadInput naming `file` and the field.
+PlanSource PlanSourceFromJson(const nlohmann::json& node, const std::string& file, const std::string& path);
+
 /// One stage of the plan (`stages[]`).
 struct PlanStage {
   int index = 0;
@@ -76,6 +98,74 @@ struct PlanSolver {
   bool operator==(const PlanSolver& o) const;
 };
 
+struct PlanDocument;
+
+/// A unit FSDP shards (`fixed.units[]`, `--shard full`).
+struct PlanShardUnit {
+  std::string module;            ///< empty for the root
+  int64_t param_bytes = 0;
+  int64_t shard_bytes = 0;
+  bool operator==(const PlanShardUnit& o) const;
+};
+
+/// One rank's (or pipeline stage's) fixed part: RankMemory (distributed.h)
+/// as the distributed plans write it.
+struct PlanRankFixed {
+  std::string shard = "none";
+  int data_parallel = 1;
+  int64_t param_bytes = 0;
+  int64_t buffer_bytes = 0;
+  int64_t grad_bytes = 0;
+  int64_t optimizer_bytes = 0;
+  std::string optimizer = "none";
+  int64_t gathered_bytes = 0;
+  int64_t reduce_bytes = 0;
+  int64_t total_bytes = 0;
+  std::optional<std::vector<PlanShardUnit>> units;  ///< `--shard full` only
+  bool operator==(const PlanRankFixed& o) const;
+};
+
+/// `distributed.ranks[]` (data parallel).
+struct PlanRank {
+  PlanRankFixed fixed;
+  int64_t activation_budget_bytes = 0;
+  int64_t peak_bytes = 0;
+  int64_t pytorch_peak_bytes = 0;
+  int64_t saved_bytes = 0;
+  bool operator==(const PlanRank& o) const;
+};
+
+/// A pipeline stage's document's `pipeline_stage`.
+struct PlanPipelineStage {
+  int index = 0;
+  int first_chain_stage = 0;
+  int last_chain_stage = 0;
+  int in_flight = 1;
+  int64_t stored_after_forward_bytes = 0;
+  PlanRankFixed fixed;
+  int64_t activation_budget_bytes = 0;
+  int64_t peak_bytes = 0;
+  int64_t pytorch_saved_bytes = 0;
+  int64_t pytorch_peak_bytes = 0;
+  bool operator==(const PlanPipelineStage& o) const;
+};
+
+/// `distributed` (written by cmd_distributed.cc): a data-parallel plan's
+/// (`fsdp_units`, `ranks`) or a pipeline plan's (`microbatches`,
+/// `schedule`, `slowest_stage_ms`, `stages`: one plan per pipeline stage).
+struct PlanDistributed {
+  int data_parallel = 1;
+  std::string shard = "none";
+  int pipeline = 1;
+  std::vector<std::string> fsdp_units;   ///< data parallel
+  std::vector<PlanRank> ranks;           ///< data parallel
+  int microbatches = 1;                  ///< pipeline
+  std::string schedule;                  ///< pipeline: 1f1b or gpipe
+  double slowest_stage_ms = 0;           ///< pipeline
+  std::vector<PlanDocument> stages;      ///< pipeline: non-empty
+  bool operator==(const PlanDistributed& o) const;
+};
+
 struct PlanDocument {
   /// A pipeline plan's top level (`--pipeline`): schema, algorithm, source,
   /// budget_bytes, checkpoint_modules and `distributed` only; each pipeline
@@ -83,10 +173,7 @@ struct PlanDocument {
   bool is_pipeline = false;
   std::string algorithm;                ///< optimal, none, every, every-n, sqrt
   std::string target = "schedule";      ///< schedule or pytorch
-  /// Where the chain came from: {"kind": "chain"|"profile", "path", and for
-  /// a profile "model_sha256", "model_path", "inputs" (the profile's
-  /// model.inputs)} (ProfileSource in input.h); kept as written.
-  nlohmann::json source;
+  PlanSource source;
   int64_t budget_bytes = 0;
   PlanFixed fixed;
   int64_t activation_budget_bytes = 0;
@@ -104,10 +191,10 @@ struct PlanDocument {
   std::optional<PlanSolver> solver;
   std::optional<int> every_n;               ///< every-n and sqrt plans
   std::optional<std::string> unit_style;    ///< decimal or binary; binary when absent
-  /// Extensions written by the distributed commands (cmd_distributed.cc),
-  /// kept as written: `distributed`, and a pipeline stage's `pipeline_stage`.
-  std::optional<nlohmann::json> distributed;
-  std::optional<nlohmann::json> pipeline_stage;
+  /// Written by the distributed commands (cmd_distributed.cc):
+  /// `distributed`, and a pipeline stage's `pipeline_stage`.
+  std::optional<PlanDistributed> distributed;
+  std::optional<PlanPipelineStage> pipeline_stage;
   bool operator==(const PlanDocument& o) const;
 };
 
