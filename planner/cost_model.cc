@@ -425,6 +425,10 @@ void ApplyCostModel(Profile* profile, const GpuSpec& gpu, const CostModelConstan
   // 3 (sgd), 5 (momentum) or 7 (adam) times the parameter bytes.
   const bool measured_here = gpu.name == "cpu" && profile->environment.value("device", "") == "cpu";
   if (!measured_here) {
+    // The executor's cost of a stage run was measured on this machine's
+    // CPU, not on the device modelled: no part of the modelled step.
+    profile->totals.stage_run_ms = -1;
+    profile->totals.nograd_scale = -1;
     profile->totals.step_ms = fwd + bwd + PredictedLossMs(*profile, gpu, c) + PredictedAccumulateGradMs(*profile, gpu);
     const double param_bytes = static_cast<double>(profile->totals.param_bytes);
     profile->totals.optimizer_step_ms.clear();

@@ -56,6 +56,8 @@ Profile ProfileFromJson(const nlohmann::json& doc, const std::string& file) {
   p.totals.bwd_ms = totals.Field("bwd_ms").NonNegativeNumber();
   p.totals.peak_bytes = totals.Field("peak_bytes").NonNegativeBytes();
   if (totals.Has("step_ms")) p.totals.step_ms = totals.Field("step_ms").NonNegativeNumber();
+  if (totals.Has("stage_run_ms")) p.totals.stage_run_ms = totals.Field("stage_run_ms").NonNegativeNumber();
+  if (totals.Has("nograd_scale")) p.totals.nograd_scale = totals.Field("nograd_scale").NonNegativeNumber();
   if (totals.Has("optimizer_step_ms")) {
     JsonReader steps = totals.Field("optimizer_step_ms");
     steps.ExpectObject();
@@ -236,6 +238,8 @@ nlohmann::json ProfileToJson(const Profile& p) {
                            {"bwd_ms", p.totals.bwd_ms}, {"peak_bytes", p.totals.peak_bytes}};
   if (!p.totals.optimizer_step_ms.empty()) totals["optimizer_step_ms"] = p.totals.optimizer_step_ms;
   if (p.totals.step_ms >= 0) totals["step_ms"] = p.totals.step_ms;
+  if (p.totals.stage_run_ms >= 0) totals["stage_run_ms"] = p.totals.stage_run_ms;
+  if (p.totals.nograd_scale >= 0) totals["nograd_scale"] = p.totals.nograd_scale;
   nlohmann::json doc = {{"schema", "ckplan.profile/1"},
                         {"model", p.model},
                         {"environment", p.environment},

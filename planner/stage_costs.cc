@@ -94,7 +94,13 @@ Chain ChainFromProfile(const Profile& profile, const std::string& file) {
       nograd_known = nograd_known && rec.fwd_nograd_ms >= 0;
       saved += rec.saved_bytes;
     }
-    if (nograd_known) stage.fwd_nograd_ms = nograd_ms;  // else unknown: fwd_ms stands for it
+    // A stage run without autograd (a checkpointed forward, a recomputation)
+    // costs its ops as a step runs them and the executor's own cost of a
+    // stage run, where the profile measured them.
+    if (nograd_known) {
+      const double scale = profile.totals.nograd_scale > 0 ? profile.totals.nograd_scale : 1.0;
+      stage.fwd_nograd_ms = scale * nograd_ms + std::max(0.0, profile.totals.stage_run_ms);
+    }
     for (int s : out) {
       int producer = liveness.StorageProducer(s);
       if (producer >= cut.first_op && producer <= cut.last_op && !storage_kept[s]) saved += liveness.StorageBytes(s);

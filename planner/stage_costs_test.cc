@@ -88,3 +88,34 @@ TEST_CASE("a profile's chain is checked when it is built: one beyond the planner
     CHECK(what.find("big.json: the chain cut from it: field 'stages'") != std::string::npos);
   }
 }
+
+TEST_CASE("a profile's chain: a stage run without autograd costs its ops as a step runs them and the executor's stage run") {
+  Profile profile = ProfileFromJson(TwoBlockProfile(), "two_blocks.json");
+  for (OpRecord& op : profile.ops) op.fwd_nograd_ms = op.fwd_ms / 2;
+  // Without the measured recomputation cost: the ops' forward without autograd.
+  const Chain plain = ChainFromProfile(profile);
+  REQUIRE(plain.stages.size() == 3);
+  CHECK(plain.stages[0].fwd_nograd_ms == doctest::Approx(0.5));
+  CHECK(plain.stages[2].fwd_nograd_ms == doctest::Approx(2.375 / 2));
+  // With it: the ops scaled as a step runs them, plus one stage run each;
+  // the forward with autograd (the step without recomputation) unchanged.
+  profile.totals.nograd_scale = 1.25;
+  profile.totals.stage_run_ms = 0.01;
+  const Chain chain = ChainFromProfile(profile);
+  for (size_t s = 0; s < chain.stages.size(); ++s) {
+    CAPTURE(s);
+    CHECK(chain.stages[s].fwd_nograd_ms == doctest::Approx(1.25 * plain.stages[s].fwd_nograd_ms + 0.01));
+    CHECK(chain.stages[s].fwd_ms == plain.stages[s].fwd_ms);
+  }
+  // Through the contract: the fields read back; a negative one is refused.
+  const nlohmann::json doc = ProfileToJson(profile);
+  CHECK(doc["totals"]["stage_run_ms"] == 0.01);
+  CHECK(doc["totals"]["nograd_scale"] == 1.25);
+  const Profile back = ProfileFromJson(doc, "back.json");
+  CHECK(back.totals.stage_run_ms == 0.01);
+  CHECK(back.totals.nograd_scale == 1.25);
+  CHECK(!ProfileToJson(ProfileFromJson(TwoBlockProfile(), "two_blocks.json"))["totals"].contains("stage_run_ms"));
+  nlohmann::json bad = doc;
+  bad["totals"]["stage_run_ms"] = -1;
+  CHECK_THROWS_WITH_AS(ProfileFromJson(bad, "bad.json"), doctest::Contains("stage_run_ms"), Error);
+}

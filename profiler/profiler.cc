@@ -17,6 +17,7 @@
 #include "device.h"
 #include "meta_device.h"
 #include "optimizer_step.h"
+#include "stage_run_cost.h"
 #include "timing.h"
 #include "torch_graph.h"
 #include "tracking_allocator.h"
@@ -149,6 +150,9 @@ const void* StorageData(const at::Tensor& t) {
 // Measured reps that also time the forward without autograd and the step
 // without per-op timers (each rep times the ops).
 constexpr int kSecondaryReps = 3;
+// Forwards without autograd, cut and whole, each after a step, timed in turn
+// for what a recomputation costs in a step (stage_run_cost.h).
+constexpr int kRecomputePairs = 3;
 
 // The value of a node's argument named `dropout_p` (scaled dot-product
 // attention: on the CPU a non-zero one takes the math path), else 0.
@@ -340,6 +344,19 @@ class Profiler {
     profile.totals.peak_bytes = record.peak_bytes;
     profile.totals.optimizer_step_ms = optimizer_step_ms;
     profile.totals.step_ms = Median(step_ms);
+    // What a recomputation costs as `ckplan run` runs it, on the stages this
+    // profile cuts into (meta tensors do no work: nothing to time). A model
+    // the executor cannot run stage by stage keeps its profile, without it.
+    if (!meta) {
+      try {
+        const RecomputeCost cost = MeasureRecomputeCost(profile, program, module, inputs, device_, kRecomputePairs);
+        profile.totals.stage_run_ms = cost.stage_run_ms;
+        profile.totals.nograd_scale = cost.nograd_scale;
+      } catch (const std::exception& e) {
+        warnings_->push_back(path + ": recomputation not timed as `ckplan run` runs it (priced at the ops' forward "
+                                    "without autograd): " + FirstLine(e.what()));
+      }
+    }
     return profile;
   }
 

@@ -386,6 +386,20 @@ Measure ScheduleRunner::RunSchedule(const std::vector<at::Tensor>& inputs, const
   return m;
 }
 
+double ScheduleRunner::TimeNoGradForward(const std::vector<at::Tensor>& inputs, bool recompute) {
+  const size_t stages = staged_.stages();
+  if (rng_state_.size() != stages) rng_state_.assign(stages, at::Tensor());
+  Seed();
+  SynchronizeDevice(device_);
+  const StepTimer timer(device_.cuda());
+  std::vector<c10::IValue> act;
+  for (size_t s = 0; s < stages; ++s) act = RunStage(s, act, inputs, /*with_grad=*/false, nullptr, !recompute);
+  SynchronizeDevice(device_);
+  const double ms = timer.Ms();
+  act.clear();
+  return ms;
+}
+
 // The optimizer step the plan was solved for, with its state kept across
 // steps (each mode has its own); none during the gradient check.
 void ScheduleRunner::Step() {

@@ -60,6 +60,13 @@ class ScheduleRunner {
   // appear during the backward, as the plan counts them.
   void ZeroGrads();
 
+  /// The forward run stage by stage without autograd, as a schedule's
+  /// forward without autograd runs (`recompute`: as a recomputation, the
+  /// random state and the buffers restored around each stage; else as a
+  /// stage's first run, which must come first): its time in ms (thread CPU
+  /// time on the CPU). For the profile's stage_run_ms (stage_run_cost.h).
+  double TimeNoGradForward(const std::vector<at::Tensor>& inputs, bool recompute);
+
   /// The optimizer step of the mode measured (nullptr: none, as in the gradient check).
   void set_optimizer_step(OptimizerStep* step) { optimizer_step_ = step; }
   const std::vector<at::Tensor>& params() const { return params_; }

@@ -319,6 +319,18 @@ TEST_CASE("the profile JSON round-trips and records identity, inputs and edges")
     CHECK(back.totals.optimizer_step_ms.at(name) == p.totals.optimizer_step_ms.at(name));
   }
   for (const Stage& s : ChainFromProfile(back).stages) CHECK(s.fwd_nograd_ms >= 0);
+  // What a recomputation costs as `ckplan run` runs it, measured on the
+  // profile's own stages (stage_run_cost.h) and read back; each stage's
+  // forward without autograd carries it.
+  REQUIRE(p.totals.stage_run_ms >= 0);
+  REQUIRE(p.totals.nograd_scale > 0);
+  CHECK(back.totals.stage_run_ms == p.totals.stage_run_ms);
+  CHECK(back.totals.nograd_scale == p.totals.nograd_scale);
+  for (const Stage& s : ChainFromProfile(back).stages) {
+    double ops_ms = 0;
+    for (int k = s.first_op; k <= s.last_op; ++k) ops_ms += p.ops[static_cast<size_t>(k)].fwd_nograd_ms;
+    CHECK(s.fwd_nograd_ms == doctest::Approx(p.totals.nograd_scale * ops_ms + p.totals.stage_run_ms));
+  }
 }
 
 TEST_CASE("bad models and inputs are one-line errors naming the file, op and module") {

@@ -109,6 +109,18 @@ struct ProfileTotals {
   /// Optional: a whole forward, loss and backward timed without per-op
   /// timers (median); -1 when not measured.
   double step_ms = -1;
+  /// Optional: what `ckplan run`'s executor spends on one stage run beyond
+  /// the stage's ops (binding the values at the cut, restoring the random
+  /// state and buffers around a recomputation), measured on the profile's
+  /// own stages (ms per stage run); each recomputed stage run costs it on
+  /// top of its ops' forward without autograd. -1 when not measured.
+  double stage_run_ms = -1;
+  /// Optional: a forward without autograd as a training step runs it (timed
+  /// whole, without per-op timers, right after a step with adam's update)
+  /// over the sum of its ops' fwd_nograd_ms (timed op by op right after
+  /// another forward): what a recomputation's ops cost in a step, per ms of
+  /// their fwd_nograd_ms. -1 when not measured (1 stands for it).
+  double nograd_scale = -1;
 };
 
 struct Profile {
