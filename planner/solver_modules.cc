@@ -60,6 +60,13 @@ std::vector<WrappableModule> WrappableModules(const Chain& chain, const Profile*
 
 namespace {
 
+// Per tensor: the tensor whose gradient its own is a view of (-1: none),
+// and the op whose backward sums another gradient into it, a view until
+// then (-1: none).
+struct GradientViews {
+  std::vector<int> root, until;
+};
+
 // The backward of stage `index` as PyTorch runs it (StageGradients::
 // bwd_peak_bytes): its ops in reverse, each at its measured transient on top
 // of the gradients alive and the parameter gradients already made, less the
@@ -68,7 +75,8 @@ namespace {
 // `released`: per op, the bytes autograd frees as its backward runs (what
 // it saved, or what later ops saved of it when no release was measured);
 // `released_later`: those of the stage's own storages that the backward of
-// later stages frees, gone before its own starts.
+// later stages frees, gone before its own starts. `grad_views`: the
+// gradients that are views of another's (ViewsOfGradients).
 // `executor`: as `ckplan run`'s executor runs it (StageGradients::
 // run_bwd_peak_bytes): the gradient of the output held to the stage's end,
 // the model output held (the caller passes `released` without the storages
@@ -76,9 +84,37 @@ namespace {
 int64_t StageBackwardPeak(const Chain& chain, const Profile& profile, int index,
                           const std::map<int, int>& storage_producer, const std::vector<int64_t>& op_grads,
                           const std::vector<int64_t>& released, int64_t released_later,
-                          const std::vector<int>& last_use, bool executor = false,
+                          const std::vector<int>& last_use, const GradientViews& grad_views, bool executor = false,
                           const std::vector<int64_t>* cut_released = nullptr) {
   const Stage& stage = chain.stages[static_cast<size_t>(index)];
+  // Gradients that are views of a larger one: alive per root, the bytes
+  // of the root's beyond those of its views alive (counted as their own),
+  // while the root's own gradient is gone and some view of it is not.
+  std::map<int, std::set<int>> views;  // root -> its views alive
+  auto root_of = [&](int t) { return grad_views.root[static_cast<size_t>(t)]; };
+  auto nbytes = [&](int t) { return profile.tensors[static_cast<size_t>(t)].nbytes; };
+  for (size_t t = 0; t < profile.tensors.size(); ++t) {
+    const TensorRecord& rec = profile.tensors[t];
+    if (grad_views.root[t] < 0 || !rec.requires_grad || rec.producer > stage.last_op) continue;
+    if (last_use[t] > stage.last_op && grad_views.until[t] <= stage.last_op) {
+      views[grad_views.root[t]].insert(static_cast<int>(t));
+    }
+  }
+  // The root's own gradient is alive while the backward has reached its
+  // last reader (at or before `read`) and not its producer (after `made`).
+  auto beyond_views = [&](int made, int read) {
+    int64_t total = 0;
+    for (const auto& [root, alive] : views) {
+      const TensorRecord& r = profile.tensors[static_cast<size_t>(root)];
+      const bool root_alive = r.producer <= made && last_use[static_cast<size_t>(root)] >= read;
+      if (alive.empty() || root_alive) continue;  // the root's gradient counted whole
+      int64_t counted = 0;
+      for (int t : alive) counted += nbytes(t);
+      total += std::max<int64_t>(0, nbytes(root) - counted);
+    }
+    return total;
+  };
+  int64_t beyond = beyond_views(stage.last_op, stage.last_op + 1);
   const bool last = index + 1 == chain.length();
   // The gradients of the stage's output storages: those it made are
   // consumed by the op that made them; those passed through (a skip
@@ -97,7 +133,7 @@ int64_t StageBackwardPeak(const Chain& chain, const Profile& profile, int index,
   std::set<int64_t> out_ids;
   for (const auto& entry : stage.out_storages) out_ids.insert(entry.first);
   int64_t boundary = chain.StageInputBytes(index + 1), held = 0;
-  int64_t peak = boundary + extra;
+  int64_t peak = boundary + extra + beyond;
   std::set<int> grads;
   for (int op = stage.last_op; op >= stage.first_op; --op) {
     const OpRecord& rec = profile.ops[static_cast<size_t>(op)];
@@ -111,7 +147,7 @@ int64_t StageBackwardPeak(const Chain& chain, const Profile& profile, int index,
     // layer's gradients are made).
     int64_t span_peak = -1;
     if (executor && rec.bwd_span_peak_bytes >= 0) {
-      span_peak = boundary + extra + held + rec.bwd_span_peak_bytes +
+      span_peak = boundary + extra + held + beyond + rec.bwd_span_peak_bytes +
                   (cut_released != nullptr ? (*cut_released)[static_cast<size_t>(op)] : 0);
       for (int t : rec.outputs) {
         const TensorRecord& out = profile.tensors[static_cast<size_t>(t)];
@@ -119,12 +155,14 @@ int64_t StageBackwardPeak(const Chain& chain, const Profile& profile, int index,
         if (it != made_out.end() && out.producer == op) span_peak += it->second;
       }
     }
-    int64_t op_peak = boundary + extra + rec.bwd_tmp_bytes + held;
+    int64_t op_peak = boundary + extra + rec.bwd_tmp_bytes + held + beyond;
     // What it makes: its parameters' gradients and its inputs'.
     held += op_grads[static_cast<size_t>(op)];
     for (int t : rec.inputs) {
       const TensorRecord& in = profile.tensors[static_cast<size_t>(t)];
       if (!in.requires_grad) continue;
+      if (root_of(t) >= 0 && op == last_use[static_cast<size_t>(t)]) views[root_of(t)].insert(t);
+      if (root_of(t) >= 0 && op == grad_views.until[static_cast<size_t>(t)]) views[root_of(t)].erase(t);
       // The gradient of a value read after the stage (or passed through
       // it) is held from the start; one an in-place op then overwrote
       // (conv's output under relu_) has its own.
@@ -140,11 +178,13 @@ int64_t StageBackwardPeak(const Chain& chain, const Profile& profile, int index,
     // All of it made, nothing released yet: an op of several backward nodes
     // (a Linear's addmm, then its bias's sum) has its transient measured
     // node by node, the first's gradients held during the second.
-    op_peak = std::max(op_peak, boundary + extra + held);
+    beyond = beyond_views(op, op);
+    op_peak = std::max(op_peak, boundary + extra + held + beyond);
     peak = std::max(peak, span_peak >= 0 ? std::min(op_peak, span_peak) : op_peak);
     // What it releases: the gradients of its outputs, what it saved.
     for (int t : rec.outputs) {
       const TensorRecord& out = profile.tensors[static_cast<size_t>(t)];
+      if (root_of(t) >= 0) views[root_of(t)].erase(t);
       if (grads.erase(t)) extra -= out.nbytes;
       auto it = made_out.find(out.storage);
       if (it != made_out.end() && out.producer == op && !executor) {
@@ -153,8 +193,56 @@ int64_t StageBackwardPeak(const Chain& chain, const Profile& profile, int index,
       }
     }
     extra -= released[static_cast<size_t>(op)];
+    beyond = beyond_views(op - 1, op);
   }
   return peak;
+}
+
+// Gradients that are views of another's: cat's backward narrows its
+// output's gradient into its inputs' (ViT's patches and CLS token: the
+// patches' gradient, down to the patch convolution, holds the CLS token's
+// slice too); a view op's backward views its output's. A tensor's gradient
+// is one from the backward of its last reader, where that is such an op,
+// until another reader's gradient is summed into it (`until`, or -1).
+GradientViews ViewsOfGradients(const Profile& profile) {
+  const size_t n = profile.tensors.size();
+  GradientViews views{std::vector<int>(n, -1), std::vector<int>(n, -1)};
+  std::vector<int>& root = views.root;
+  std::vector<int> last(n, -1), reads(n, 0);  // last reader; times it reads the tensor
+  for (const OpRecord& op : profile.ops) {
+    for (int t : op.inputs) {
+      const size_t at = static_cast<size_t>(t);
+      if (last[at] >= 0 && last[at] != op.id) views.until[at] = last[at];
+      if (last[at] != op.id) reads[at] = 0;
+      last[at] = op.id;
+      reads[at]++;
+    }
+  }
+  for (int t : profile.outputs) last[static_cast<size_t>(t)] = static_cast<int>(profile.ops.size());
+  static const std::set<std::string> kConcat = {"aten::cat", "aten::concat", "aten::concatenate"};
+  static const std::set<std::string> kView = {"aten::view",      "aten::reshape",   "aten::_reshape_alias",
+                                              "aten::flatten",   "aten::unflatten", "aten::transpose",
+                                              "aten::t",         "aten::permute",   "aten::unsqueeze",
+                                              "aten::squeeze",   "aten::alias",     "aten::_unsafe_view"};
+  for (auto op = profile.ops.rbegin(); op != profile.ops.rend(); ++op) {
+    if (op->inplace || op->outputs.size() != 1) continue;
+    const int out = op->outputs[0];
+    const TensorRecord& o = profile.tensors[static_cast<size_t>(out)];
+    if (!o.requires_grad) continue;
+    const bool concat = kConcat.count(op->kind) != 0;
+    if (!concat && (kView.count(op->kind) == 0 || op->inputs.size() != 1)) continue;
+    for (int t : op->inputs) {
+      const TensorRecord& in = profile.tensors[static_cast<size_t>(t)];
+      if (!in.requires_grad || last[static_cast<size_t>(t)] != op->id || reads[static_cast<size_t>(t)] != 1) continue;
+      // A view's gradient is one while their sizes agree (a reshape may copy:
+      // counted as the view, never less).
+      if (!concat && (in.storage != o.storage || in.nbytes != o.nbytes)) continue;
+      // Through a view of a view, while that one's gradient is one (read once).
+      const bool chained = root[static_cast<size_t>(out)] >= 0 && views.until[static_cast<size_t>(out)] < 0;
+      root[static_cast<size_t>(t)] = chained ? root[static_cast<size_t>(out)] : out;
+    }
+  }
+  return views;
 }
 
 }  // namespace
@@ -311,6 +399,7 @@ StageGradients StageGradientBytes(const Chain& chain, const Profile& profile) {
     for (int t : op.inputs) last_use[static_cast<size_t>(t)] = std::max(last_use[static_cast<size_t>(t)], op.id);
   }
   for (int t : profile.outputs) last_use[static_cast<size_t>(t)] = static_cast<int>(profile.ops.size());
+  const GradientViews grad_views = ViewsOfGradients(profile);
   out.bwd_peak_bytes.assign(static_cast<size_t>(length), -1);
   out.run_bwd_peak_bytes.assign(static_cast<size_t>(length), -1);
   // Per op: the cuts' storages it released in the profiled step (the executor holds them).
@@ -321,13 +410,13 @@ StageGradients StageGradientBytes(const Chain& chain, const Profile& profile) {
     if (stage.first_op < 0 || stage.last_op >= static_cast<int>(profile.ops.size())) continue;
     out.bwd_peak_bytes[static_cast<size_t>(i)] =
         StageBackwardPeak(chain, profile, i, storage_producer, op_grads, released,
-                          released_later[static_cast<size_t>(i)], last_use) +
+                          released_later[static_cast<size_t>(i)], last_use, grad_views) +
         unused_grads[static_cast<size_t>(i)];
     // Releases not measured (an older profile): each op's saved bytes at
     // its backward, as for PyTorch.
     out.run_bwd_peak_bytes[static_cast<size_t>(i)] =
         StageBackwardPeak(chain, profile, i, storage_producer, op_grads, measured ? released_by_run : released, 0,
-                          last_use, /*executor=*/true, &cut_released) +
+                          last_use, grad_views, /*executor=*/true, &cut_released) +
         unused_grads[static_cast<size_t>(i)];
   }
   return out;

@@ -423,3 +423,58 @@ TEST_CASE("a stage's backward: the input of an in-place op has a gradient of its
   chain.stages[1].out_storages = {{3, 50}};
   CHECK(StageGradientBytes(chain, profile).bwd_peak_bytes[0] == 250);
 }
+
+TEST_CASE("a stage's backward: a gradient cat's backward narrows holds the whole of its output's") {
+  // ViT's embeddings: op 0 (the patch convolution) makes t1 (100 B), op 1
+  // expands the CLS token (t2, 20 B), op 2 cats them (t3), op 3 reads t3.
+  // cat's backward hands its inputs views of t3's gradient: t1's, alive
+  // into op 0's backward (30), holds t3's whole (120): 150, not 130.
+  Profile profile;
+  auto tensor = [&](int storage, int64_t bytes, int producer) {
+    TensorRecord t;
+    t.id = static_cast<int>(profile.tensors.size());
+    t.storage = storage;
+    t.bytes = t.nbytes = bytes;
+    t.producer = producer;
+    t.requires_grad = producer >= 0;
+    t.external = producer < 0;
+    profile.tensors.push_back(t);
+  };
+  tensor(100, 40, -1);
+  tensor(1, 100, 0);
+  tensor(2, 20, 1);
+  tensor(3, 120, 2);
+  tensor(4, 120, 3);
+  auto op = [&](const char* kind, std::vector<int> inputs, int out, int64_t bwd_tmp) {
+    OpRecord r;
+    r.id = static_cast<int>(profile.ops.size());
+    r.kind = kind;
+    r.inputs = std::move(inputs);
+    r.outputs = {out};
+    r.bwd_tmp_bytes = bwd_tmp;
+    profile.ops.push_back(r);
+  };
+  op("aten::_convolution", {0}, 1, 30);
+  op("aten::expand", {}, 2, 0);
+  op("aten::cat", {2, 1}, 3, 0);
+  op("aten::layer_norm", {3}, 4, 0);
+  profile.inputs = {0};
+  profile.outputs = {4};
+  Chain chain;
+  chain.input_bytes = 40;
+  chain.stages.resize(3);
+  chain.stages[0].first_op = chain.stages[0].last_op = 0;
+  chain.stages[0].out_bytes = 100;
+  chain.stages[0].out_storages = {{1, 100}};
+  chain.stages[1].first_op = 1;
+  chain.stages[1].last_op = 2;
+  chain.stages[1].out_bytes = 120;
+  chain.stages[1].out_storages = {{3, 120}};
+  chain.stages[2].first_op = chain.stages[2].last_op = 3;
+  chain.stages[2].out_bytes = 120;
+  chain.stages[2].out_storages = {{4, 120}};
+  CHECK(StageGradientBytes(chain, profile).bwd_peak_bytes[0] == 150);
+  // Read by another op too, t1's gradient is a sum of its own: 130.
+  profile.ops[1].inputs = {1};
+  CHECK(StageGradientBytes(chain, profile).bwd_peak_bytes[0] == 130);
+}

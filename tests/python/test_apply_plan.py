@@ -28,9 +28,9 @@ from checks import check, finish  # noqa: E402
 
 # What the step's measured peak may exceed the prediction by (a fraction of
 # it): where nothing is worth wrapping (mlp_chain, vit) the halfway budget is
-# the plan's peak to the byte, and there the prediction misses what no op of
-# the profile makes: eager vit's backward makes 512 B (of 1,799,432) more, not
-# yet located. Under it, the plan counts as within budget.
+# the plan's peak to the byte, and there a prediction that misses a few bytes
+# (vit's 512 B, its patches' gradient a view of the embeddings', until that was
+# counted) puts the step over it. Under it, the plan counts as within budget.
 UNCOUNTED = 0.001
 
 
