@@ -21,25 +21,25 @@ const std::vector<GpuSpec>& KnownGpus() {
       {"h100-sxm-80gb", "NVIDIA H100 SXM5 80GB", 67.0, 989.4, 989.4, 3350, 81559 * kMiB, 4.0,
        "NVIDIA H100 Tensor Core GPU datasheet (2023): FP32 67 TFLOPS, BF16/FP16 1,979 TFLOPS with sparsity "
        "(989 dense), 3.35 TB/s HBM3",
-       4.0, 0.0, {}, 0.0, {}, {}},
+       4.0, 0.0, {}, 0.0, {}, {}, {}, 0.0, 0.0},
       {"h200-141gb", "NVIDIA H200 SXM 141GB", 67.0, 989.4, 989.4, 4800, 143771 * kMiB, 4.0,
        "NVIDIA H200 Tensor Core GPU datasheet (2024): FP32 67 TFLOPS, BF16/FP16 1,979 TFLOPS with sparsity "
        "(989 dense), 4.8 TB/s HBM3e, 141 GB",
-       4.0, 0.0, {}, 0.0, {}, {}},
+       4.0, 0.0, {}, 0.0, {}, {}, {}, 0.0, 0.0},
       {"a100-40gb", "NVIDIA A100 SXM4 40GB", 19.5, 312, 312, 1555, 40960 * kMiB, 4.0,
        "NVIDIA A100 Tensor Core GPU datasheet (2021): FP32 19.5 TFLOPS, BF16/FP16 312 TFLOPS, 1,555 GB/s HBM2",
-       4.0, 0.0, {}, 0.0, {}, {}},
+       4.0, 0.0, {}, 0.0, {}, {}, {}, 0.0, 0.0},
       {"a100-80gb", "NVIDIA A100 SXM4 80GB", 19.5, 312, 312, 2039, 81920 * kMiB, 4.0,
        "NVIDIA A100 Tensor Core GPU datasheet (2021): FP32 19.5 TFLOPS, BF16/FP16 312 TFLOPS, 2,039 GB/s HBM2e",
-       4.0, 0.0, {}, 0.0, {}, {}},
+       4.0, 0.0, {}, 0.0, {}, {}, {}, 0.0, 0.0},
       {"l4-24gb", "NVIDIA L4 24GB", 30.3, 121, 121, 300, 23034 * kMiB, 4.0,
        "NVIDIA L4 Tensor Core GPU datasheet (2023): FP32 30.3 TFLOPS, BF16/FP16 242 TFLOPS with sparsity "
        "(121 dense), 300 GB/s GDDR6",
-       4.0, 0.0, {}, 0.0, {}, {}},
+       4.0, 0.0, {}, 0.0, {}, {}, {}, 0.0, 0.0},
       {"rtx4090-24gb", "NVIDIA GeForce RTX 4090 24GB", 82.6, 165.2, 165.2, 1008, 24564 * kMiB, 4.0,
        "NVIDIA Ada Lovelace architecture whitepaper (v2.1), Table 2: FP32 82.6 TFLOPS, BF16/FP16 tensor "
        "165.2 TFLOPS dense with FP32 accumulate, 1,008 GB/s GDDR6X",
-       4.0, 0.0, {}, 0.0, {}, {}},
+       4.0, 0.0, {}, 0.0, {}, {}, {}, 0.0, 0.0},
   };
   return table;
 }

@@ -17,8 +17,12 @@ PlanDocument MakePlanDocument(const Plan& plan, const Chain& chain, const PlanSo
   doc.target = plan.target;
   doc.source = source;
   doc.budget_bytes = plan.budget_bytes;
-  doc.fixed = {plan.fixed.param_bytes,     plan.fixed.buffer_bytes, plan.fixed.grad_bytes,
-               plan.fixed.optimizer_bytes, plan.fixed.optimizer,    plan.fixed.total()};
+  doc.fixed.param_bytes = plan.fixed.param_bytes;
+  doc.fixed.buffer_bytes = plan.fixed.buffer_bytes;
+  doc.fixed.grad_bytes = plan.fixed.grad_bytes;
+  doc.fixed.optimizer_bytes = plan.fixed.optimizer_bytes;
+  doc.fixed.optimizer = plan.fixed.optimizer;
+  doc.fixed.total_bytes = plan.fixed.total();
   // Gradients counted as they appear in backward: not in total_bytes.
   if (plan.fixed.backward_grad_bytes > 0) doc.fixed.backward_grad_bytes = plan.fixed.backward_grad_bytes;
   doc.activation_budget_bytes = plan.budget_bytes - plan.fixed.total();

@@ -89,14 +89,7 @@ class Executor {
     }
     // Tied weights (GPT-2's lm_head and wte) are one parameter listed twice:
     // one gradient, one optimizer update, counted once.
-    std::set<const void*> seen;
-    std::vector<at::Tensor> params, buffers;
-    for (const auto& p : module.parameters()) {
-      if (p.requires_grad() && seen.insert(p.unsafeGetTensorImpl()).second) params.push_back(p);
-    }
-    for (const auto& b : module.buffers()) {
-      if (seen.insert(b.unsafeGetTensorImpl()).second) buffers.push_back(b);
-    }
+    auto [params, buffers] = UniqueModuleTensors(module);
     ScheduleRunner runner(options_, staged, device_, tracker_, std::move(params), std::move(buffers), stage_names_);
 
     // Correctness: the same step with and without the plan, from the same

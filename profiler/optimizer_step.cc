@@ -2,11 +2,25 @@
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
+#include <torch/script.h>
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 
 namespace ckplan {
+
+ModuleTensors UniqueModuleTensors(const torch::jit::Module& module) {
+  ModuleTensors out;
+  std::set<const void*> seen;
+  for (const auto& p : module.parameters()) {
+    if (p.requires_grad() && seen.insert(p.unsafeGetTensorImpl()).second) out.params.push_back(p);
+  }
+  for (const auto& b : module.buffers()) {
+    if (seen.insert(b.unsafeGetTensorImpl()).second) out.buffers.push_back(b);
+  }
+  return out;
+}
 
 void OptimizerStep::Reset() {
   steps_ = 0;

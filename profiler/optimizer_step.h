@@ -8,7 +8,20 @@
 #include <string>
 #include <vector>
 
+namespace torch::jit {
+struct Module;
+}  // namespace torch::jit
+
 namespace ckplan {
+
+// A module's trainable parameters and its buffers, each tensor once: tied
+// weights (GPT-2's lm_head and wte) are one parameter listed twice, with one
+// gradient and one optimizer update.
+struct ModuleTensors {
+  std::vector<at::Tensor> params;
+  std::vector<at::Tensor> buffers;
+};
+ModuleTensors UniqueModuleTensors(const torch::jit::Module& module);
 
 /// Optimizers the planner knows (besides `none`): their update is timed in
 /// the profile.

@@ -652,11 +652,7 @@ class Profiler {
   // next: a warm-up and 3 updates each cost resnet18's profile two steps).
   std::map<std::string, double> TimeOptimizers(const torch::jit::Module& module) {
     constexpr int kOptimizerReps = 1;
-    std::set<const void*> seen;
-    std::vector<at::Tensor> params;
-    for (const auto& p : module.parameters()) {
-      if (p.requires_grad() && seen.insert(p.unsafeGetTensorImpl()).second) params.push_back(p);
-    }
+    const std::vector<at::Tensor> params = UniqueModuleTensors(module).params;
     std::map<std::string, double> result;
     for (const std::string& name : TimedOptimizers()) {
       OptimizerStep optimizer(name, 1e-3);

@@ -27,14 +27,7 @@ RecomputeCost MeasureRecomputeCost(const Profile& profile, GraphProgram& program
   }
   StagedProgram staged(program, ranges), whole(program, {{0, chain.stages.back().last_op}});
   // The parameters and buffers as the executor lists them (each once).
-  std::set<const void*> seen;
-  std::vector<at::Tensor> params, buffers;
-  for (const auto& p : module.parameters()) {
-    if (p.requires_grad() && seen.insert(p.unsafeGetTensorImpl()).second) params.push_back(p);
-  }
-  for (const auto& b : module.buffers()) {
-    if (seen.insert(b.unsafeGetTensorImpl()).second) buffers.push_back(b);
-  }
+  auto [params, buffers] = UniqueModuleTensors(module);
   RunOptions options;
   options.model_path = profile.model.value("path", std::string());
   TrackingAllocator& tracker = TrackingAllocator::Instance();
