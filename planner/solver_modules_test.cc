@@ -13,6 +13,20 @@ using namespace ckplan;
 
 namespace {
 
+// A tensor of a hand-built profile: made by op `producer` (-1: a model
+// input), requiring gradients unless it is an input.
+void AddTensor(Profile* profile, int storage, int64_t bytes, int producer, bool kept) {
+  TensorRecord t;
+  t.id = static_cast<int>(profile->tensors.size());
+  t.storage = storage;
+  t.bytes = t.nbytes = bytes;
+  t.producer = producer;
+  t.requires_grad = producer >= 0;
+  t.external = producer < 0;
+  t.kept = kept;
+  profile->tensors.push_back(t);
+}
+
 // Module ranges as a module tree gives them: every stage, and random
 // nested spans over several stages.
 std::vector<WrappableModule> RandomModules(int length, uint32_t seed) {
@@ -291,15 +305,7 @@ TEST_CASE("a stage's backward as PyTorch runs it: boundary gradients as they liv
   // t2 -> t3, the model output, which no op saves; op 2 saves 8 B of its own.
   Profile profile;
   auto tensor = [&](int storage, int64_t bytes, int producer, bool kept) {
-    TensorRecord t;
-    t.id = static_cast<int>(profile.tensors.size());
-    t.storage = storage;
-    t.bytes = t.nbytes = bytes;
-    t.producer = producer;
-    t.requires_grad = producer >= 0;
-    t.external = producer < 0;
-    t.kept = kept;
-    profile.tensors.push_back(t);
+    AddTensor(&profile, storage, bytes, producer, kept);
   };
   tensor(100, 40, -1, false);
   tensor(1, 100, 0, true);
@@ -383,15 +389,7 @@ TEST_CASE("a stage's backward: the input of an in-place op has a gradient of its
   // backward (150): 250, though t1 and t2 share one storage, the stage's output.
   Profile profile;
   auto tensor = [&](int storage, int64_t bytes, int producer, bool kept) {
-    TensorRecord t;
-    t.id = static_cast<int>(profile.tensors.size());
-    t.storage = storage;
-    t.bytes = t.nbytes = bytes;
-    t.producer = producer;
-    t.requires_grad = producer >= 0;
-    t.external = producer < 0;
-    t.kept = kept;
-    profile.tensors.push_back(t);
+    AddTensor(&profile, storage, bytes, producer, kept);
   };
   tensor(100, 40, -1, false);
   tensor(1, 100, 0, true);
@@ -430,16 +428,7 @@ TEST_CASE("a stage's backward: a gradient cat's backward narrows holds the whole
   // cat's backward hands its inputs views of t3's gradient: t1's, alive
   // into op 0's backward (30), holds t3's whole (120): 150, not 130.
   Profile profile;
-  auto tensor = [&](int storage, int64_t bytes, int producer) {
-    TensorRecord t;
-    t.id = static_cast<int>(profile.tensors.size());
-    t.storage = storage;
-    t.bytes = t.nbytes = bytes;
-    t.producer = producer;
-    t.requires_grad = producer >= 0;
-    t.external = producer < 0;
-    profile.tensors.push_back(t);
-  };
+  auto tensor = [&](int storage, int64_t bytes, int producer) { AddTensor(&profile, storage, bytes, producer, false); };
   tensor(100, 40, -1);
   tensor(1, 100, 0);
   tensor(2, 20, 1);
