@@ -429,6 +429,7 @@ void ApplyCostModel(Profile* profile, const GpuSpec& gpu, const CostModelConstan
     // CPU, not on the device modelled: no part of the modelled step.
     profile->totals.stage_run_ms = -1;
     profile->totals.nograd_scale = -1;
+    profile->totals.run_step_ms = -1;
     profile->totals.step_ms = fwd + bwd + PredictedLossMs(*profile, gpu, c) + PredictedAccumulateGradMs(*profile, gpu);
     const double param_bytes = static_cast<double>(profile->totals.param_bytes);
     profile->totals.optimizer_step_ms.clear();

@@ -58,6 +58,7 @@ Profile ProfileFromJson(const nlohmann::json& doc, const std::string& file) {
   if (totals.Has("step_ms")) p.totals.step_ms = totals.Field("step_ms").NonNegativeNumber();
   if (totals.Has("stage_run_ms")) p.totals.stage_run_ms = totals.Field("stage_run_ms").NonNegativeNumber();
   if (totals.Has("nograd_scale")) p.totals.nograd_scale = totals.Field("nograd_scale").NonNegativeNumber();
+  if (totals.Has("run_step_ms")) p.totals.run_step_ms = totals.Field("run_step_ms").NonNegativeNumber();
   if (totals.Has("optimizer_step_ms")) {
     JsonReader steps = totals.Field("optimizer_step_ms");
     steps.ExpectObject();
@@ -240,6 +241,7 @@ nlohmann::json ProfileToJson(const Profile& p) {
   if (p.totals.step_ms >= 0) totals["step_ms"] = p.totals.step_ms;
   if (p.totals.stage_run_ms >= 0) totals["stage_run_ms"] = p.totals.stage_run_ms;
   if (p.totals.nograd_scale >= 0) totals["nograd_scale"] = p.totals.nograd_scale;
+  if (p.totals.run_step_ms >= 0) totals["run_step_ms"] = p.totals.run_step_ms;
   nlohmann::json doc = {{"schema", "ckplan.profile/1"},
                         {"model", p.model},
                         {"environment", p.environment},

@@ -168,17 +168,24 @@ Chain ChainFromProfile(const Profile& profile, const std::string& file) {
   }
   // The loss stands for what every step does once and no op owns: the
   // step's measured time beyond its ops' (the graph's other nodes, the loss,
-  // the autograd engine, gradients accumulated into the parameters); from
-  // the step timed whole where the profile has it, else from the timed
+  // the autograd engine, gradients accumulated into the parameters, a step
+  // in a loop of steps running slower or faster than alone). From the step
+  // as `ckplan run` runs it where the profile has it (less adam's update,
+  // which it includes), else from the step timed whole, else from the timed
   // forward and backward.
   double ops_fwd = 0, ops_bwd = 0;
   for (const OpRecord& rec : profile.ops) {
     ops_fwd += rec.fwd_ms;
     ops_bwd += rec.bwd_ms;
   }
-  chain.loss_bwd_ms = profile.totals.step_ms >= 0
-                          ? std::max(0.0, profile.totals.step_ms - ops_fwd - ops_bwd)
-                          : std::max(0.0, profile.totals.fwd_ms - ops_fwd) + std::max(0.0, profile.totals.bwd_ms - ops_bwd);
+  const auto adam = profile.totals.optimizer_step_ms.find("adam");
+  if (profile.totals.run_step_ms >= 0 && adam != profile.totals.optimizer_step_ms.end()) {
+    chain.loss_bwd_ms = std::max(0.0, profile.totals.run_step_ms - adam->second - ops_fwd - ops_bwd);
+  } else if (profile.totals.step_ms >= 0) {
+    chain.loss_bwd_ms = std::max(0.0, profile.totals.step_ms - ops_fwd - ops_bwd);
+  } else {
+    chain.loss_bwd_ms = std::max(0.0, profile.totals.fwd_ms - ops_fwd) + std::max(0.0, profile.totals.bwd_ms - ops_bwd);
+  }
   chain.loss_bwd_tmp_bytes = 0;
   ValidateChain(chain, file, "the chain cut from it");
   return chain;

@@ -119,3 +119,39 @@ TEST_CASE("a profile's chain: a stage run without autograd costs its ops as a st
   bad["totals"]["stage_run_ms"] = -1;
   CHECK_THROWS_WITH_AS(ProfileFromJson(bad, "bad.json"), doctest::Contains("stage_run_ms"), Error);
 }
+
+TEST_CASE("a profile's chain: the step without recomputation is the one `ckplan run` runs, where the profile measured it") {
+  Profile profile = ProfileFromJson(TwoBlockProfile(), "two_blocks.json");
+  double ops_ms = 0;
+  for (const OpRecord& op : profile.ops) ops_ms += op.fwd_ms + op.bwd_ms;
+  const auto no_recompute_ms = [](const Chain& chain) {
+    double ms = chain.loss_bwd_ms;
+    for (const Stage& s : chain.stages) ms += s.fwd_ms + s.bwd_ms;
+    return ms;
+  };
+  // The step timed whole: the loss is what its ops leave.
+  profile.totals.step_ms = ops_ms + 0.5;
+  CHECK(ChainFromProfile(profile).loss_bwd_ms == doctest::Approx(0.5));
+  // The step as the executor runs it, adam's update included: the chain's
+  // step without recomputation, with adam's update, is that step.
+  profile.totals.optimizer_step_ms = {{"sgd", 0.1}, {"adam", 0.4}};
+  profile.totals.run_step_ms = ops_ms + 1.25;
+  const Chain chain = ChainFromProfile(profile);
+  CHECK(chain.loss_bwd_ms == doctest::Approx(0.85));
+  CHECK(no_recompute_ms(chain) + 0.4 == doctest::Approx(profile.totals.run_step_ms));
+  // A step measured faster than its ops timed one by one: no negative loss.
+  profile.totals.run_step_ms = ops_ms / 2;
+  CHECK(ChainFromProfile(profile).loss_bwd_ms == 0);
+  // Without adam's update measured, what run_step_ms includes is unknown: the step timed whole.
+  profile.totals.run_step_ms = ops_ms + 1.25;
+  profile.totals.optimizer_step_ms.erase("adam");
+  CHECK(ChainFromProfile(profile).loss_bwd_ms == doctest::Approx(0.5));
+  // Through the contract: read back; a negative one refused; absent when not measured.
+  const nlohmann::json doc = ProfileToJson(profile);
+  CHECK(doc["totals"]["run_step_ms"] == profile.totals.run_step_ms);
+  CHECK(ProfileFromJson(doc, "back.json").totals.run_step_ms == profile.totals.run_step_ms);
+  CHECK(!ProfileToJson(ProfileFromJson(TwoBlockProfile(), "two_blocks.json"))["totals"].contains("run_step_ms"));
+  nlohmann::json bad = doc;
+  bad["totals"]["run_step_ms"] = -2;
+  CHECK_THROWS_WITH_AS(ProfileFromJson(bad, "bad.json"), doctest::Contains("run_step_ms"), Error);
+}

@@ -352,6 +352,7 @@ class Profiler {
         const RecomputeCost cost = MeasureRecomputeCost(profile, program, module, inputs, device_, kRecomputePairs);
         profile.totals.stage_run_ms = cost.stage_run_ms;
         profile.totals.nograd_scale = cost.nograd_scale;
+        profile.totals.run_step_ms = cost.run_step_ms;
       } catch (const std::exception& e) {
         warnings_->push_back(path + ": recomputation not timed as `ckplan run` runs it (priced at the ops' forward "
                                     "without autograd): " + FirstLine(e.what()));

@@ -42,27 +42,55 @@ RecomputeCost MeasureRecomputeCost(const Profile& profile, GraphProgram& program
   OptimizerStep adam("adam", 1e-3);
   cut.set_optimizer_step(&adam);
   const Schedule step = NoCheckpointSchedule(chain.length());
-  // Each forward right after a step, as a recomputation runs: the cut one
-  // as recomputations (random state and buffers restored, the cut's stage
-  // runs), the whole one as one first run (no restore, one stage run).
-  std::vector<double> cut_ms, whole_ms;
-  for (int k = 0; k < 2 * pairs; ++k) {
+  const Schedule every = EveryNSchedule(chain.length(), 1);
+  // Rounds of two steps, the order alternating: without recomputation and
+  // with every stage checkpointed (each stage's forward once without
+  // autograd, then again with it just before its backward). Their
+  // difference holds what a stage run without autograd costs inside a step
+  // and what the backward gains from the recomputed values being fresh in
+  // the caches; paired, it cancels a machine that drifts. After each round
+  // a forward without autograd, as a recomputation runs right after a
+  // step: in turn stage by stage as recomputations (random state and
+  // buffers restored, a stage run each) or whole as one first run (no
+  // restore, one stage run); their difference is the stage runs' cost. One
+  // round to warm up (a schedule's first steps run slow), then at least
+  // 2 x `pairs` rounds and more, up to 25, until 1.2 s of steps (a small
+  // model's step is noisier).
+  std::vector<double> cut_ms, whole_ms, extra_ms, step_ms;
+  double spent_ms = 0;
+  for (int k = 0; k <= 2 * pairs || (k <= 25 && spent_ms < 1200); ++k) {
+    double ms[2] = {0, 0};
+    for (int turn = 0; turn < 2; ++turn) {
+      const int mode = turn ^ (k % 2);
+      cut.ZeroGrads();
+      ms[mode] = cut.RunSchedule(inputs, mode == 1 ? every : step).ms;
+    }
     cut.ZeroGrads();
-    cut.RunSchedule(inputs, step);
-    cut.ZeroGrads();
+    if (k == 0) continue;
+    extra_ms.push_back(ms[1] - ms[0]);
+    step_ms.push_back(ms[0]);
+    spent_ms += ms[0] + ms[1];
     if ((k + k / 2) % 2 == 0) {
       cut_ms.push_back(cut.TimeNoGradForward(inputs, /*recompute=*/true));
     } else {
       whole_ms.push_back(one.TimeNoGradForward(inputs, /*recompute=*/false));
     }
   }
+  cut.ZeroGrads();
   cut.set_optimizer_step(nullptr);
   RecomputeCost cost;
+  cost.run_step_ms = Median(step_ms);
   double ops_ms = 0;
   for (const OpRecord& op : profile.ops) ops_ms += std::max(0.0, op.fwd_nograd_ms);
-  if (ops_ms > 0) cost.nograd_scale = Median(whole_ms) / ops_ms;
   if (chain.length() > 1) {
     cost.stage_run_ms = std::max(0.0, (Median(cut_ms) - Median(whole_ms)) / static_cast<double>(chain.length() - 1));
+  }
+  // The every schedule runs each stage once more, without autograd: what
+  // it adds, less the stage runs' own cost, per ms of the ops' forward
+  // without autograd. Noise cannot make it vanish: at least a quarter.
+  if (ops_ms > 0) {
+    const double runs_ms = chain.length() * std::max(0.0, cost.stage_run_ms);
+    cost.nograd_scale = std::max(0.25, (Median(extra_ms) - runs_ms) / ops_ms);
   }
   return cost;
 }

@@ -4,8 +4,11 @@
 // without autograd as the profile times it, op by op right after another
 // forward. It binds the values at its cut and restores the random state and
 // the buffers (a fixed cost per stage run), and it runs in a training step,
-// after an optimizer's update and a backward, with colder caches (a cost
-// in proportion to the ops' work).
+// after an optimizer's update and a backward, with colder caches, and the
+// backward that follows it finds the recomputed values fresh in the caches
+// (costs in proportion to the ops' work). And the step without
+// recomputation, stage by stage in a loop of steps, is not the step the
+// profile timed whole and alone.
 
 #include <torch/script.h>
 
@@ -19,17 +22,21 @@ namespace ckplan {
 
 struct RecomputeCost {
   double stage_run_ms = -1;   ///< per stage run, beyond its ops; -1: not measured
-  double nograd_scale = -1;   ///< a step's forward without autograd over its ops' fwd_nograd_ms; -1: not measured
+  double nograd_scale = -1;   ///< what a stage run without autograd adds to a step, over its ops' fwd_nograd_ms; -1: not measured
+  double run_step_ms = -1;    ///< a step without recomputation as the executor runs it, adam's update included
 };
 
 /// Measured on the stages ChainFromProfile cuts `profile` into (its ops'
-/// fwd_nograd_ms filled in). In turn, `pairs` times each: a step of the
-/// schedule without recomputation (adam's update, the planner's default,
-/// included), then the forward without autograd timed either stage by
-/// stage as recomputations or whole as one first run. nograd_scale: the
-/// median whole forward over the sum of the ops' fwd_nograd_ms;
-/// stage_run_ms: the median difference (cut less whole) over the stages
-/// less one, at least 0 (-1 where the profile cuts into a single stage).
+/// fwd_nograd_ms filled in), with adam (the planner's default) updating the
+/// parameters after each step: rounds (at least 2 x `pairs`, more on small
+/// models) of a step without recomputation and one with every stage
+/// checkpointed, in alternating order, then a forward without autograd,
+/// timed in turn stage by stage as recomputations or whole as one first
+/// run. run_step_ms: the median step without recomputation; stage_run_ms:
+/// the median difference (stage by stage less whole) over the stages less
+/// one, at least 0 (-1 where the profile cuts into a single stage);
+/// nograd_scale: the median difference of the two steps, less a stage run
+/// per stage, over the sum of the ops' fwd_nograd_ms (at least 0.25).
 RecomputeCost MeasureRecomputeCost(const Profile& profile, GraphProgram& program, const torch::jit::Module& module,
                                    const std::vector<at::Tensor>& inputs, const DeviceInfo& device, int pairs);
 

@@ -326,11 +326,21 @@ TEST_CASE("the profile JSON round-trips and records identity, inputs and edges")
   REQUIRE(p.totals.nograd_scale > 0);
   CHECK(back.totals.stage_run_ms == p.totals.stage_run_ms);
   CHECK(back.totals.nograd_scale == p.totals.nograd_scale);
-  for (const Stage& s : ChainFromProfile(back).stages) {
+  const Chain chain = ChainFromProfile(back);
+  for (const Stage& s : chain.stages) {
     double ops_ms = 0;
     for (int k = s.first_op; k <= s.last_op; ++k) ops_ms += p.ops[static_cast<size_t>(k)].fwd_nograd_ms;
     CHECK(s.fwd_nograd_ms == doctest::Approx(p.totals.nograd_scale * ops_ms + p.totals.stage_run_ms));
   }
+  // The step without recomputation as the executor runs it (adam's update
+  // included), read back; the chain's step without recomputation, with
+  // adam's update, is that step (its loss is what the ops leave of it).
+  REQUIRE(p.totals.run_step_ms > 0);
+  CHECK(back.totals.run_step_ms == p.totals.run_step_ms);
+  double chain_ms = chain.loss_bwd_ms + p.totals.optimizer_step_ms.at("adam");
+  for (const Stage& s : chain.stages) chain_ms += s.fwd_ms + s.bwd_ms;
+  if (chain.loss_bwd_ms > 0) CHECK(chain_ms == doctest::Approx(p.totals.run_step_ms));
+  CHECK(chain_ms >= p.totals.run_step_ms * (1 - 1e-9));
 }
 
 TEST_CASE("bad models and inputs are one-line errors naming the file, op and module") {

@@ -115,12 +115,19 @@ struct ProfileTotals {
   /// own stages (ms per stage run); each recomputed stage run costs it on
   /// top of its ops' forward without autograd. -1 when not measured.
   double stage_run_ms = -1;
-  /// Optional: a forward without autograd as a training step runs it (timed
-  /// whole, without per-op timers, right after a step with adam's update)
-  /// over the sum of its ops' fwd_nograd_ms (timed op by op right after
-  /// another forward): what a recomputation's ops cost in a step, per ms of
-  /// their fwd_nograd_ms. -1 when not measured (1 stands for it).
+  /// Optional: what running every stage once more without autograd adds to
+  /// a training step (a step with every stage checkpointed less a step
+  /// without recomputation, adam's update in both, paired and the median
+  /// taken), less the stage runs' stage_run_ms, over the sum of the ops'
+  /// fwd_nograd_ms (timed op by op right after another forward): what a
+  /// recomputation's ops cost in a step, the backward's gain from fresh
+  /// caches included, per ms of their fwd_nograd_ms. -1 when not measured
+  /// (1 stands for it).
   double nograd_scale = -1;
+  /// Optional: a step without recomputation as `ckplan run` runs it (stage
+  /// by stage on the profile's stages, in a loop of steps, adam's update
+  /// included; median). -1 when not measured.
+  double run_step_ms = -1;
 };
 
 struct Profile {
