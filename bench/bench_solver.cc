@@ -3,7 +3,9 @@
 // budget halfway between the smallest feasible one and no recomputation:
 //  - whole processes: `ckplan solve chain.json --budget B --slots S` against
 //    the plain recurrence (SolveOptimalReference) run by this program as a
-//    separate process on the same file (`bench_solver --reference ...`);
+//    separate process on the same file (`bench_solver --reference ...`), on
+//    the grid `ckplan solve` ended on (it halves the slots where rounding to
+//    them costs over 0.5% of the budget; its plan's `slots`);
 //  - the solvers alone, in this process, one thread;
 // and whether the optima are the same to the last bit (for the exact solver:
 // also the schedule and the whole curve), or, for the banded solver, the
@@ -248,7 +250,6 @@ int main(int argc, char** argv) {
         std::ofstream out(chain_path);
         out << ChainToJson(chain).dump();
       }
-      const std::string args = " " + chain_path + " " + std::to_string(budget) + " " + std::to_string(s);
       std::vector<double> ckplan_t;
       ProcessResult solve;
       for (int r = 0; r < solver_runs; ++r) {
@@ -259,12 +260,24 @@ int main(int argc, char** argv) {
       }
       std::sort(ckplan_t.begin(), ckplan_t.end());
       const double ckplan_s = ckplan_t[ckplan_t.size() / 2];
+      // `ckplan solve` halves the slots where rounding to them would cost
+      // over 0.5% of the budget (its plan says on which grid it ended): the
+      // plain recurrence runs on that grid, so that the optima compare.
       double plain_process_s = NAN;
-      if (plain_runs) {
-        ProcessResult reference = RunProcess(self, self + " --reference" + args, dir + "/reference.txt");
+      int final_slots = s;
+      double plan_ms = NAN;
+      if (solve.status == 0) {
+        const nlohmann::json plan = nlohmann::json::parse(solve.out);
+        final_slots = plan.value("slots", s);
+        plan_ms = plan["predicted"]["time_ms"].get<double>();
+      }
+      if (final_slots != s) same += "; ckplan refined to S = " + std::to_string(final_slots) + Fmt(" (%.2f ms)", plan_ms);
+      if (solve.status == 0 && std::pow(length, 3) / 6.0 * final_slots <= max_plain_work) {
+        const std::string final_args = " " + chain_path + " " + std::to_string(budget) + " " + std::to_string(final_slots);
+        ProcessResult reference = RunProcess(self, self + " --reference" + final_args, dir + "/reference.txt");
         plain_process_s = reference.seconds;
-        const double plan_ms = nlohmann::json::parse(solve.out)["predicted"]["time_ms"].get<double>();
-        if (std::strtod(reference.out.c_str(), nullptr) != plan_ms) same += "; process optimum DIFFERS";
+        same += std::strtod(reference.out.c_str(), nullptr) == plan_ms ? "; process: same optimum"
+                                                                        : "; process optimum DIFFERS";
       }
       if (solve.status != 0) same += "; ckplan exit " + std::to_string(solve.status);
       const double table_mb = static_cast<double>(FastSolverTableBytes(c, s)) / 1e6;
