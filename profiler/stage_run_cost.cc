@@ -54,11 +54,11 @@ RecomputeCost MeasureRecomputeCost(const Profile& profile, GraphProgram& program
   // buffers restored, a stage run each) or whole as one first run (no
   // restore, one stage run); their difference is the stage runs' cost. One
   // round to warm up (a schedule's first steps run slow), then at least
-  // 2 x `pairs` rounds and more, up to 25, until 1.2 s of steps (a small
-  // model's step is noisier).
+  // `pairs` rounds and more, up to 25, until 1.2 s of steps (a small
+  // model's step is noisier; a large model's rounds are few).
   std::vector<double> cut_ms, whole_ms, extra_ms, step_ms;
   double spent_ms = 0;
-  for (int k = 0; k <= 2 * pairs || (k <= 25 && spent_ms < 1200); ++k) {
+  for (int k = 0; k <= pairs || (k <= 25 && spent_ms < 1200); ++k) {
     double ms[2] = {0, 0};
     for (int turn = 0; turn < 2; ++turn) {
       const int mode = turn ^ (k % 2);

@@ -28,7 +28,7 @@ struct RecomputeCost {
 
 /// Measured on the stages ChainFromProfile cuts `profile` into (its ops'
 /// fwd_nograd_ms filled in), with adam (the planner's default) updating the
-/// parameters after each step: rounds (at least 2 x `pairs`, more on small
+/// parameters after each step: rounds (at least `pairs`, more on small
 /// models) of a step without recomputation and one with every stage
 /// checkpointed, in alternating order, then a forward without autograd,
 /// timed in turn stage by stage as recomputations or whole as one first
