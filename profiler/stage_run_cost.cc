@@ -56,7 +56,18 @@ RecomputeCost MeasureRecomputeCost(const Profile& profile, GraphProgram& program
   // round to warm up (a schedule's first steps run slow), then at least
   // 2 x `pairs` rounds and more, up to 25, until 1.2 s of steps (a small
   // model's step is noisier).
-  std::vector<double> cut_ms, whole_ms, extra_ms, step_ms;
+  //
+  // Then the PyTorch target's step as `ckplan run` runs it (eagerly, node
+  // by node, each wrapped module an autograd function), the order turning:
+  // nothing wrapped, every stage wrapped on its own, all stages wrapped as
+  // one. A wrapped module costs its stages' forward without autograd (in
+  // proportion to their ops) and a fixed cost of its own; L wraps and one
+  // wrap over the same ops separate the two.
+  const size_t length = static_cast<size_t>(chain.length());
+  std::vector<std::pair<size_t, size_t>> wrap_modes[3];
+  for (size_t i = 0; i < length; ++i) wrap_modes[1].push_back({i, i});
+  wrap_modes[2].push_back({0, length - 1});
+  std::vector<double> cut_ms, whole_ms, extra_ms, step_ms, module_step_ms, every_wrap_ms, one_wrap_ms;
   double spent_ms = 0;
   for (int k = 0; k <= 2 * pairs || (k <= 25 && spent_ms < 1200); ++k) {
     double ms[2] = {0, 0};
@@ -65,11 +76,20 @@ RecomputeCost MeasureRecomputeCost(const Profile& profile, GraphProgram& program
       cut.ZeroGrads();
       ms[mode] = cut.RunSchedule(inputs, mode == 1 ? every : step).ms;
     }
+    double wrap_ms[3] = {0, 0, 0};
+    for (int turn = 0; turn < 3; ++turn) {
+      const int mode = (turn + k) % 3;
+      cut.ZeroGrads();
+      wrap_ms[mode] = cut.RunModules(inputs, wrap_modes[mode]).ms;
+    }
     cut.ZeroGrads();
     if (k == 0) continue;
     extra_ms.push_back(ms[1] - ms[0]);
     step_ms.push_back(ms[0]);
-    spent_ms += ms[0] + ms[1];
+    module_step_ms.push_back(wrap_ms[0]);
+    every_wrap_ms.push_back(wrap_ms[1] - wrap_ms[0]);
+    one_wrap_ms.push_back(wrap_ms[2] - wrap_ms[0]);
+    spent_ms += (ms[0] + ms[1] + wrap_ms[0] + wrap_ms[1] + wrap_ms[2]) / 2.5;
     if ((k + k / 2) % 2 == 0) {
       cut_ms.push_back(cut.TimeNoGradForward(inputs, /*recompute=*/true));
     } else {
@@ -91,6 +111,16 @@ RecomputeCost MeasureRecomputeCost(const Profile& profile, GraphProgram& program
   if (ops_ms > 0) {
     const double runs_ms = chain.length() * std::max(0.0, cost.stage_run_ms);
     cost.nograd_scale = std::max(0.25, (Median(extra_ms) - runs_ms) / ops_ms);
+  }
+  // The PyTorch target: every stage wrapped on its own adds L fixed costs
+  // and the ops' forward without autograd, all wrapped as one the same ops
+  // and one fixed cost. Noise cannot make either negative, nor the scale
+  // vanish (at least a quarter, as above).
+  cost.module_step_ms = Median(module_step_ms);
+  const double every_wrap = Median(every_wrap_ms), one_wrap = Median(one_wrap_ms);
+  if (length > 1) cost.checkpoint_call_ms = std::max(0.0, (every_wrap - one_wrap) / static_cast<double>(length - 1));
+  if (ops_ms > 0) {
+    cost.module_nograd_scale = std::max(0.25, (one_wrap - std::max(0.0, cost.checkpoint_call_ms)) / ops_ms);
   }
   return cost;
 }

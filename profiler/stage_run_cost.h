@@ -24,6 +24,9 @@ struct RecomputeCost {
   double stage_run_ms = -1;   ///< per stage run, beyond its ops; -1: not measured
   double nograd_scale = -1;   ///< what a stage run without autograd adds to a step, over its ops' fwd_nograd_ms; -1: not measured
   double run_step_ms = -1;    ///< a step without recomputation as the executor runs it, adam's update included
+  double module_step_ms = -1;       ///< the PyTorch target's step as `ckplan run` runs it, nothing wrapped, adam's update included
+  double module_nograd_scale = -1;  ///< what a wrapped module adds beyond checkpoint_call_ms, over its ops' fwd_nograd_ms
+  double checkpoint_call_ms = -1;   ///< a wrapped module's fixed cost; -1: not measured (a single stage)
 };
 
 /// Measured on the stages ChainFromProfile cuts `profile` into (its ops'
@@ -37,6 +40,14 @@ struct RecomputeCost {
 /// one, at least 0 (-1 where the profile cuts into a single stage);
 /// nograd_scale: the median difference of the two steps, less a stage run
 /// per stage, over the sum of the ops' fwd_nograd_ms (at least 0.25).
+/// Each round also runs the PyTorch target's step as `ckplan run` runs it
+/// (ScheduleRunner::RunModules), the order turning: nothing wrapped, every
+/// stage wrapped on its own, all stages wrapped as one. module_step_ms: the
+/// median step nothing wrapped; checkpoint_call_ms: the median difference
+/// (every less nothing) less the median (all as one less nothing), over the
+/// stages less one, at least 0 (-1 for a single stage); module_nograd_scale:
+/// the median (all as one less nothing), less checkpoint_call_ms, over the
+/// sum of the ops' fwd_nograd_ms (at least 0.25).
 RecomputeCost MeasureRecomputeCost(const Profile& profile, GraphProgram& program, const torch::jit::Module& module,
                                    const std::vector<at::Tensor>& inputs, const DeviceInfo& device, int pairs);
 
