@@ -62,34 +62,44 @@ RecomputeCost MeasureRecomputeCost(const Profile& profile, GraphProgram& program
   // nothing wrapped, every stage wrapped on its own, all stages wrapped as
   // one. A wrapped module costs its stages' forward without autograd (in
   // proportion to their ops) and a fixed cost of its own; L wraps and one
-  // wrap over the same ops separate the two.
+  // wrap over the same ops separate the two. To keep the profile short,
+  // they ride the first rounds only, after the warm-up round (its steps
+  // warm the same stages): at least `pairs` and more, up to 25, until 0.6 s
+  // of their steps.
   const size_t length = static_cast<size_t>(chain.length());
   std::vector<std::pair<size_t, size_t>> wrap_modes[3];
   for (size_t i = 0; i < length; ++i) wrap_modes[1].push_back({i, i});
   wrap_modes[2].push_back({0, length - 1});
   std::vector<double> cut_ms, whole_ms, extra_ms, step_ms, module_step_ms, every_wrap_ms, one_wrap_ms;
-  double spent_ms = 0;
-  for (int k = 0; k <= 2 * pairs || (k <= 25 && spent_ms < 1200); ++k) {
+  double spent_ms = 0, wrap_spent_ms = 0;
+  for (int k = 0;; ++k) {
+    const bool schedules = k <= 2 * pairs || (k <= 25 && spent_ms < 1200);
+    const bool wraps = k >= 1 && (k <= pairs || (k <= 25 && wrap_spent_ms < 600));
+    if (!schedules && !wraps && k > 0) break;
     double ms[2] = {0, 0};
-    for (int turn = 0; turn < 2; ++turn) {
+    for (int turn = 0; schedules && turn < 2; ++turn) {
       const int mode = turn ^ (k % 2);
       cut.ZeroGrads();
       ms[mode] = cut.RunSchedule(inputs, mode == 1 ? every : step).ms;
     }
     double wrap_ms[3] = {0, 0, 0};
-    for (int turn = 0; turn < 3; ++turn) {
+    for (int turn = 0; wraps && turn < 3; ++turn) {
       const int mode = (turn + k) % 3;
       cut.ZeroGrads();
       wrap_ms[mode] = cut.RunModules(inputs, wrap_modes[mode]).ms;
     }
     cut.ZeroGrads();
     if (k == 0) continue;
+    if (wraps) {
+      module_step_ms.push_back(wrap_ms[0]);
+      every_wrap_ms.push_back(wrap_ms[1] - wrap_ms[0]);
+      one_wrap_ms.push_back(wrap_ms[2] - wrap_ms[0]);
+      wrap_spent_ms += wrap_ms[0] + wrap_ms[1] + wrap_ms[2];
+    }
+    if (!schedules) continue;
     extra_ms.push_back(ms[1] - ms[0]);
     step_ms.push_back(ms[0]);
-    module_step_ms.push_back(wrap_ms[0]);
-    every_wrap_ms.push_back(wrap_ms[1] - wrap_ms[0]);
-    one_wrap_ms.push_back(wrap_ms[2] - wrap_ms[0]);
-    spent_ms += (ms[0] + ms[1] + wrap_ms[0] + wrap_ms[1] + wrap_ms[2]) / 2.5;
+    spent_ms += ms[0] + ms[1];
     if ((k + k / 2) % 2 == 0) {
       cut_ms.push_back(cut.TimeNoGradForward(inputs, /*recompute=*/true));
     } else {

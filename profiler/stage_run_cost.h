@@ -40,7 +40,9 @@ struct RecomputeCost {
 /// one, at least 0 (-1 where the profile cuts into a single stage);
 /// nograd_scale: the median difference of the two steps, less a stage run
 /// per stage, over the sum of the ops' fwd_nograd_ms (at least 0.25).
-/// Each round also runs the PyTorch target's step as `ckplan run` runs it
+/// The first rounds after the warm-up (at least `pairs`, more on small
+/// models) also run
+/// the PyTorch target's step as `ckplan run` runs it
 /// (ScheduleRunner::RunModules), the order turning: nothing wrapped, every
 /// stage wrapped on its own, all stages wrapped as one. module_step_ms: the
 /// median step nothing wrapped; checkpoint_call_ms: the median difference
