@@ -1,11 +1,13 @@
 #include "stage_run_cost.h"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 #include <string>
 #include <utility>
 
 #include "ckplan/planner/baselines.h"
+#include "ckplan/planner/solver_modules.h"
 #include "ckplan/planner/stages.h"
 #include "ckplan/profiler/executor.h"
 #include "optimizer_step.h"
@@ -66,10 +68,31 @@ RecomputeCost MeasureRecomputeCost(const Profile& profile, GraphProgram& program
   // they ride the first rounds only, after the warm-up round (its steps
   // warm the same stages): at least `pairs` and more, up to 25, until 0.6 s
   // of their steps.
-  const size_t length = static_cast<size_t>(chain.length());
+  // The modules wrapped are those a plan can wrap (WrappableModules): the
+  // single-stage ones, and the outermost ones (fewer wraps over more ops).
+  const std::vector<WrappableModule> wrappable = WrappableModules(chain, &profile);
   std::vector<std::pair<size_t, size_t>> wrap_modes[3];
-  for (size_t i = 0; i < length; ++i) wrap_modes[1].push_back({i, i});
-  wrap_modes[2].push_back({0, length - 1});
+  double wrap_count[3] = {0, 0, 0}, wrap_ops_ms[3] = {0, 0, 0};
+  for (const WrappableModule& m : wrappable) {
+    bool outermost = true;
+    for (const WrappableModule& o : wrappable) {
+      const bool contains = o.first_stage <= m.first_stage && m.last_stage <= o.last_stage;
+      outermost = outermost && !(contains && (o.first_stage != m.first_stage || o.last_stage != m.last_stage));
+    }
+    for (int mode = 1; mode <= 2; ++mode) {
+      if (mode == 1 ? m.first_stage != m.last_stage : !outermost) continue;
+      wrap_modes[mode].push_back({static_cast<size_t>(m.first_stage), static_cast<size_t>(m.last_stage)});
+      wrap_count[mode] += 1;
+      for (int i = m.first_stage; i <= m.last_stage; ++i) {
+        const Stage& stage = chain.stages[static_cast<size_t>(i)];
+        for (int op = stage.first_op; op <= stage.last_op; ++op) {
+          wrap_ops_ms[mode] += std::max(0.0, profile.ops[static_cast<size_t>(op)].fwd_nograd_ms);
+        }
+      }
+    }
+  }
+  for (auto& mode : wrap_modes) std::sort(mode.begin(), mode.end());
+  if (wrap_modes[2] == wrap_modes[1]) wrap_modes[2].clear();  // no module spans several stages
   std::vector<double> cut_ms, whole_ms, extra_ms, step_ms, module_step_ms, every_wrap_ms, one_wrap_ms;
   double spent_ms = 0, wrap_spent_ms = 0;
   for (int k = 0;; ++k) {
@@ -85,6 +108,7 @@ RecomputeCost MeasureRecomputeCost(const Profile& profile, GraphProgram& program
     double wrap_ms[3] = {0, 0, 0};
     for (int turn = 0; wraps && turn < 3; ++turn) {
       const int mode = (turn + k) % 3;
+      if (mode > 0 && wrap_modes[mode].empty()) continue;
       cut.ZeroGrads();
       wrap_ms[mode] = cut.RunModules(inputs, wrap_modes[mode]).ms;
     }
@@ -122,15 +146,27 @@ RecomputeCost MeasureRecomputeCost(const Profile& profile, GraphProgram& program
     const double runs_ms = chain.length() * std::max(0.0, cost.stage_run_ms);
     cost.nograd_scale = std::max(0.25, (Median(extra_ms) - runs_ms) / ops_ms);
   }
-  // The PyTorch target: every stage wrapped on its own adds L fixed costs
-  // and the ops' forward without autograd, all wrapped as one the same ops
-  // and one fixed cost. Noise cannot make either negative, nor the scale
-  // vanish (at least a quarter, as above).
+  // The PyTorch target: each set of wrapped modules adds a fixed cost per
+  // wrap and its ops' forward without autograd at a scale; two sets of
+  // other ratios (n wraps over ops of o ms) give both. Noise cannot make the
+  // fixed cost negative nor the scale vanish (at least a quarter, as above).
+  // Without a module over several stages: the scale alone, the fixed cost
+  // in it.
   cost.module_step_ms = Median(module_step_ms);
-  const double every_wrap = Median(every_wrap_ms), one_wrap = Median(one_wrap_ms);
-  if (length > 1) cost.checkpoint_call_ms = std::max(0.0, (every_wrap - one_wrap) / static_cast<double>(length - 1));
-  if (ops_ms > 0) {
-    cost.module_nograd_scale = std::max(0.25, (one_wrap - std::max(0.0, cost.checkpoint_call_ms)) / ops_ms);
+  const double d1 = wrap_modes[1].empty() ? 0 : Median(every_wrap_ms);
+  const double d2 = wrap_modes[2].empty() ? 0 : Median(one_wrap_ms);
+  const double n1 = wrap_count[1], o1 = wrap_ops_ms[1], n2 = wrap_count[2], o2 = wrap_ops_ms[2];
+  const double det = n1 * o2 - n2 * o1;
+  if (!wrap_modes[1].empty() && !wrap_modes[2].empty() && std::fabs(det) > 1e-6 * (n1 * o2 + n2 * o1)) {
+    cost.checkpoint_call_ms = std::max(0.0, (d1 * o2 - d2 * o1) / det);
+    // The scale from the set with more ops (the larger, steadier difference).
+    const bool second = o2 >= o1;
+    const double n = second ? n2 : n1, o = second ? o2 : o1, d = second ? d2 : d1;
+    if (o > 0) cost.module_nograd_scale = std::max(0.25, (d - n * cost.checkpoint_call_ms) / o);
+  } else if (!wrap_modes[1].empty() && o1 > 0) {
+    cost.module_nograd_scale = std::max(0.25, d1 / o1);
+  } else if (!wrap_modes[2].empty() && o2 > 0) {
+    cost.module_nograd_scale = std::max(0.25, d2 / o2);
   }
   return cost;
 }
