@@ -217,7 +217,12 @@ Chain ChainFromJson(const nlohmann::json& doc, const std::string& file) {
   JsonReader loss = root.Field("loss");
   chain.loss_bwd_ms = loss.Field("bwd_ms").NonNegativeNumber();
   chain.loss_bwd_tmp_bytes = loss.Field("bwd_tmp_bytes").NonNegativeBytes();
-  if (loss.Has("module_bwd_ms")) chain.module_loss_bwd_ms = loss.Field("module_bwd_ms").NonNegativeNumber();
+  if (loss.Has("module_bwd_ms")) {
+    chain.module_loss_bwd_ms = loss.Field("module_bwd_ms").FiniteNumber();
+    if (chain.ModuleNoRecomputeTimeMs() < 0) {
+      loss.Field("module_bwd_ms").Fail("the step without recomputation it leaves is negative");
+    }
+  }
   if (root.Has("checkpoint_call_ms")) chain.checkpoint_call_ms = root.Field("checkpoint_call_ms").NonNegativeNumber();
   if (root.Has("update_tmp_bytes")) chain.update_tmp_bytes = root.Field("update_tmp_bytes").NonNegativeBytes();
   if (root.Has("checkpoint_state_bytes")) {
@@ -268,7 +273,7 @@ nlohmann::json ChainToJson(const Chain& chain) {
   if (!chain.input_storages.empty()) doc["input_storages"] = chain.input_storages;
   if (chain.update_tmp_bytes > 0) doc["update_tmp_bytes"] = chain.update_tmp_bytes;
   if (chain.checkpoint_state_bytes > 0) doc["checkpoint_state_bytes"] = chain.checkpoint_state_bytes;
-  if (chain.module_loss_bwd_ms >= 0) doc["loss"]["module_bwd_ms"] = chain.module_loss_bwd_ms;
+  if (chain.module_loss_bwd_ms) doc["loss"]["module_bwd_ms"] = *chain.module_loss_bwd_ms;
   if (chain.checkpoint_call_ms > 0) doc["checkpoint_call_ms"] = chain.checkpoint_call_ms;
   return doc;
 }

@@ -181,6 +181,11 @@ TEST_CASE("the PyTorch target's prices round-trip; absent, the schedule's stand 
   CHECK(read.stages[0].module_fwd_nograd_ms == -1);
   CHECK(read.checkpoint_call_ms == 0.0625);
   CHECK(read.module_loss_bwd_ms == 1.25);
+  // Negative (the ops timed one by one slower than the eager step), as long
+  // as the step it leaves is not.
+  Chain faster = chain;
+  faster.module_loss_bwd_ms = -0.5;
+  CHECK(ChainFromJson(ChainToJson(faster), "c.json").ModuleLossBwdMs() == -0.5);
   CHECK(read.ModuleNoRecomputeTimeMs() == doctest::Approx(read.NoRecomputeTimeMs() - read.loss_bwd_ms + 1.25));
   nlohmann::json doc = written;
   doc["stages"][1]["module_fwd_nograd_ms"] = -0.5;
@@ -188,6 +193,10 @@ TEST_CASE("the PyTorch target's prices round-trip; absent, the schedule's stand 
   doc = written;
   doc["checkpoint_call_ms"] = -1.0;
   CHECK(ErrorOf(doc) == "c.json: field 'checkpoint_call_ms': must not be negative, got -1.0");
+  doc = written;
+  doc["loss"]["module_bwd_ms"] = -1e6;
+  CHECK(ErrorOf(doc).find("field 'loss.module_bwd_ms': the step without recomputation it leaves is negative") !=
+        std::string::npos);
   doc = written;
   doc["loss"]["module_bwd_ms"] = "slow";
   CHECK(ErrorOf(doc).find("field 'loss.module_bwd_ms'") != std::string::npos);

@@ -169,7 +169,7 @@ TEST_CASE("a profile's chain: the PyTorch target's prices from the step as `ckpl
   // Not measured: the schedule's prices stand for the PyTorch target's.
   for (const Stage& s : schedule.stages) CHECK(s.module_fwd_nograd_ms == -1);
   CHECK(schedule.checkpoint_call_ms == 0);
-  CHECK(schedule.module_loss_bwd_ms == -1);
+  CHECK(!schedule.module_loss_bwd_ms);
   // Measured: each stage's ops at the scale inside a wrapped module (no
   // stage run: the wrap's fixed cost is the chain's), the eager step's loss
   // less adam's update; the schedule target's prices unchanged.
@@ -189,13 +189,21 @@ TEST_CASE("a profile's chain: the PyTorch target's prices from the step as `ckpl
     CHECK(chain.stages[s].fwd_ms == schedule.stages[s].fwd_ms);
   }
   CHECK(chain.checkpoint_call_ms == 0.125);
-  CHECK(chain.module_loss_bwd_ms == doctest::Approx(2.0 - 0.4));
+  REQUIRE(chain.module_loss_bwd_ms);
+  CHECK(*chain.module_loss_bwd_ms == doctest::Approx(2.0 - 0.4));
   CHECK(chain.loss_bwd_ms == schedule.loss_bwd_ms);
   CHECK(chain.ModuleNoRecomputeTimeMs() + 0.4 == doctest::Approx(profile.totals.module_step_ms));
   CHECK(chain.NoRecomputeTimeMs() == schedule.NoRecomputeTimeMs());
-  // An eager step measured faster than its ops timed one by one: no negative loss.
+  // An eager step measured faster than its ops timed one by one: a negative
+  // loss, the step without recomputation still that step; never below 0.
   profile.totals.module_step_ms = ops_ms / 2;
-  CHECK(ChainFromProfile(profile).module_loss_bwd_ms == 0);
+  const Chain faster = ChainFromProfile(profile);
+  CHECK(*faster.module_loss_bwd_ms < 0);
+  CHECK(faster.ModuleNoRecomputeTimeMs() + 0.4 == doctest::Approx(ops_ms / 2));
+  CHECK(faster.NoRecomputeTimeMs() == schedule.NoRecomputeTimeMs());
+  profile.totals.module_step_ms = 0.1;  // below adam's update alone
+  CHECK(ChainFromProfile(profile).ModuleNoRecomputeTimeMs() == doctest::Approx(0).epsilon(1e-9));
+  profile.totals.module_step_ms = ops_ms / 2;
   // Through the contract: read back; negative ones refused; absent when not measured.
   const nlohmann::json doc = ProfileToJson(profile);
   const Profile back = ProfileFromJson(doc, "back.json");

@@ -61,10 +61,10 @@ RecomputeCost MeasureRecomputeCost(const Profile& profile, GraphProgram& program
   //
   // Then the PyTorch target's step as `ckplan run` runs it (eagerly, node
   // by node, each wrapped module an autograd function), the order turning:
-  // nothing wrapped, every stage wrapped on its own, all stages wrapped as
-  // one. A wrapped module costs its stages' forward without autograd (in
-  // proportion to their ops) and a fixed cost of its own; L wraps and one
-  // wrap over the same ops separate the two. To keep the profile short,
+  // nothing wrapped, and two sets of wrapped modules. A wrapped module costs
+  // its stages' forward without autograd (in proportion to their ops) and a
+  // fixed cost of its own; two sets of other ratios of wraps to ops
+  // separate the two. To keep the profile short,
   // they ride the first rounds only, after the warm-up round (its steps
   // warm the same stages): at least `pairs` and more, up to 25, until 0.6 s
   // of their steps.
@@ -93,7 +93,7 @@ RecomputeCost MeasureRecomputeCost(const Profile& profile, GraphProgram& program
   }
   for (auto& mode : wrap_modes) std::sort(mode.begin(), mode.end());
   if (wrap_modes[2] == wrap_modes[1]) wrap_modes[2].clear();  // no module spans several stages
-  std::vector<double> cut_ms, whole_ms, extra_ms, step_ms, module_step_ms, every_wrap_ms, one_wrap_ms;
+  std::vector<double> cut_ms, whole_ms, extra_ms, step_ms, module_step_ms, singles_ms, outermost_ms;
   double spent_ms = 0, wrap_spent_ms = 0;
   for (int k = 0;; ++k) {
     const bool schedules = k <= 2 * pairs || (k <= 25 && spent_ms < 1200);
@@ -116,8 +116,8 @@ RecomputeCost MeasureRecomputeCost(const Profile& profile, GraphProgram& program
     if (k == 0) continue;
     if (wraps) {
       module_step_ms.push_back(wrap_ms[0]);
-      every_wrap_ms.push_back(wrap_ms[1] - wrap_ms[0]);
-      one_wrap_ms.push_back(wrap_ms[2] - wrap_ms[0]);
+      singles_ms.push_back(wrap_ms[1] - wrap_ms[0]);
+      outermost_ms.push_back(wrap_ms[2] - wrap_ms[0]);
       wrap_spent_ms += wrap_ms[0] + wrap_ms[1] + wrap_ms[2];
     }
     if (!schedules) continue;
@@ -153,8 +153,8 @@ RecomputeCost MeasureRecomputeCost(const Profile& profile, GraphProgram& program
   // Without a module over several stages: the scale alone, the fixed cost
   // in it.
   cost.module_step_ms = Median(module_step_ms);
-  const double d1 = wrap_modes[1].empty() ? 0 : Median(every_wrap_ms);
-  const double d2 = wrap_modes[2].empty() ? 0 : Median(one_wrap_ms);
+  const double d1 = wrap_modes[1].empty() ? 0 : Median(singles_ms);
+  const double d2 = wrap_modes[2].empty() ? 0 : Median(outermost_ms);
   const double n1 = wrap_count[1], o1 = wrap_ops_ms[1], n2 = wrap_count[2], o2 = wrap_ops_ms[2];
   const double det = n1 * o2 - n2 * o1;
   if (!wrap_modes[1].empty() && !wrap_modes[2].empty() && std::fabs(det) > 1e-6 * (n1 * o2 + n2 * o1)) {

@@ -7,6 +7,7 @@
 /// included) until its backward.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -90,9 +91,11 @@ struct Chain {
   double checkpoint_call_ms = 0;
   /// Optional, for the PyTorch target: the loss's part of a step run
   /// eagerly, nothing wrapped (what the step leaves beyond its stages'
-  /// forward and backward); -1 when unknown, then loss_bwd_ms stands for it.
-  double module_loss_bwd_ms = -1;
-  double ModuleLossBwdMs() const { return module_loss_bwd_ms >= 0 ? module_loss_bwd_ms : loss_bwd_ms; }
+  /// forward and backward, negative where their ops timed one by one take
+  /// longer than that step; the stages and it at least 0); unset when
+  /// unknown, then loss_bwd_ms stands for it.
+  std::optional<double> module_loss_bwd_ms;
+  double ModuleLossBwdMs() const { return module_loss_bwd_ms ? *module_loss_bwd_ms : loss_bwd_ms; }
   /// Optional: the storages of the chain input (see Stage::out_storages).
   std::vector<std::pair<int64_t, int64_t>> input_storages;
 
