@@ -159,7 +159,7 @@ TEST_CASE("chain values no model has, and inconsistent storages, are refused nam
   CHECK(ErrorOf(doc).find("field 'stages[2].private_saved_bytes': is above saved_bytes 12") != std::string::npos);
 }
 
-TEST_CASE("the PyTorch target's prices round-trip; absent, the schedule's stand for them; negative ones are refused") {
+TEST_CASE("the PyTorch target's prices round-trip (absent: the schedule's stand for them), negative ones are refused") {
   Chain chain = testing::ThreeStageChain();
   const nlohmann::json plain = ChainToJson(chain);
   CHECK(!plain["stages"][0].contains("module_fwd_nograd_ms"));
