@@ -197,7 +197,8 @@ Chain ChainFromProfile(const Profile& profile, const std::string& file) {
   // negative where the ops timed one by one take longer (DenseNet's): its
   // step without recomputation is that step, the overheads against it.
   if (profile.totals.module_step_ms >= 0 && adam != profile.totals.optimizer_step_ms.end()) {
-    chain.module_loss_bwd_ms = std::max(-(ops_fwd + ops_bwd), profile.totals.module_step_ms - adam->second - ops_fwd - ops_bwd);
+    const double ops_ms = ops_fwd + ops_bwd;
+    chain.module_loss_bwd_ms = std::max(-ops_ms, profile.totals.module_step_ms - adam->second - ops_ms);
   }
   chain.checkpoint_call_ms = std::max(0.0, profile.totals.checkpoint_call_ms);
   chain.loss_bwd_tmp_bytes = 0;

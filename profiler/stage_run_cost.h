@@ -24,8 +24,8 @@ struct RecomputeCost {
   double stage_run_ms = -1;   ///< per stage run, beyond its ops; -1: not measured
   double nograd_scale = -1;   ///< what a stage run without autograd adds to a step, over its ops' fwd_nograd_ms; -1: not measured
   double run_step_ms = -1;    ///< a step without recomputation as the executor runs it, adam's update included
-  double module_step_ms = -1;       ///< the PyTorch target's step as `ckplan run` runs it, nothing wrapped, adam's update included
-  double module_nograd_scale = -1;  ///< what a wrapped module adds beyond checkpoint_call_ms, over its ops' fwd_nograd_ms
+  double module_step_ms = -1;       ///< the PyTorch target's step, nothing wrapped, adam's update included
+  double module_nograd_scale = -1;  ///< a wrapped module's cost beyond checkpoint_call_ms, over its ops' fwd_nograd_ms
   double checkpoint_call_ms = -1;   ///< a wrapped module's fixed cost; -1: not measured
 };
 
