@@ -68,6 +68,12 @@ double Chain::NoRecomputeTimeMs() const {
   return total + loss_bwd_ms;
 }
 
+double Chain::ModuleNoRecomputeTimeMs() const {
+  double total = 0;
+  for (const Stage& s : stages) total += s.fwd_ms + s.bwd_ms;
+  return total + ModuleLossBwdMs();
+}
+
 namespace {
 
 // [id, bytes]
@@ -178,6 +184,9 @@ Chain ChainFromJson(const nlohmann::json& doc, const std::string& file) {
     stage.fwd_ms = s.Field("fwd_ms").NonNegativeNumber();
     stage.bwd_ms = s.Field("bwd_ms").NonNegativeNumber();
     if (s.Has("fwd_nograd_ms")) stage.fwd_nograd_ms = s.Field("fwd_nograd_ms").NonNegativeNumber();
+    if (s.Has("module_fwd_nograd_ms")) {
+      stage.module_fwd_nograd_ms = s.Field("module_fwd_nograd_ms").NonNegativeNumber();
+    }
     stage.out_bytes = s.Field("out_bytes").NonNegativeBytes();
     stage.saved_bytes = s.Field("saved_bytes").NonNegativeBytes();
     stage.fwd_tmp_bytes = s.Field("fwd_tmp_bytes").NonNegativeBytes();
@@ -208,6 +217,13 @@ Chain ChainFromJson(const nlohmann::json& doc, const std::string& file) {
   JsonReader loss = root.Field("loss");
   chain.loss_bwd_ms = loss.Field("bwd_ms").NonNegativeNumber();
   chain.loss_bwd_tmp_bytes = loss.Field("bwd_tmp_bytes").NonNegativeBytes();
+  if (loss.Has("module_bwd_ms")) {
+    chain.module_loss_bwd_ms = loss.Field("module_bwd_ms").FiniteNumber();
+    if (chain.ModuleNoRecomputeTimeMs() < 0) {
+      loss.Field("module_bwd_ms").Fail("the step without recomputation it leaves is negative");
+    }
+  }
+  if (root.Has("checkpoint_call_ms")) chain.checkpoint_call_ms = root.Field("checkpoint_call_ms").NonNegativeNumber();
   if (root.Has("update_tmp_bytes")) chain.update_tmp_bytes = root.Field("update_tmp_bytes").NonNegativeBytes();
   if (root.Has("checkpoint_state_bytes")) {
     chain.checkpoint_state_bytes = root.Field("checkpoint_state_bytes").NonNegativeBytes();
@@ -231,6 +247,7 @@ nlohmann::json ChainToJson(const Chain& chain) {
                         {"fwd_tmp_bytes", s.fwd_tmp_bytes},
                         {"bwd_tmp_bytes", s.bwd_tmp_bytes}};
     if (s.fwd_nograd_ms >= 0) j["fwd_nograd_ms"] = s.fwd_nograd_ms;
+    if (s.module_fwd_nograd_ms >= 0) j["module_fwd_nograd_ms"] = s.module_fwd_nograd_ms;
     if (s.param_grad_bytes > 0) {
       j["param_grad_bytes"] = s.param_grad_bytes;
       if (s.param_grad_bwd_bytes >= 0) j["param_grad_bwd_bytes"] = s.param_grad_bwd_bytes;
@@ -256,6 +273,8 @@ nlohmann::json ChainToJson(const Chain& chain) {
   if (!chain.input_storages.empty()) doc["input_storages"] = chain.input_storages;
   if (chain.update_tmp_bytes > 0) doc["update_tmp_bytes"] = chain.update_tmp_bytes;
   if (chain.checkpoint_state_bytes > 0) doc["checkpoint_state_bytes"] = chain.checkpoint_state_bytes;
+  if (chain.module_loss_bwd_ms) doc["loss"]["module_bwd_ms"] = *chain.module_loss_bwd_ms;
+  if (chain.checkpoint_call_ms > 0) doc["checkpoint_call_ms"] = chain.checkpoint_call_ms;
   return doc;
 }
 

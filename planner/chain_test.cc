@@ -158,3 +158,46 @@ TEST_CASE("chain values no model has, and inconsistent storages, are refused nam
   doc["stages"][2]["private_saved_bytes"] = 13;  // storage 3 is carried from stage 1: only 13 > 12
   CHECK(ErrorOf(doc).find("field 'stages[2].private_saved_bytes': is above saved_bytes 12") != std::string::npos);
 }
+
+TEST_CASE("the PyTorch target's prices round-trip (absent: the schedule's stand for them), negative ones are refused") {
+  Chain chain = testing::ThreeStageChain();
+  const nlohmann::json plain = ChainToJson(chain);
+  CHECK(!plain["stages"][0].contains("module_fwd_nograd_ms"));
+  CHECK(!plain.contains("checkpoint_call_ms"));
+  CHECK(!plain["loss"].contains("module_bwd_ms"));
+  const Chain read_plain = ChainFromJson(plain, "c.json");
+  CHECK(read_plain.stages[1].module_fwd_nograd_ms == -1);
+  CHECK(read_plain.stages[1].ModuleNoGradFwdMs() == read_plain.stages[1].NoGradFwdMs());
+  CHECK(read_plain.checkpoint_call_ms == 0);
+  CHECK(read_plain.ModuleLossBwdMs() == read_plain.loss_bwd_ms);
+  chain.stages[1].module_fwd_nograd_ms = 0.375;
+  chain.checkpoint_call_ms = 0.0625;
+  chain.module_loss_bwd_ms = 1.25;
+  const nlohmann::json written = ChainToJson(chain);
+  const Chain read = ChainFromJson(written, "c.json");
+  CHECK(ChainToJson(read) == written);
+  CHECK(read.stages[1].module_fwd_nograd_ms == 0.375);
+  CHECK(read.stages[1].ModuleNoGradFwdMs() == 0.375);
+  CHECK(read.stages[0].module_fwd_nograd_ms == -1);
+  CHECK(read.checkpoint_call_ms == 0.0625);
+  CHECK(read.module_loss_bwd_ms == 1.25);
+  // Negative (the ops timed one by one slower than the eager step), as long
+  // as the step it leaves is not.
+  Chain faster = chain;
+  faster.module_loss_bwd_ms = -0.5;
+  CHECK(ChainFromJson(ChainToJson(faster), "c.json").ModuleLossBwdMs() == -0.5);
+  CHECK(read.ModuleNoRecomputeTimeMs() == doctest::Approx(read.NoRecomputeTimeMs() - read.loss_bwd_ms + 1.25));
+  nlohmann::json doc = written;
+  doc["stages"][1]["module_fwd_nograd_ms"] = -0.5;
+  CHECK(ErrorOf(doc) == "c.json: field 'stages[1].module_fwd_nograd_ms': must not be negative, got -0.5");
+  doc = written;
+  doc["checkpoint_call_ms"] = -1.0;
+  CHECK(ErrorOf(doc) == "c.json: field 'checkpoint_call_ms': must not be negative, got -1.0");
+  doc = written;
+  doc["loss"]["module_bwd_ms"] = -1e6;
+  CHECK(ErrorOf(doc).find("field 'loss.module_bwd_ms': the step without recomputation it leaves is negative") !=
+        std::string::npos);
+  doc = written;
+  doc["loss"]["module_bwd_ms"] = "slow";
+  CHECK(ErrorOf(doc).find("field 'loss.module_bwd_ms'") != std::string::npos);
+}

@@ -430,6 +430,9 @@ void ApplyCostModel(Profile* profile, const GpuSpec& gpu, const CostModelConstan
     profile->totals.stage_run_ms = -1;
     profile->totals.nograd_scale = -1;
     profile->totals.run_step_ms = -1;
+    profile->totals.module_step_ms = -1;
+    profile->totals.module_nograd_scale = -1;
+    profile->totals.checkpoint_call_ms = -1;
     profile->totals.step_ms = fwd + bwd + PredictedLossMs(*profile, gpu, c) + PredictedAccumulateGradMs(*profile, gpu);
     const double param_bytes = static_cast<double>(profile->totals.param_bytes);
     profile->totals.optimizer_step_ms.clear();

@@ -116,11 +116,17 @@ TEST_CASE("ApplyCostModel: on meta tensors or for a GPU, the whole step and the 
   p.totals.stage_run_ms = 0.02;    // the executor's on this CPU: not the GPU's
   p.totals.nograd_scale = 1.2;
   p.totals.run_step_ms = 60;
+  p.totals.module_step_ms = 61;
+  p.totals.module_nograd_scale = 1.3;
+  p.totals.checkpoint_call_ms = 0.1;
   ApplyCostModel(&p, a100);
   CHECK(p.ops[0].fwd_nograd_ms == p.ops[0].fwd_ms);  // a recomputation costs the modelled forward
   CHECK(p.totals.stage_run_ms == -1);
   CHECK(p.totals.nograd_scale == -1);
   CHECK(p.totals.run_step_ms == -1);
+  CHECK(p.totals.module_step_ms == -1);
+  CHECK(p.totals.module_nograd_scale == -1);
+  CHECK(p.totals.checkpoint_call_ms == -1);
   CHECK(p.totals.step_ms == doctest::Approx(p.totals.fwd_ms + p.totals.bwd_ms + PredictedLossMs(p, a100)));
   // adam reads parameters, gradients and both moments and writes three: 7 passes over 1 MB.
   const double pass_ms = 1e6 / (a100.bandwidth_gb_per_s * 1e9 * CostModelConstants{}.memory_efficiency) * 1e3;

@@ -91,7 +91,9 @@ Plan MakePlan(const Chain& chain, const FixedMemory& fixed, const PlanRequest& r
   // Every predicted step time includes the optimizer's update (chain times
   // plus `step`); the solvers and the simulator work on the chain alone.
   const double step = fixed.optimizer_step_ms;
-  plan.no_recompute_ms = chain.NoRecomputeTimeMs() + step;
+  // The PyTorch target's step without recomputation is its own: run eagerly.
+  plan.no_recompute_ms =
+      (request.pytorch_modules != nullptr ? chain.ModuleNoRecomputeTimeMs() : chain.NoRecomputeTimeMs()) + step;
   const int length = chain.length();
   const int64_t chain_budget = request.budget_bytes - fixed.total();
   switch (request.algorithm) {
@@ -136,6 +138,7 @@ Plan MakePlan(const Chain& chain, const FixedMemory& fixed, const PlanRequest& r
     // pytorch.predicted.peak_bytes is written as fixed.total() + this.
     plan.pytorch.simulation.peak_bytes = solution.peak_bytes;
     plan.pytorch.held_at_loss_bytes = solution.held_at_loss_bytes;
+    plan.pytorch.time_ms = solution.time_ms;  // the solver's own sum
   } else {
     plan.pytorch = ExportForPyTorch(chain, plan.checkpointed_stages);
   }

@@ -43,7 +43,10 @@ PlanDocument MakePlanDocument(const Plan& plan, const Chain& chain, const PlanSo
   }
   // For PyTorch training jobs: the modules to wrap, and what that predicts.
   const ModuleExport& e = plan.pytorch;
-  const double export_ms = e.simulation.time_ms + plan.fixed.optimizer_step_ms;
+  // Priced as the PyTorch target prices it (module_fwd_nograd_ms, a fixed
+  // checkpoint_call_ms per wrapped module), against its own step without
+  // recomputation (run eagerly).
+  const double export_ms = e.time_ms + plan.fixed.optimizer_step_ms;
   doc.checkpoint_modules = e.checkpoint_modules;
   doc.pytorch.checkpoint_modules = e.checkpoint_modules;
   doc.pytorch.skipped_stages = e.skipped_stages;
@@ -54,7 +57,7 @@ PlanDocument MakePlanDocument(const Plan& plan, const Chain& chain, const PlanSo
   // saved_tensors_hooks see, plus the checkpointed modules' inputs.
   doc.pytorch.held_at_loss_bytes = e.held_at_loss_bytes;
   doc.pytorch.time_ms = export_ms;
-  doc.pytorch.overhead_pct = OverheadPct(export_ms, plan.no_recompute_ms);
+  doc.pytorch.overhead_pct = OverheadPct(export_ms, chain.ModuleNoRecomputeTimeMs() + plan.fixed.optimizer_step_ms);
   doc.pytorch.fits_budget = plan.fixed.total() + e.simulation.peak_bytes <= plan.budget_bytes;
   if (plan.algorithm == Algorithm::kOptimal) {
     doc.slots = plan.slots;

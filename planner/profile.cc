@@ -59,6 +59,13 @@ Profile ProfileFromJson(const nlohmann::json& doc, const std::string& file) {
   if (totals.Has("stage_run_ms")) p.totals.stage_run_ms = totals.Field("stage_run_ms").NonNegativeNumber();
   if (totals.Has("nograd_scale")) p.totals.nograd_scale = totals.Field("nograd_scale").NonNegativeNumber();
   if (totals.Has("run_step_ms")) p.totals.run_step_ms = totals.Field("run_step_ms").NonNegativeNumber();
+  if (totals.Has("module_step_ms")) p.totals.module_step_ms = totals.Field("module_step_ms").NonNegativeNumber();
+  if (totals.Has("module_nograd_scale")) {
+    p.totals.module_nograd_scale = totals.Field("module_nograd_scale").NonNegativeNumber();
+  }
+  if (totals.Has("checkpoint_call_ms")) {
+    p.totals.checkpoint_call_ms = totals.Field("checkpoint_call_ms").NonNegativeNumber();
+  }
   if (totals.Has("optimizer_step_ms")) {
     JsonReader steps = totals.Field("optimizer_step_ms");
     steps.ExpectObject();
@@ -242,6 +249,9 @@ nlohmann::json ProfileToJson(const Profile& p) {
   if (p.totals.stage_run_ms >= 0) totals["stage_run_ms"] = p.totals.stage_run_ms;
   if (p.totals.nograd_scale >= 0) totals["nograd_scale"] = p.totals.nograd_scale;
   if (p.totals.run_step_ms >= 0) totals["run_step_ms"] = p.totals.run_step_ms;
+  if (p.totals.module_step_ms >= 0) totals["module_step_ms"] = p.totals.module_step_ms;
+  if (p.totals.module_nograd_scale >= 0) totals["module_nograd_scale"] = p.totals.module_nograd_scale;
+  if (p.totals.checkpoint_call_ms >= 0) totals["checkpoint_call_ms"] = p.totals.checkpoint_call_ms;
   nlohmann::json doc = {{"schema", "ckplan.profile/1"},
                         {"model", p.model},
                         {"environment", p.environment},

@@ -17,6 +17,13 @@ ModuleExport ExportFor(const Chain& chain, const std::vector<WrappableModule>& w
   }
   out.schedule = ModuleSchedule(length, wrapped);
   out.simulation = Simulate(chain, out.schedule);
+  out.time_ms = chain.ModuleNoRecomputeTimeMs();
+  for (const WrappableModule& m : wrapped) {
+    out.time_ms += chain.checkpoint_call_ms;
+    for (int k = m.first_stage; k <= m.last_stage; ++k) {
+      out.time_ms += chain.stages[static_cast<size_t>(k)].ModuleNoGradFwdMs();
+    }
+  }
   out.held_at_loss_bytes = out.simulation.live_after_forward_bytes - chain.input_bytes;
   if (chain.has_storages()) {
     // What PyTorch keeps: the own saved tensors of stages run normally, the

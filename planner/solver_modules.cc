@@ -646,8 +646,9 @@ Units UnitsByStage(const Chain& chain, const std::vector<WrappableModule>& modul
       }
       need = std::max(need, inner + NewBytes(cut(k + 1), held) + s.fwd_tmp_bytes);
       inner = NewBytes(cut(k + 1), input);
-      time += s.NoGradFwdMs() + s.fwd_ms + s.bwd_ms;  // the first forward without autograd, the rerun with it
+      time += s.ModuleNoGradFwdMs() + s.fwd_ms + s.bwd_ms;  // the first forward without autograd, the rerun with it
     }
+    time += chain.checkpoint_call_ms;  // the wrap's own: its autograd function, its nested backward
     // It holds its input (what no op saves too: added as the frontier
     // walks, the bits once), and its output as kept.
     const int64_t adds = kept_bytes(cut(b + 1), input, true);
@@ -774,7 +775,7 @@ ModuleSolution SolveModules(const Chain& chain, const std::vector<WrappableModul
   }
   if (best < 0) return solution;
   solution.feasible = true;
-  solution.time_ms = last[static_cast<size_t>(best)].time_ms + chain.loss_bwd_ms;
+  solution.time_ms = last[static_cast<size_t>(best)].time_ms + chain.ModuleLossBwdMs();
   solution.kept_bytes = last[static_cast<size_t>(best)].held - input;  // less the checkpoints' states (below)
   solution.peak_bytes = std::max({input, last[static_cast<size_t>(best)].held + loss_need, end_need});
   for (int k = length, s = best; k > 0;) {
@@ -836,7 +837,7 @@ ModuleSolution EvaluateModules(const Chain& chain, const std::vector<WrappableMo
     k = unit->last + 1;
   }
   solution.feasible = true;
-  solution.time_ms = state.time_ms + chain.loss_bwd_ms;
+  solution.time_ms = state.time_ms + chain.ModuleLossBwdMs();
   solution.kept_bytes = state.held - input;
   solution.peak_bytes = std::max({peak,
                                   state.held + chain.StageInputBytes(length) + chain.loss_bwd_tmp_bytes +

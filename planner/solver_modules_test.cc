@@ -4,9 +4,11 @@
 #include <random>
 
 #include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
 
 #include "../tests/test_chains.h"
 #include "ckplan/planner/baselines.h"
+#include "ckplan/planner/plan.h"
 #include "ckplan/planner/simulator.h"
 
 using namespace ckplan;
@@ -466,4 +468,96 @@ TEST_CASE("a stage's backward: a gradient cat's backward narrows holds the whole
   // Read by another op too, t1's gradient is a sum of its own: 130.
   profile.ops[1].inputs = {1};
   CHECK(StageGradientBytes(chain, profile).bwd_peak_bytes[0] == 130);
+}
+
+TEST_CASE("the PyTorch target prices a wrapped module at its stages' forward inside it plus one fixed cost") {
+  const int length = 6;
+  Chain chain = testing::WithNoGradForwards(testing::RandomChain(length, 77), 78);
+  const WrappableModule middle{"m1_3", 1, 3};
+  std::vector<WrappableModule> singles;
+  for (int i = 1; i <= 3; ++i) singles.push_back({"s" + std::to_string(i), i, i});
+  double nograd = 0;
+  for (int i = 1; i <= 3; ++i) nograd += chain.stages[static_cast<size_t>(i)].fwd_nograd_ms;
+  // Without the PyTorch target's own fields: its stages' fwd_nograd_ms, no
+  // fixed cost, the schedule's loss, as before.
+  CHECK(chain.ModuleNoRecomputeTimeMs() == chain.NoRecomputeTimeMs());
+  CHECK(EvaluateModules(chain, {}).time_ms == doctest::Approx(chain.NoRecomputeTimeMs()).epsilon(1e-12));
+  CHECK(EvaluateModules(chain, {middle}).time_ms == doctest::Approx(chain.NoRecomputeTimeMs() + nograd).epsilon(1e-12));
+  CHECK(EvaluateModules(chain, singles).time_ms == doctest::Approx(chain.NoRecomputeTimeMs() + nograd).epsilon(1e-12));
+  // With them: the forward inside a wrapped module, a fixed cost per wrapped
+  // module (one wrap over three stages is cheaper than three), its own loss.
+  Chain priced = chain;
+  double module_nograd = 0;
+  for (int i = 0; i < length; ++i) {
+    Stage& s = priced.stages[static_cast<size_t>(i)];
+    s.module_fwd_nograd_ms = 1.3 * s.fwd_nograd_ms + 0.01 * i;
+    if (i >= 1 && i <= 3) module_nograd += s.module_fwd_nograd_ms;
+  }
+  priced.checkpoint_call_ms = 0.25;
+  priced.module_loss_bwd_ms = chain.loss_bwd_ms + 1.5;
+  const double base = priced.ModuleNoRecomputeTimeMs();
+  CHECK(base == doctest::Approx(chain.NoRecomputeTimeMs() + 1.5).epsilon(1e-12));
+  CHECK(priced.NoRecomputeTimeMs() == chain.NoRecomputeTimeMs());  // the schedule target's: unchanged
+  CHECK(EvaluateModules(priced, {}).time_ms == doctest::Approx(base).epsilon(1e-12));
+  CHECK(EvaluateModules(priced, {middle}).time_ms == doctest::Approx(base + module_nograd + 0.25).epsilon(1e-12));
+  CHECK(EvaluateModules(priced, singles).time_ms == doctest::Approx(base + module_nograd + 3 * 0.25).epsilon(1e-12));
+  // The plan: time, step without recomputation and overhead of the
+  // PyTorch target by its prices; the schedule target's exactly as before.
+  std::vector<WrappableModule> modules = singles;
+  modules.push_back(middle);
+  PlanRequest request;
+  request.budget_bytes = int64_t{1} << 50;
+  request.algorithm = Algorithm::kEvery;
+  request.pytorch_modules = &modules;
+  FixedMemory fixed;
+  fixed.optimizer_step_ms = 0.75;
+  const Plan every = MakePlan(priced, fixed, request);
+  CHECK(every.no_recompute_ms == doctest::Approx(base + 0.75).epsilon(1e-12));
+  double all_nograd = 0;
+  for (int i = 1; i <= 3; ++i) all_nograd += priced.stages[static_cast<size_t>(i)].module_fwd_nograd_ms;
+  CHECK(every.time_ms == doctest::Approx(base + 0.75 + all_nograd + 3 * 0.25).epsilon(1e-12));
+  const nlohmann::json doc = PlanToJson(every, priced, PlanSource{});
+  CHECK(doc["pytorch"]["predicted"]["time_ms"].get<double>() == doctest::Approx(every.time_ms).epsilon(1e-12));
+  CHECK(doc["predicted"]["overhead_pct"].get<double>() == doctest::Approx(OverheadPct(every.time_ms, base + 0.75)));
+  for (Algorithm algorithm : {Algorithm::kNone, Algorithm::kEvery, Algorithm::kOptimal}) {
+    PlanRequest schedule;
+    schedule.algorithm = algorithm;
+    schedule.budget_bytes = request.budget_bytes;
+    const Plan before = MakePlan(chain, fixed, schedule), after = MakePlan(priced, fixed, schedule);
+    CHECK(after.time_ms == before.time_ms);
+    CHECK(after.no_recompute_ms == before.no_recompute_ms);
+  }
+}
+
+TEST_CASE("with a fixed cost per wrapped module, the module solver still equals brute force over every set") {
+  int compared = 0, feasible = 0;
+  for (int length = 2; length <= 6; ++length) {
+    for (uint32_t seed = 0; seed < 4; ++seed) {
+      Chain chain = testing::SmallIntegerChain(length, 700 * length + seed);
+      for (Stage& s : chain.stages) s.module_fwd_nograd_ms = 0.5 * s.fwd_ms;
+      chain.checkpoint_call_ms = 1.75;
+      chain.module_loss_bwd_ms = 2;
+      std::vector<WrappableModule> modules = RandomModules(length, seed);
+      CAPTURE(length);
+      CAPTURE(seed);
+      const int64_t minimum = MinimumModulesMemory(chain, modules);
+      for (int64_t budget = minimum; budget <= minimum + 20; ++budget) {
+        CAPTURE(budget);
+        double best = 1e300;
+        for (const auto& set : DisjointSets(modules, length)) {
+          const ModuleSolution r = EvaluateModules(chain, set);
+          if (r.peak_bytes <= budget) best = std::min(best, r.time_ms);
+        }
+        const ModuleSolution solution = SolveModules(chain, modules, budget);
+        CHECK(solution.feasible == (best < 1e300));
+        if (!solution.feasible) continue;
+        ++feasible;
+        CHECK(solution.time_ms == doctest::Approx(best).epsilon(1e-12));
+        CHECK(EvaluateModules(chain, solution.wrapped).time_ms == doctest::Approx(solution.time_ms).epsilon(1e-12));
+        ++compared;
+      }
+    }
+  }
+  CHECK(compared > 200);
+  CHECK(feasible == compared);
 }

@@ -101,6 +101,12 @@ Chain ChainFromProfile(const Profile& profile, const std::string& file) {
       const double scale = profile.totals.nograd_scale > 0 ? profile.totals.nograd_scale : 1.0;
       stage.fwd_nograd_ms = scale * nograd_ms + std::max(0.0, profile.totals.stage_run_ms);
     }
+    // Inside a module wrapped in torch.utils.checkpoint, as `ckplan run`
+    // runs a PyTorch-target plan: its ops at the scale measured there (the
+    // wrapped module's fixed cost is the chain's checkpoint_call_ms).
+    if (nograd_known && profile.totals.module_nograd_scale >= 0) {
+      stage.module_fwd_nograd_ms = profile.totals.module_nograd_scale * nograd_ms;
+    }
     for (int s : out) {
       int producer = liveness.StorageProducer(s);
       if (producer >= cut.first_op && producer <= cut.last_op && !storage_kept[s]) saved += liveness.StorageBytes(s);
@@ -186,6 +192,15 @@ Chain ChainFromProfile(const Profile& profile, const std::string& file) {
   } else {
     chain.loss_bwd_ms = std::max(0.0, profile.totals.fwd_ms - ops_fwd) + std::max(0.0, profile.totals.bwd_ms - ops_bwd);
   }
+  // The PyTorch target's step runs eagerly, node by node: its loss is what
+  // that step leaves of its own (adam's update, which it includes, aside),
+  // negative where the ops timed one by one take longer (DenseNet's): its
+  // step without recomputation is that step, the overheads against it.
+  if (profile.totals.module_step_ms >= 0 && adam != profile.totals.optimizer_step_ms.end()) {
+    const double ops_ms = ops_fwd + ops_bwd;
+    chain.module_loss_bwd_ms = std::max(-ops_ms, profile.totals.module_step_ms - adam->second - ops_ms);
+  }
+  chain.checkpoint_call_ms = std::max(0.0, profile.totals.checkpoint_call_ms);
   chain.loss_bwd_tmp_bytes = 0;
   ValidateChain(chain, file, "the chain cut from it");
   return chain;

@@ -155,3 +155,67 @@ TEST_CASE("a profile's chain: the step without recomputation is the one `ckplan 
   bad["totals"]["run_step_ms"] = -2;
   CHECK_THROWS_WITH_AS(ProfileFromJson(bad, "bad.json"), doctest::Contains("run_step_ms"), Error);
 }
+
+TEST_CASE("a profile's chain: the PyTorch target's prices from the step as `ckplan run` runs it eagerly") {
+  Profile profile = ProfileFromJson(TwoBlockProfile(), "two_blocks.json");
+  for (OpRecord& op : profile.ops) op.fwd_nograd_ms = op.fwd_ms / 2;
+  double ops_ms = 0;
+  for (const OpRecord& op : profile.ops) ops_ms += op.fwd_ms + op.bwd_ms;
+  profile.totals.optimizer_step_ms = {{"adam", 0.4}};
+  profile.totals.nograd_scale = 1.25;
+  profile.totals.stage_run_ms = 0.01;
+  profile.totals.run_step_ms = ops_ms + 1.25;
+  const Chain schedule = ChainFromProfile(profile);
+  // Not measured: the schedule's prices stand for the PyTorch target's.
+  for (const Stage& s : schedule.stages) CHECK(s.module_fwd_nograd_ms == -1);
+  CHECK(schedule.checkpoint_call_ms == 0);
+  CHECK(!schedule.module_loss_bwd_ms);
+  // Measured: each stage's ops at the scale inside a wrapped module (no
+  // stage run: the wrap's fixed cost is the chain's), the eager step's loss
+  // less adam's update; the schedule target's prices unchanged.
+  profile.totals.module_step_ms = ops_ms + 2.0;
+  profile.totals.module_nograd_scale = 1.5;
+  profile.totals.checkpoint_call_ms = 0.125;
+  const Chain chain = ChainFromProfile(profile);
+  REQUIRE(chain.stages.size() == schedule.stages.size());
+  for (size_t s = 0; s < chain.stages.size(); ++s) {
+    CAPTURE(s);
+    double nograd = 0;
+    for (int op = chain.stages[s].first_op; op <= chain.stages[s].last_op; ++op) {
+      nograd += profile.ops[static_cast<size_t>(op)].fwd_nograd_ms;
+    }
+    CHECK(chain.stages[s].module_fwd_nograd_ms == doctest::Approx(1.5 * nograd));
+    CHECK(chain.stages[s].fwd_nograd_ms == schedule.stages[s].fwd_nograd_ms);
+    CHECK(chain.stages[s].fwd_ms == schedule.stages[s].fwd_ms);
+  }
+  CHECK(chain.checkpoint_call_ms == 0.125);
+  REQUIRE(chain.module_loss_bwd_ms);
+  CHECK(*chain.module_loss_bwd_ms == doctest::Approx(2.0 - 0.4));
+  CHECK(chain.loss_bwd_ms == schedule.loss_bwd_ms);
+  CHECK(chain.ModuleNoRecomputeTimeMs() + 0.4 == doctest::Approx(profile.totals.module_step_ms));
+  CHECK(chain.NoRecomputeTimeMs() == schedule.NoRecomputeTimeMs());
+  // An eager step measured faster than its ops timed one by one: a negative
+  // loss, the step without recomputation still that step; never below 0.
+  profile.totals.module_step_ms = ops_ms / 2;
+  const Chain faster = ChainFromProfile(profile);
+  CHECK(*faster.module_loss_bwd_ms < 0);
+  CHECK(faster.ModuleNoRecomputeTimeMs() + 0.4 == doctest::Approx(ops_ms / 2));
+  CHECK(faster.NoRecomputeTimeMs() == schedule.NoRecomputeTimeMs());
+  profile.totals.module_step_ms = 0.1;  // below adam's update alone
+  CHECK(ChainFromProfile(profile).ModuleNoRecomputeTimeMs() == doctest::Approx(0).epsilon(1e-9));
+  profile.totals.module_step_ms = ops_ms / 2;
+  // Through the contract: read back; negative ones refused; absent when not measured.
+  const nlohmann::json doc = ProfileToJson(profile);
+  const Profile back = ProfileFromJson(doc, "back.json");
+  CHECK(back.totals.module_step_ms == profile.totals.module_step_ms);
+  CHECK(back.totals.module_nograd_scale == 1.5);
+  CHECK(back.totals.checkpoint_call_ms == 0.125);
+  const nlohmann::json plain = ProfileToJson(ProfileFromJson(TwoBlockProfile(), "two_blocks.json"));
+  for (const char* field : {"module_step_ms", "module_nograd_scale", "checkpoint_call_ms"}) {
+    CAPTURE(field);
+    CHECK(!plain["totals"].contains(field));
+    nlohmann::json bad = doc;
+    bad["totals"][field] = -0.5;
+    CHECK_THROWS_WITH_AS(ProfileFromJson(bad, "bad.json"), doctest::Contains(field), Error);
+  }
+}

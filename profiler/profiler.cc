@@ -353,6 +353,9 @@ class Profiler {
         profile.totals.stage_run_ms = cost.stage_run_ms;
         profile.totals.nograd_scale = cost.nograd_scale;
         profile.totals.run_step_ms = cost.run_step_ms;
+        profile.totals.module_step_ms = cost.module_step_ms;
+        profile.totals.module_nograd_scale = cost.module_nograd_scale;
+        profile.totals.checkpoint_call_ms = cost.checkpoint_call_ms;
       } catch (const std::exception& e) {
         warnings_->push_back(path + ": recomputation not timed as `ckplan run` runs it (priced at the ops' forward "
                                     "without autograd): " + FirstLine(e.what()));

@@ -24,6 +24,9 @@ struct RecomputeCost {
   double stage_run_ms = -1;   ///< per stage run, beyond its ops; -1: not measured
   double nograd_scale = -1;   ///< what a stage run without autograd adds to a step, over its ops' fwd_nograd_ms; -1: not measured
   double run_step_ms = -1;    ///< a step without recomputation as the executor runs it, adam's update included
+  double module_step_ms = -1;       ///< the PyTorch target's step, nothing wrapped, adam's update included
+  double module_nograd_scale = -1;  ///< a wrapped module's cost beyond checkpoint_call_ms, over its ops' fwd_nograd_ms
+  double checkpoint_call_ms = -1;   ///< a wrapped module's fixed cost; -1: not measured
 };
 
 /// Measured on the stages ChainFromProfile cuts `profile` into (its ops'
@@ -37,6 +40,15 @@ struct RecomputeCost {
 /// one, at least 0 (-1 where the profile cuts into a single stage);
 /// nograd_scale: the median difference of the two steps, less a stage run
 /// per stage, over the sum of the ops' fwd_nograd_ms (at least 0.25).
+/// The first rounds after the warm-up (at least `pairs`, more on small
+/// models) also run the PyTorch target's step as `ckplan run` runs it
+/// (ScheduleRunner::RunModules), the order turning: nothing wrapped, every
+/// single-stage module a plan can wrap (WrappableModules) wrapped, and the
+/// outermost such modules wrapped. module_step_ms: the median step nothing
+/// wrapped; the two sets' median differences from it, each n wraps over
+/// ops of o ms (fwd_nograd_ms), solved for checkpoint_call_ms (per wrap, at
+/// least 0) and module_nograd_scale (per ms of ops, at least 0.25); where
+/// no module spans several stages, the scale alone (checkpoint_call_ms -1).
 RecomputeCost MeasureRecomputeCost(const Profile& profile, GraphProgram& program, const torch::jit::Module& module,
                                    const std::vector<at::Tensor>& inputs, const DeviceInfo& device, int pairs);
 

@@ -341,6 +341,25 @@ TEST_CASE("the profile JSON round-trips and records identity, inputs and edges")
   for (const Stage& s : chain.stages) chain_ms += s.fwd_ms + s.bwd_ms;
   if (chain.loss_bwd_ms > 0) CHECK(chain_ms == doctest::Approx(p.totals.run_step_ms));
   CHECK(chain_ms >= p.totals.run_step_ms * (1 - 1e-9));
+  // The PyTorch target's step as `ckplan run` runs it (eagerly, nothing
+  // wrapped; every stage wrapped; all as one), read back; the chain prices
+  // a wrapped module's stages at module_nograd_scale x their ops, a fixed
+  // checkpoint_call_ms per wrap, and its step without recomputation, with
+  // adam's update, is the eager step.
+  REQUIRE(p.totals.module_step_ms > 0);
+  REQUIRE(p.totals.module_nograd_scale > 0);
+  REQUIRE(p.totals.checkpoint_call_ms >= 0);
+  CHECK(back.totals.module_step_ms == p.totals.module_step_ms);
+  CHECK(back.totals.module_nograd_scale == p.totals.module_nograd_scale);
+  CHECK(back.totals.checkpoint_call_ms == p.totals.checkpoint_call_ms);
+  CHECK(chain.checkpoint_call_ms == p.totals.checkpoint_call_ms);
+  for (const Stage& s : chain.stages) {
+    double ops_ms = 0;
+    for (int k = s.first_op; k <= s.last_op; ++k) ops_ms += p.ops[static_cast<size_t>(k)].fwd_nograd_ms;
+    CHECK(s.module_fwd_nograd_ms == doctest::Approx(p.totals.module_nograd_scale * ops_ms));
+  }
+  const double eager_ms = chain.ModuleNoRecomputeTimeMs() + p.totals.optimizer_step_ms.at("adam");
+  CHECK(eager_ms == doctest::Approx(p.totals.module_step_ms));
 }
 
 TEST_CASE("bad models and inputs are one-line errors naming the file, op and module") {

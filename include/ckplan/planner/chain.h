@@ -7,6 +7,7 @@
 /// included) until its backward.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,12 @@ struct Stage {
   /// a recomputation costs); -1 when unknown, then fwd_ms stands for it.
   double fwd_nograd_ms = -1;
   double NoGradFwdMs() const { return fwd_nograd_ms >= 0 ? fwd_nograd_ms : fwd_ms; }
+  /// Optional, for the PyTorch target: the stage's forward without autograd
+  /// inside a module wrapped in torch.utils.checkpoint, as `ckplan run` runs
+  /// it eagerly (Chain::checkpoint_call_ms aside); -1 when unknown, then
+  /// NoGradFwdMs() stands for it.
+  double module_fwd_nograd_ms = -1;
+  double ModuleNoGradFwdMs() const { return module_fwd_nograd_ms >= 0 ? module_fwd_nograd_ms : NoGradFwdMs(); }
   /// For a chain cut from a profile: the module paths the stage covers and
   /// its op range [first_op, last_op]; empty / -1 for a plain chain.
   std::vector<std::string> modules;
@@ -78,6 +85,17 @@ struct Chain {
   /// Optional: what torch.utils.checkpoint keeps per wrapped module beyond
   /// tensors (StageGradients::checkpoint_state_bytes); 0 when not counted.
   int64_t checkpoint_state_bytes = 0;
+  /// Optional, for the PyTorch target: what each wrapped module costs a
+  /// step beyond its stages' forward without autograd and their rerun with
+  /// it (the autograd function, its nested backward); 0 when unknown.
+  double checkpoint_call_ms = 0;
+  /// Optional, for the PyTorch target: the loss's part of a step run
+  /// eagerly, nothing wrapped (what the step leaves beyond its stages'
+  /// forward and backward, negative where their ops timed one by one take
+  /// longer than that step; the stages and it at least 0); unset when
+  /// unknown, then loss_bwd_ms stands for it.
+  std::optional<double> module_loss_bwd_ms;
+  double ModuleLossBwdMs() const { return module_loss_bwd_ms ? *module_loss_bwd_ms : loss_bwd_ms; }
   /// Optional: the storages of the chain input (see Stage::out_storages).
   std::vector<std::pair<int64_t, int64_t>> input_storages;
 
@@ -113,6 +131,9 @@ struct Chain {
   /// Time of one forward and one backward of every stage, plus the loss:
   /// the time of a step without recomputation.
   double NoRecomputeTimeMs() const;
+  /// The same for the PyTorch target: a step run eagerly, nothing wrapped
+  /// (its loss ModuleLossBwdMs()).
+  double ModuleNoRecomputeTimeMs() const;
 };
 
 /// Reads a chain from a parsed `ckplan.chain/1` document. `file` names the

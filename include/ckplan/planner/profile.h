@@ -128,6 +128,22 @@ struct ProfileTotals {
   /// by stage on the profile's stages, in a loop of steps, adam's update
   /// included; median). -1 when not measured.
   double run_step_ms = -1;
+  /// Optional, for the PyTorch target: a step as `ckplan run` runs a
+  /// PyTorch-target plan's baseline (eagerly, node by node, nothing
+  /// wrapped, in a loop of steps, adam's update included; median). -1 when
+  /// not measured.
+  double module_step_ms = -1;
+  /// Optional, for the PyTorch target: what a module wrapped in
+  /// torch.utils.checkpoint adds to that step, as `ckplan run` runs it,
+  /// beyond a fixed checkpoint_call_ms per wrapped module: per ms of its
+  /// ops' fwd_nograd_ms. From steps with two sets of the modules a plan can
+  /// wrap (the single-stage ones; the outermost ones), each less the step
+  /// nothing wrapped (paired, medians). -1 when not measured.
+  double module_nograd_scale = -1;
+  /// Optional, for the PyTorch target: the fixed cost of one wrapped module
+  /// (its autograd function, its nested backward) in that step; -1 when not
+  /// measured (no module over several stages: module_nograd_scale holds it).
+  double checkpoint_call_ms = -1;
 };
 
 struct Profile {

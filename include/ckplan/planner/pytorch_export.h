@@ -22,6 +22,11 @@ struct ModuleExport {
   std::vector<std::string> skipped_stages; ///< checkpointed in the plan, not whole modules
   Schedule schedule;                       ///< per wrapped module: forward keeping its input, recomputed once
   SimulationResult simulation;
+  /// The step as the PyTorch target prices it, the optimizer's update
+  /// aside: every stage's forward and backward, per wrapped module its
+  /// stages' Stage::ModuleNoGradFwdMs() and Chain::checkpoint_call_ms, and
+  /// Chain::ModuleLossBwdMs().
+  double time_ms = 0;
   /// Kept for backward when the loss starts under PyTorch's autograd (which
   /// frees what no op saves), model inputs excluded: needs storages; else
   /// the simulation's figure.
