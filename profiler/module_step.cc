@@ -251,16 +251,7 @@ Measure ScheduleRunner::RunModules(const std::vector<at::Tensor>& inputs,
     runs.push_back(std::move(run));
     n = end + 1;
   }
-  std::vector<at::Tensor> outputs = Flatten(program.Outputs(env));
-  m.live_after_forward_bytes = tracker_.live_bytes() - m.other_bytes;
-  at::Tensor loss = Loss(outputs);
-  env.clear();
-  outputs.clear();
-  torch::autograd::backward({loss});
-  loss = at::Tensor();
-  runs.clear();
-  Step();
-  SynchronizeDevice(device_);  // kernels run after their launch returns
+  EndNodeStep(env, m, [&runs] { runs.clear(); });
   m.ms = timer.Ms();
   m.peak_bytes = StepPeak(m);
   return m;

@@ -132,15 +132,7 @@ Measure ScheduleRunner::RunPlainStep(const std::vector<at::Tensor>& inputs, bool
     }
     program.FreeDeadAfter(n, env);
   }
-  std::vector<at::Tensor> outputs = Flatten(program.Outputs(env));
-  m.live_after_forward_bytes = tracker_.live_bytes() - m.other_bytes;
-  at::Tensor loss = Loss(outputs);
-  env.clear();
-  outputs.clear();
-  torch::autograd::backward({loss});
-  loss = at::Tensor();
-  Step();
-  SynchronizeDevice(device_);  // kernels run after their launch returns
+  EndNodeStep(env, m, [] {});
   m.ms = timer.Ms();
   m.peak_bytes = StepPeak(m);
   return m;
@@ -384,6 +376,19 @@ Measure ScheduleRunner::RunSchedule(const std::vector<at::Tensor>& inputs, const
   m.ms = timer.Ms();
   m.peak_bytes = StepPeak(m);
   return m;
+}
+
+void ScheduleRunner::EndNodeStep(Environment& env, Measure& m, const std::function<void()>& after_backward) {
+  std::vector<at::Tensor> outputs = Flatten(staged_.program().Outputs(env));
+  m.live_after_forward_bytes = tracker_.live_bytes() - m.other_bytes;
+  at::Tensor loss = Loss(outputs);
+  env.clear();
+  outputs.clear();
+  torch::autograd::backward({loss});
+  loss = at::Tensor();
+  after_backward();
+  Step();
+  SynchronizeDevice(device_);  // kernels run after their launch returns
 }
 
 double ScheduleRunner::TimeNoGradForward(const std::vector<at::Tensor>& inputs, bool recompute) {

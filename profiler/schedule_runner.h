@@ -6,6 +6,7 @@
 #include <torch/script.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -85,6 +86,12 @@ class ScheduleRunner {
   int64_t StepPeak(const Measure& m) const;
   // Seeds the random state, counts what is live besides the model, resets the peaks.
   Measure BeginStep(const std::vector<at::Tensor>& inputs);
+  // The end of a step run node by node (the plain step, a PyTorch-target
+  // plan's): what is live after the forward into m, the loss of the
+  // program's outputs and its backward, `after_backward` (what had to
+  // outlive the backward released), the optimizer's update, the device
+  // synchronized. The caller reads its timer and the peak after it.
+  void EndNodeStep(Environment& env, Measure& m, const std::function<void()>& after_backward);
 
   // Runs stage s from the values at its input cut; returns those at its output cut.
   std::vector<c10::IValue> RunStage(size_t s, const std::vector<c10::IValue>& in, const std::vector<at::Tensor>& inputs,
