@@ -1,5 +1,6 @@
 #include "ckplan/planner/run_report.h"
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <limits>
@@ -18,7 +19,9 @@ bool RunReport::operator==(const RunReport& o) const {
          baseline == o.baseline && predicted_peak_bytes == o.predicted_peak_bytes &&
          predicted_time_ms == o.predicted_time_ms && predicted_overhead_pct == o.predicted_overhead_pct &&
          measured_overhead_pct == o.measured_overhead_pct && max_abs_grad_diff == o.max_abs_grad_diff &&
-         max_rel_grad_diff == o.max_rel_grad_diff && peak_error_pct == o.peak_error_pct && verdict == o.verdict &&
+         max_rel_grad_diff == o.max_rel_grad_diff && worst_grad_parameter == o.worst_grad_parameter &&
+         worst_grad_abs_diff == o.worst_grad_abs_diff && grad_tolerance_ratio == o.grad_tolerance_ratio &&
+         peak_error_pct == o.peak_error_pct && verdict == o.verdict && failed_checks == o.failed_checks &&
          steps == o.steps;
 }
 
@@ -28,12 +31,61 @@ double PeakErrorPct(int64_t predicted_peak_bytes, int64_t measured_peak_bytes) {
              : 0;
 }
 
-std::string RunVerdict(int64_t measured_peak_bytes, int64_t budget_bytes, double max_rel_grad_diff,
+GradientTolerance DefaultGradientTolerance(const std::string& dtype) {
+  if (dtype == "Double" || dtype == "ComplexDouble") return {1e-7, 1e-7};
+  if (dtype == "BFloat16") return {1.6e-2, 1e-5};
+  if (dtype == "Half" || dtype == "ComplexHalf") return {1e-3, 1e-5};
+  return {1.3e-6, 1e-5};
+}
+
+double ScaledGradientAtol(double atol, double max_abs_gradient) {
+  return atol * std::max(1.0, std::isfinite(max_abs_gradient) ? max_abs_gradient : 1.0);
+}
+
+GradientDiff CompareGradient(const std::string& parameter, const std::vector<double>& got,
+                             const std::vector<double>& expected, GradientTolerance tolerance,
+                             double max_abs_gradient) {
+  GradientDiff diff{parameter, 0, 0};
+  if (got.size() != expected.size()) {
+    diff.max_abs_diff = diff.tolerance_ratio = std::numeric_limits<double>::infinity();
+    return diff;
+  }
+  const double atol = ScaledGradientAtol(tolerance.atol, max_abs_gradient);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double d = got[i] == expected[i] ? 0 : std::fabs(got[i] - expected[i]);  // infinities equal
+    const double ratio = d / (atol + tolerance.rtol * std::fabs(expected[i]));
+    // As torch's max: a NaN anywhere is the result.
+    diff.max_abs_diff = std::isnan(d) || std::isnan(diff.max_abs_diff) ? nan : std::max(diff.max_abs_diff, d);
+    diff.tolerance_ratio =
+        std::isnan(ratio) || std::isnan(diff.tolerance_ratio) ? nan : std::max(diff.tolerance_ratio, ratio);
+  }
+  return diff;
+}
+
+void GradientCheck::Add(const GradientDiff& diff) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  max_abs_diff =
+      std::isnan(diff.max_abs_diff) || std::isnan(max_abs_diff) ? nan : std::max(max_abs_diff, diff.max_abs_diff);
+  const bool worse = worst.parameter.empty() || std::isnan(diff.tolerance_ratio) ||
+                     (!std::isnan(worst.tolerance_ratio) && diff.tolerance_ratio > worst.tolerance_ratio);
+  if (worse) worst = diff;
+}
+
+std::vector<std::string> FailedRunChecks(int64_t measured_peak_bytes, int64_t budget_bytes, double grad_tolerance_ratio,
+                                         double peak_error_pct) {
+  std::vector<std::string> failed;
+  if (measured_peak_bytes > budget_bytes) failed.push_back("over_budget");
+  if (!(grad_tolerance_ratio <= 1)) failed.push_back("grads_differ");  // NaN included
+  if (std::fabs(peak_error_pct) > kPeakTolerancePct) failed.push_back("prediction_off");
+  return failed;
+}
+
+std::string RunVerdict(int64_t measured_peak_bytes, int64_t budget_bytes, double grad_tolerance_ratio,
                        double peak_error_pct) {
-  if (measured_peak_bytes > budget_bytes) return "over_budget";
-  if (max_rel_grad_diff > kGradientTolerance) return "grads_differ";
-  if (std::fabs(peak_error_pct) > kPeakTolerancePct) return "prediction_off";
-  return "ok";
+  const std::vector<std::string> failed =
+      FailedRunChecks(measured_peak_bytes, budget_bytes, grad_tolerance_ratio, peak_error_pct);
+  return failed.empty() ? "ok" : failed.front();
 }
 
 nlohmann::json RunReportToJson(const RunReport& r) {
@@ -41,22 +93,29 @@ nlohmann::json RunReportToJson(const RunReport& r) {
     return nlohmann::json{{"peak_bytes", m.peak_bytes}, {"live_after_forward_bytes", m.live_after_forward_bytes},
                           {"step_ms", m.step_ms}};
   };
-  return {{"schema", "ckplan.run/1"},
-          {"model", r.model_path},
-          {"plan", r.plan_path},
-          {"algorithm", r.algorithm},
-          {"optimizer", r.optimizer},
-          {"steps", r.steps},
-          {"measured", measure(r.measured)},
-          {"baseline", measure(r.baseline)},
-          {"predicted", {{"peak_bytes", r.predicted_peak_bytes}, {"time_ms", r.predicted_time_ms},
-                         {"overhead_pct", r.predicted_overhead_pct}}},
-          {"measured_overhead_pct", r.measured_overhead_pct},
-          {"peak_error_pct", r.peak_error_pct},
-          {"budget_bytes", r.budget_bytes},
-          {"max_abs_grad_diff", r.max_abs_grad_diff},
-          {"max_rel_grad_diff", r.max_rel_grad_diff},
-          {"verdict", r.verdict}};
+  nlohmann::json doc = {{"schema", "ckplan.run/1"},
+                        {"model", r.model_path},
+                        {"plan", r.plan_path},
+                        {"algorithm", r.algorithm},
+                        {"optimizer", r.optimizer},
+                        {"steps", r.steps},
+                        {"measured", measure(r.measured)},
+                        {"baseline", measure(r.baseline)},
+                        {"predicted", {{"peak_bytes", r.predicted_peak_bytes}, {"time_ms", r.predicted_time_ms},
+                                       {"overhead_pct", r.predicted_overhead_pct}}},
+                        {"measured_overhead_pct", r.measured_overhead_pct},
+                        {"peak_error_pct", r.peak_error_pct},
+                        {"budget_bytes", r.budget_bytes},
+                        {"max_abs_grad_diff", r.max_abs_grad_diff},
+                        {"max_rel_grad_diff", r.max_rel_grad_diff},
+                        {"verdict", r.verdict},
+                        {"failed_checks", r.failed_checks}};
+  if (!r.worst_grad_parameter.empty()) {
+    doc["worst_grad"] = {{"parameter", r.worst_grad_parameter},
+                         {"max_abs_diff", r.worst_grad_abs_diff},
+                         {"tolerance_ratio", r.grad_tolerance_ratio}};
+  }
+  return doc;
 }
 
 namespace {
@@ -100,6 +159,28 @@ RunReport RunReportFromJson(const nlohmann::json& json, const std::string& file)
   if (doc.Has("peak_error_pct")) r.peak_error_pct = doc.Field("peak_error_pct").FiniteNumber();
   if (doc.Has("max_abs_grad_diff")) r.max_abs_grad_diff = NumberOrNull(doc.Field("max_abs_grad_diff"));
   if (doc.Has("max_rel_grad_diff")) r.max_rel_grad_diff = NumberOrNull(doc.Field("max_rel_grad_diff"));
+  if (doc.Has("worst_grad")) {
+    const JsonReader worst = doc.Field("worst_grad");
+    r.worst_grad_parameter = worst.Field("parameter").String();
+    r.worst_grad_abs_diff = NumberOrNull(worst.Field("max_abs_diff"));
+    r.grad_tolerance_ratio = NumberOrNull(worst.Field("tolerance_ratio"));
+  }
+  if (doc.Has("failed_checks")) {
+    const JsonReader failed = doc.Field("failed_checks");
+    static const std::vector<std::string> kChecks = {"over_budget", "grads_differ", "prediction_off"};
+    for (size_t i = 0; i < failed.ArraySize(); ++i) {
+      const std::string check = failed.Item(i).String();
+      if (std::find(kChecks.begin(), kChecks.end(), check) == kChecks.end()) {
+        failed.Item(i).Fail("unknown check '" + check + "': use over_budget, grads_differ or prediction_off");
+      }
+      r.failed_checks.push_back(check);
+    }
+    if ((r.failed_checks.empty() ? "ok" : r.failed_checks.front()) != r.verdict) {
+      failed.Fail("disagrees with verdict '" + r.verdict + "': the verdict is the first failed check, or ok");
+    }
+  } else if (r.verdict != "ok") {
+    r.failed_checks = {r.verdict};  // a file from before the field: what its verdict says
+  }
   return r;
 }
 

@@ -4,6 +4,7 @@
 #include <limits>
 #include <map>
 #include <set>
+#include <string_view>
 
 #include "ckplan/planner/error.h"
 #include "ckplan/planner/stages.h"
@@ -28,33 +29,46 @@ std::vector<WrappableModule> WrappableModules(const Chain& chain, const Profile*
     starts[s.first_op] = i;
     ends[s.last_op] = i;
   }
-  // Every module path (with its ancestors) and the ops in it.
+  // Every module path (with its ancestors) and the ops in it, as a tree of
+  // path components: each node a prefix of an op's path, found from its
+  // parent by one component, so that a path costs its length once (a copy
+  // of each prefix costs a path of n parts n copies of up to its length).
   struct Span {
     int first = std::numeric_limits<int>::max(), last = -1, count = 0;
+    std::string_view path;  // a prefix of an op's module ("": none, the root)
   };
-  std::map<std::string, Span> spans;
+  std::vector<Span> spans(1);
+  std::map<std::pair<size_t, std::string_view>, size_t> child;  // (node, component) -> node
   for (const OpRecord& op : profile->ops) {
-    std::string path = op.module;
-    while (!path.empty()) {
-      Span& span = spans[path];
-      span.first = std::min(span.first, op.id);
-      span.last = std::max(span.last, op.id);
-      span.count++;
-      const size_t dot = path.rfind('.');
-      path = dot == std::string::npos ? "" : path.substr(0, dot);
+    const std::string_view module = op.module;
+    size_t node = 0, start = 0;
+    while (!module.empty()) {
+      const size_t dot = std::min(module.find('.', start), module.size());
+      auto [it, added] = child.emplace(std::make_pair(node, module.substr(start, dot - start)), spans.size());
+      if (added) spans.push_back({std::numeric_limits<int>::max(), -1, 0, module.substr(0, dot)});
+      node = it->second;
+      Span& span = spans[node];
+      if (!span.path.empty()) {  // ".a" has no ancestor "": an empty path is no module
+        span.first = std::min(span.first, op.id);
+        span.last = std::max(span.last, op.id);
+        span.count++;
+      }
+      if (dot == module.size()) break;
+      start = dot + 1;
     }
   }
-  std::map<std::pair<int, int>, std::string> by_range;
-  for (const auto& [path, span] : spans) {
-    if (span.last - span.first + 1 != span.count) continue;  // not one contiguous run
+  std::map<std::pair<int, int>, std::string_view> by_range;
+  for (const Span& span : spans) {
+    if (span.count == 0 || span.last - span.first + 1 != span.count) continue;  // not one contiguous run
     auto a = starts.find(span.first);
     auto b = ends.find(span.last);
     if (a == starts.end() || b == ends.end() || a->second > b->second) continue;
     auto key = std::make_pair(a->second, b->second);
     auto it = by_range.find(key);
-    if (it == by_range.end() || path.size() < it->second.size()) by_range[key] = path;
+    // The outermost: a range's paths are the same ops, each path a prefix of the others.
+    if (it == by_range.end() || span.path.size() < it->second.size()) by_range[key] = span.path;
   }
-  for (const auto& [range, path] : by_range) out.push_back({path, range.first, range.second});
+  for (const auto& [range, path] : by_range) out.push_back({std::string(path), range.first, range.second});
   return out;
 }
 

@@ -367,6 +367,41 @@ TEST_CASE("a stage's backward as PyTorch runs it: boundary gradients as they liv
   CHECK(StageGradientBytes(chain, profile).bwd_peak_bytes == std::vector<int64_t>{100, 102});
 }
 
+TEST_CASE("wrappable modules of a path 100,000 parts deep: each prefix a module, the outermost per stage range") {
+  // op 1 sits in a.a.(...).a, 100,000 parts; op 2 in the first 50,000 of
+  // them and then `c`: the first 50,000 prefixes hold both ops, the deeper
+  // ones op 1 alone.
+  auto parts = [](int n) {
+    std::string path = "a";
+    for (int i = 1; i < n; ++i) path += ".a";
+    return path;
+  };
+  Profile profile;
+  for (const std::string& module : {std::string("embed"), parts(100000), parts(50000) + ".c", std::string("head")}) {
+    OpRecord r;
+    r.id = static_cast<int>(profile.ops.size());
+    r.module = module;
+    profile.ops.push_back(r);
+  }
+  Chain chain;
+  chain.stages.resize(4);
+  for (int i = 0; i < 4; ++i) chain.stages[static_cast<size_t>(i)].first_op = chain.stages[static_cast<size_t>(i)].last_op = i;
+  const std::vector<WrappableModule> modules = WrappableModules(chain, &profile);
+  REQUIRE(modules.size() == 5);
+  auto check = [&](size_t k, const std::string& path, int first, int last) {
+    CAPTURE(k);
+    CHECK(modules[k].path.size() == path.size());
+    CHECK(modules[k].path == path);
+    CHECK(modules[k].first_stage == first);
+    CHECK(modules[k].last_stage == last);
+  };
+  check(0, "embed", 0, 0);
+  check(1, parts(50001), 1, 1);  // the outermost of those holding op 1 alone
+  check(2, "a", 1, 2);
+  check(3, parts(50000) + ".c", 2, 2);
+  check(4, "head", 3, 3);
+}
+
 TEST_CASE("a submodule's parameter used by its parent's op goes to that op, not to every layer's") {
   // nn.MultiheadAttention calls out_proj's weight from its own op: two
   // layers, each `h.k.attn` taking `h.k.attn.out_proj.weight` (same shape).

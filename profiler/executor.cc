@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
+#include <map>
 #include <optional>
 #include <set>
 
@@ -55,6 +57,18 @@ bool WrappedModules(const Schedule& schedule, int stages, std::vector<std::pair<
   return true;
 }
 
+// Each of `params`' name in `module` (a tied weight's first).
+std::vector<std::string> ParameterNames(const torch::jit::Module& module, const std::vector<at::Tensor>& params) {
+  std::map<const void*, std::string> names;
+  for (const auto& p : module.named_parameters()) names.emplace(p.value.unsafeGetTensorImpl(), p.name);
+  std::vector<std::string> out;
+  for (const at::Tensor& p : params) {
+    auto it = names.find(p.unsafeGetTensorImpl());
+    out.push_back(it != names.end() ? it->second : "parameter " + std::to_string(out.size()));
+  }
+  return out;
+}
+
 class Executor {
  public:
   Executor(const RunOptions& options, const nlohmann::json& plan)
@@ -90,6 +104,7 @@ class Executor {
     // Tied weights (GPT-2's lm_head and wte) are one parameter listed twice:
     // one gradient, one optimizer update, counted once.
     auto [params, buffers] = UniqueModuleTensors(module);
+    param_names_ = ParameterNames(module, params);
     ScheduleRunner runner(options_, staged, device_, tracker_, std::move(params), std::move(buffers), stage_names_);
 
     // Correctness: the same step with and without the plan, from the same
@@ -195,20 +210,32 @@ class Executor {
     }
   }
 
+  // The gradients under the plan against the plain step's (`expected`),
+  // element by element as CompareGradient does (run_report.h): each
+  // dtype's default tolerances, the atol scaled to the plain step's largest
+  // gradient of any parameter.
   void CompareGrads(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& expected) {
+    for (const at::Tensor& b : expected) {
+      if (b.defined() && b.numel() > 0) max_abs_gradient_ = std::max(max_abs_gradient_, b.abs().max().item<double>());
+    }
     for (size_t k = 0; k < params.size(); ++k) {
       const at::Tensor& a = params[k].grad();
       const at::Tensor& b = expected[k];
       if (!a.defined() && !b.defined()) continue;
+      GradientDiff diff{param_names_[k], 0, 0};
       if (a.defined() != b.defined()) {
-        max_abs_ = std::max(max_abs_, 1.0);
-        max_rel_ = std::max(max_rel_, 1.0);
-        continue;
+        diff.max_abs_diff = diff.tolerance_ratio = std::numeric_limits<double>::infinity();  // in one step only
+      } else if (b.numel() > 0) {
+        const GradientTolerance tolerance = DefaultGradientTolerance(std::string(c10::toString(b.scalar_type())));
+        // In float32 at least: bfloat16 rounds the tolerance itself.
+        const at::ScalarType type = at::promote_types(b.scalar_type(), at::kFloat);
+        const at::Tensor got = a.to(type), want = b.to(type);
+        at::Tensor d = (got - want).abs().masked_fill_(got == want, 0);  // equal infinities are equal
+        diff.max_abs_diff = d.max().item<double>();
+        const double atol = ScaledGradientAtol(tolerance.atol, max_abs_gradient_);
+        diff.tolerance_ratio = (d / (want.abs() * tolerance.rtol + atol)).max().item<double>();
       }
-      double diff = (a - b).abs().max().item<double>();
-      double scale = b.abs().max().item<double>();
-      max_abs_ = std::max(max_abs_, diff);
-      max_rel_ = std::max(max_rel_, scale > 0 ? diff / scale : diff);
+      check_.Add(diff);
     }
   }
 
@@ -269,10 +296,14 @@ class Executor {
     r.predicted_time_ms = predicted_ms_;
     r.predicted_overhead_pct = predicted_overhead_;
     r.measured_overhead_pct = OverheadPct(r.measured.step_ms, r.baseline.step_ms);
-    r.max_abs_grad_diff = max_abs_;
-    r.max_rel_grad_diff = max_rel_;
+    r.max_abs_grad_diff = check_.max_abs_diff;
+    r.max_rel_grad_diff = max_abs_gradient_ > 0 ? check_.max_abs_diff / max_abs_gradient_ : check_.max_abs_diff;
+    r.worst_grad_parameter = check_.worst.parameter;
+    r.worst_grad_abs_diff = check_.worst.max_abs_diff;
+    r.grad_tolerance_ratio = check_.worst.tolerance_ratio;
     r.peak_error_pct = PeakErrorPct(predicted_peak_, r.measured.peak_bytes);
-    r.verdict = RunVerdict(r.measured.peak_bytes, budget_bytes_, max_rel_, r.peak_error_pct);
+    r.failed_checks = FailedRunChecks(r.measured.peak_bytes, budget_bytes_, r.grad_tolerance_ratio, r.peak_error_pct);
+    r.verdict = RunVerdict(r.measured.peak_bytes, budget_bytes_, r.grad_tolerance_ratio, r.peak_error_pct);
     return r;
   }
 
@@ -291,7 +322,9 @@ class Executor {
   std::vector<std::pair<size_t, size_t>> wrapped_;  // their first and last stages
   int64_t budget_bytes_ = 0, predicted_peak_ = 0;
   double predicted_ms_ = 0, predicted_overhead_ = 0;
-  double max_abs_ = 0, max_rel_ = 0;
+  std::vector<std::string> param_names_;  // per parameter of the runner's
+  double max_abs_gradient_ = 0;            // the plain step's largest |gradient|
+  GradientCheck check_;
 };
 
 }  // namespace

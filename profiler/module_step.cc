@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "ckplan/planner/error.h"
 #include "schedule_runner.h"
 #include "timing.h"
 #include "tracking_allocator.h"
@@ -33,6 +34,15 @@ struct WrappedRun {
   std::vector<const Value*> out_values;         // the values it makes that are read after it
   std::vector<c10::IValue> out_structure;       // their lists and tuples, tensors left undefined
   size_t param_count = 0;                       // the parameters passed to it after its inputs' tensors
+  // The tensors that outlive the step (GraphProgram::StaticTensors). One of
+  // them among its outputs (a parameter or constant fetched inside it, read
+  // after it) is no output of the function: autograd would give that very
+  // tensor the function's node as its grad_fn, and the recomputation,
+  // reading it again, would re-enter the node it runs in (a deadlock on
+  // the node's mutex). It goes to what follows as it is, as in eager.
+  const std::unordered_set<const c10::TensorImpl*>* static_tensors = nullptr;
+  std::vector<bool> passthrough;                // per tensor of its outputs: a static tensor, not the function's
+  std::vector<at::Tensor> passthrough_tensors;  // those tensors, in order
   at::Generator generator;
   at::Tensor rng_state;                         // the random state its forward started from
 };
@@ -76,6 +86,9 @@ std::vector<c10::IValue> RunNodes(WrappedRun& run, const std::vector<c10::IValue
   return out;
 }
 
+// Whether the autograd graph behind `edges` holds a Checkpoint node (below).
+bool ReachesCheckpoint(const torch::autograd::edge_list& edges);
+
 // torch.utils.checkpoint for one wrapped module. Its tensor arguments: the
 // tensors of the module's inputs, then every parameter (so that its node
 // exists when no input requires gradients; their gradients are accumulated
@@ -91,9 +104,16 @@ struct Checkpoint : public torch::autograd::Function<Checkpoint> {
       run.rng_state = run.generator.get_state();
     }
     std::vector<c10::IValue> out = RunNodes(run, run.in);
-    std::vector<at::Tensor> flat;
-    for (const c10::IValue& v : out) CollectTensors(v, &flat);
-    const std::vector<at::Tensor> none(flat.size());
+    std::vector<at::Tensor> all, flat;
+    for (const c10::IValue& v : out) CollectTensors(v, &all);
+    run.passthrough.clear();
+    run.passthrough_tensors.clear();
+    for (const at::Tensor& t : all) {
+      const bool is_static = t.defined() && run.static_tensors->count(t.unsafeGetTensorImpl()) != 0;
+      run.passthrough.push_back(is_static);
+      (is_static ? run.passthrough_tensors : flat).push_back(t);
+    }
+    const std::vector<at::Tensor> none(all.size());
     size_t next = 0;
     run.out_structure.clear();
     for (const c10::IValue& v : out) run.out_structure.push_back(Rebuild(v, none, &next));
@@ -132,7 +152,14 @@ struct Checkpoint : public torch::autograd::Function<Checkpoint> {
     in.clear();
     run.rng_state = at::Tensor();
     std::vector<at::Tensor> outputs;
-    for (const c10::IValue& v : out) CollectTensors(v, &outputs);
+    {
+      // The function's outputs: the recomputed tensors less the static ones.
+      std::vector<at::Tensor> all;
+      for (const c10::IValue& v : out) CollectTensors(v, &all);
+      for (size_t k = 0; k < all.size(); ++k) {
+        if (k >= run.passthrough.size() || !run.passthrough[k]) outputs.push_back(std::move(all[k]));
+      }
+    }
     out.clear();
     std::vector<at::Tensor> roots, root_grads;
     for (size_t k = 0; k < outputs.size() && k < grad_outputs.size(); ++k) {
@@ -157,6 +184,16 @@ struct Checkpoint : public torch::autograd::Function<Checkpoint> {
     torch::autograd::edge_list edges;
     for (const at::Tensor& root : roots) edges.push_back(torch::autograd::impl::gradient_edge(root));
     roots.clear();
+    // The recomputed graph starts from detached inputs, parameters and
+    // static tensors: it never reaches a wrapped module's node. If it did,
+    // the engine would re-enter a node whose mutex is held (this one's, or
+    // an outer one's) and block for ever: fail instead (the profile falls
+    // back to the ops' forward times and says so).
+    if (ReachesCheckpoint(edges)) {
+      throw Error(ExitCode::kInternal,
+                  "the recomputation of a wrapped module (nodes " + std::to_string(run.begin) + ".." +
+                      std::to_string(run.end) + ") reaches a wrapped module's autograd node: it would block");
+    }
     if (!edges.empty()) {
       torch::autograd::Engine::get_default_engine().execute(edges, root_grads, /*keep_graph=*/false,
                                                              /*create_graph=*/false, /*accumulate_grad=*/true);
@@ -179,6 +216,24 @@ struct Checkpoint : public torch::autograd::Function<Checkpoint> {
   }
 };
 
+bool ReachesCheckpoint(const torch::autograd::edge_list& edges) {
+  std::vector<torch::autograd::Node*> todo;
+  std::unordered_set<torch::autograd::Node*> seen;
+  for (const auto& edge : edges) {
+    if (edge.function) todo.push_back(edge.function.get());
+  }
+  while (!todo.empty()) {
+    torch::autograd::Node* node = todo.back();
+    todo.pop_back();
+    if (!seen.insert(node).second) continue;
+    if (dynamic_cast<torch::autograd::CppNode<Checkpoint>*>(node) != nullptr) return true;
+    for (const auto& edge : node->next_edges()) {
+      if (edge.function) todo.push_back(edge.function.get());
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 Measure ScheduleRunner::RunModules(const std::vector<at::Tensor>& inputs,
@@ -190,6 +245,8 @@ Measure ScheduleRunner::RunModules(const std::vector<at::Tensor>& inputs,
   std::unordered_map<size_t, std::pair<size_t, size_t>> starts;
   for (const auto& range : wrapped) starts[staged_.begin(range.first)] = range;
   std::vector<std::unique_ptr<WrappedRun>> runs;  // alive until the step's backward is over
+  std::unordered_set<const c10::TensorImpl*> static_tensors;
+  if (!wrapped.empty()) program.StaticTensors(&static_tensors);
   Environment env;
   program.BindInputs(env, inputs);
   for (size_t n = 0; n < program.nodes().size();) {
@@ -239,9 +296,17 @@ Measure ScheduleRunner::RunModules(const std::vector<at::Tensor>& inputs,
     run->param_count = params_.size();
     // The forward runs without autograd inside the function; its outputs
     // come back as the function's (its node their grad_fn).
-    std::vector<at::Tensor> flat = Checkpoint::apply(at::TensorList(tensors), reinterpret_cast<int64_t>(run.get()));
+    run->static_tensors = &static_tensors;
+    std::vector<at::Tensor> results = Checkpoint::apply(at::TensorList(tensors), reinterpret_cast<int64_t>(run.get()));
     tensors.clear();
-    // The output values: the function's tensors in the forward's lists and tuples.
+    // The output values: the function's tensors and the static ones, in the
+    // forward's lists and tuples.
+    std::vector<at::Tensor> flat;
+    for (size_t k = 0, m = 0, p = 0; k < run->passthrough.size(); ++k) {
+      flat.push_back(run->passthrough[k] ? run->passthrough_tensors[p++] : results[m++]);
+    }
+    results.clear();
+    run->passthrough_tensors.clear();
     size_t next = 0;
     for (size_t k = 0; k < run->out_values.size(); ++k) {
       env[run->out_values[k]] = Rebuild(run->out_structure[k], flat, &next);

@@ -194,6 +194,92 @@ void RecordCostArguments(const ProgramNode& node, const Environment& env, OpReco
   }
 }
 
+// The tensor a chain of prim::GetAttr from the module (the graph's first
+// input) reads, with the chain's names ("wte", "weight"); undefined if none.
+at::Tensor AttributeTensor(torch::jit::Module& module, const torch::jit::Value* value,
+                           std::vector<std::string>* names) {
+  while (value->node()->kind() == c10::prim::GetAttr) {
+    names->insert(names->begin(), value->node()->s(c10::attr::name));
+    value = value->node()->input(0);
+  }
+  if (value->node()->kind() != c10::prim::Param || value->offset() != 0) return {};
+  c10::IValue current = module._ivalue();
+  for (const std::string& name : *names) {
+    if (!current.isObject() || !current.toObjectRef().type()->hasAttribute(name)) return {};
+    current = current.toObjectRef().getAttr(name);
+  }
+  return current.isTensor() ? current.toTensor() : at::Tensor();
+}
+
+// The embeddings (module path, rows) whose indices model input `input` is,
+// itself or through ops that keep its values (views, reshapes, copies).
+std::vector<std::pair<std::string, int64_t>> EmbeddingsIndexedBy(GraphProgram& program, size_t input) {
+  static const std::set<std::string> kKeepValues = {
+      "aten::view",      "aten::reshape", "aten::_unsafe_view", "aten::flatten", "aten::contiguous", "aten::unsqueeze",
+      "aten::squeeze",   "aten::clone",   "aten::detach",       "aten::alias",   "aten::to",         "aten::permute",
+      "aten::transpose", "aten::t",       "aten::expand",       "aten::slice",   "aten::select"};
+  std::unordered_map<const torch::jit::Node*, std::string> module_paths;
+  for (const ProgramNode& node : program.nodes()) module_paths[node.node] = node.module_path;
+  std::vector<std::pair<std::string, int64_t>> found;
+  std::vector<const torch::jit::Value*> pending = {program.InputValue(input)};
+  std::set<const torch::jit::Value*> seen;
+  while (!pending.empty()) {
+    const torch::jit::Value* value = pending.back();
+    pending.pop_back();
+    if (!seen.insert(value).second) continue;
+    for (const torch::jit::Use& use : value->uses()) {
+      const std::string kind = use.user->kind().toQualString();
+      if (kind == "aten::embedding" && use.offset == 1) {
+        std::vector<std::string> names;
+        const at::Tensor weight = AttributeTensor(program.module(), use.user->input(0), &names);
+        if (!weight.defined() || weight.dim() != 2) continue;
+        // The module that ran it (a tied weight's first name may be another's).
+        std::string path = module_paths[use.user];
+        for (size_t k = 0; path.empty() && k + 1 < names.size(); ++k) path += (k ? "." : "") + names[k];
+        found.push_back({path, weight.size(0)});
+      } else if (kKeepValues.count(kind) && use.offset == 0) {
+        for (const torch::jit::Value* out : use.user->outputs()) pending.push_back(out);
+      }
+    }
+  }
+  return found;
+}
+
+// Integer inputs given no range: one that indexes embeddings is drawn from
+// 0 to the smallest vocabulary (ids as a tokenizer makes them; 0..2 would
+// use two rows), any other from the default 0..2; each choice said in one
+// line. The range is written into the spec's text too: the profile keeps
+// it, and `ckplan run` makes its inputs from it.
+std::vector<InputSpec> ChooseIntegerRanges(GraphProgram& program, std::vector<InputSpec> specs,
+                                           std::vector<std::string>* warnings) {
+  for (size_t i = 0; i < specs.size() && i < program.num_inputs(); ++i) {
+    InputSpec& spec = specs[i];
+    if (!IsIntegerDtype(spec.dtype) || spec.dtype == "bool" || spec.has_range) continue;
+    const std::string given = "--input " + spec.text + " (input " + std::to_string(i + 1) + ")";
+    const std::string choose = " (choose others with --input " + spec.text + ":LO..HI)";
+    // Embeddings take int64 or int32 indices.
+    const auto embeddings = spec.dtype == "int64" || spec.dtype == "int32"
+                                ? EmbeddingsIndexedBy(program, i)
+                                : std::vector<std::pair<std::string, int64_t>>{};
+    if (embeddings.empty()) {
+      warnings->push_back(given + ": integers drawn from 0..2, zeros and ones" + choose);
+      continue;
+    }
+    auto smallest = embeddings.front();
+    for (const auto& e : embeddings) {
+      if (e.second < smallest.second) smallest = e;
+    }
+    const std::string range = "0.." + std::to_string(smallest.second);
+    warnings->push_back(given + " indexes the embedding '" + smallest.first + "': ids drawn from its vocabulary, " +
+                        range + choose);
+    spec.has_range = true;
+    spec.lo = 0;
+    spec.hi = static_cast<double>(smallest.second);
+    spec.text += ":" + range;
+  }
+  return specs;
+}
+
 // Everything one measured step records about the graph and its memory.
 struct StepRecord {
   std::vector<TensorRecord> tensors;
@@ -240,8 +326,8 @@ class Profiler {
                      std::to_string(options_.inputs.size()) + " --input");
     }
     if (program.num_ops() == 0) throw BadInput(path + ": the forward graph has no tensor ops");
-    std::vector<at::Tensor> inputs =
-        meta ? MakeMetaInputs(options_.inputs, dtype) : MakeInputs(options_.inputs, options_.seed);
+    const std::vector<InputSpec> specs = ChooseIntegerRanges(program, options_.inputs, warnings_);
+    std::vector<at::Tensor> inputs = meta ? MakeMetaInputs(specs, dtype) : MakeInputs(specs, options_.seed);
     if (!meta) CastInputs(&inputs, dtype);
     if (device_.cuda()) {
       for (at::Tensor& t : inputs) t = t.to(device_.device);
@@ -295,8 +381,12 @@ class Profiler {
 
     Profile profile;
     nlohmann::json input_specs = nlohmann::json::array();
-    for (const InputSpec& spec : options_.inputs) input_specs.push_back(InputSpecToJson(spec));
+    for (const InputSpec& spec : specs) input_specs.push_back(InputSpecToJson(spec));
     profile.model = {{"path", path}, {"sha256", sha256}, {"inputs", input_specs}, {"training", module.is_training()}};
+    // Which loss the profile back-propagated: the model's own, or the
+    // sum over its outputs (as `ckplan run`'s --loss does).
+    profile.model["loss"] = program.returns_loss() ? "model" : "outputs";
+    if (!program.output_choice().empty()) profile.model["output_choice"] = program.output_choice();
     profile.environment = {{"libtorch", LibTorchVersion()}, {"threads", options_.threads}, {"device", device_.name},
                            {"reps", options_.reps}, {"seed", options_.seed},
                            {"timer", device_.cuda() ? timer_line_ : meta ? "none: meta tensors do no work" : "thread CPU time (CLOCK_THREAD_CPUTIME_ID)"},
@@ -381,7 +471,12 @@ class Profiler {
     if (!trainable) {
       throw BadInput(options_.model_path + ": the model has no parameters that require gradients: nothing to train");
     }
-    if (!module.is_training()) {
+    if (!module.is_training() && IsExportArchive(options_.model_path)) {
+      warnings_->push_back(options_.model_path +
+                           ": the program was exported in eval mode (dropout and batch norm run as in inference); "
+                           "training uses train mode: export it with ckplan_torch.export(model, inputs, path), or "
+                           "call model.train() before torch.export.export");
+    } else if (!module.is_training()) {
       warnings_->push_back(options_.model_path +
                            ": the model was saved in eval mode; training uses train mode (dropout, batch norm "
                            "statistics): call model.train() before torch.jit.trace and save it again");

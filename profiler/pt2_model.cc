@@ -325,7 +325,42 @@ class Pt2Reader {
     }
     auto fn = cu_->create_function(c10::QualifiedName(*type->name(), "forward"), graph);
     type->addMethod(fn);
+    // Eval mode when every op that depends on the mode ran as in eval. Ops
+    // of both kinds are training with parts kept in eval on purpose (a frozen
+    // batch norm); a program with none runs alike in either mode.
+    if (eval_mode_ops_ > 0 && train_mode_ops_ == 0) root_.train(false);
     return root_;
+  }
+
+  // torch.export records no training flag: a program's mode shows in the ops
+  // that depend on it, in their `train`/`training` argument (dropout, rrelu,
+  // batch norm with running statistics: without them it uses the batch's
+  // in either mode) or in batch norm's eval-only and train-only forms.
+  void NoteMode(const std::string& qualified, const std::unordered_map<std::string, const json*>& given) {
+    if (qualified == "aten::_native_batch_norm_legit_no_training" || qualified == "aten::_batch_norm_no_update") {
+      ++eval_mode_ops_;
+      return;
+    }
+    if (qualified == "aten::_batch_norm_with_update") {
+      ++train_mode_ops_;
+      return;
+    }
+    if (qualified.find("batch_norm") != std::string::npos) {
+      auto stats = given.find("running_mean");
+      const bool has_stats = stats != given.end() && (stats->second->contains("as_tensor") ||
+                                                      (stats->second->contains("as_optional_tensor") &&
+                                                       stats->second->at("as_optional_tensor").contains("as_tensor")));
+      if (!has_stats) return;
+    }
+    for (const char* name : {"train", "training"}) {
+      auto flag = given.find(name);
+      if (flag == given.end() || !flag->second->contains("as_bool")) continue;
+      if (flag->second->at("as_bool").get<bool>()) {
+        ++train_mode_ops_;
+      } else {
+        ++eval_mode_ops_;
+      }
+    }
   }
 
   Value* Lookup(const std::string& name, const std::string& where) {
@@ -457,6 +492,26 @@ class Pt2Reader {
     } else {
       throw BadInput(path_ + ": " + where + ": unsupported node target");
     }
+    // Custom ops of Python libraries, which LibTorch does not load, each run
+    // as the ATen op it computes (its arguments: ATen's name -> the custom
+    // op's). transformers' grouped_mm_fallback (transformers/integrations/
+    // moe.py: a torch.mm per expert over its rows, registered for
+    // torch.compile; torch.export records it for experts whose weights are
+    // not bfloat16) is aten::_grouped_mm, which a trace of the same model
+    // records: the same products, the same tensors saved for backward.
+    struct Decomposed {
+      std::string op;
+      std::map<std::string, std::string> arguments;
+    };
+    static const std::map<std::string, Decomposed> kDecomposed = {
+        {"transformers::grouped_mm_fallback",
+         {"aten::_grouped_mm", {{"self", "input"}, {"mat2", "weight"}, {"offs", "offs"}}}}};
+    const std::map<std::string, std::string>* renamed = nullptr;
+    auto decomposed = kDecomposed.find(qualified);
+    if (decomposed != kDecomposed.end() && overload.empty()) {
+      qualified = decomposed->second.op;
+      renamed = &decomposed->second.arguments;
+    }
     const c10::Symbol symbol = c10::Symbol::fromQualString(qualified);
     std::shared_ptr<torch::jit::Operator> op;
     for (const auto& candidate : torch::jit::getAllOperatorsFor(symbol)) {
@@ -475,9 +530,12 @@ class Pt2Reader {
       given[input["name"].get<std::string>()] = &input["arg"];
       by_position.push_back(&input["arg"]);
     }
+    NoteMode(qualified, given);
     std::vector<Value*> inputs;
     for (const c10::Argument& argument : schema.arguments()) {
-      auto it = given.find(argument.name());
+      std::string name = argument.name();
+      if (renamed) name = renamed->count(name) ? renamed->at(name) : std::string();
+      auto it = given.find(name);
       const json* arg = it != given.end() ? it->second : nullptr;
       if (!arg && int_op != kIntOps.end() && positional < by_position.size()) arg = by_position[positional];
       ++positional;
@@ -531,6 +589,7 @@ class Pt2Reader {
 
   std::string path_;
   bool shapes_only_ = false;
+  int train_mode_ops_ = 0, eval_mode_ops_ = 0;  // ops that ran as in training, as in eval (NoteMode)
   std::map<std::string, std::string> aliases_;
   caffe2::serialize::PyTorchStreamReader reader_;
   std::string name_;

@@ -81,7 +81,9 @@ at::Tensor ScheduleRunner::Loss(const std::vector<at::Tensor>& outputs) {
   for (const at::Tensor& t : outputs) {
     if (!t.defined() || !t.is_floating_point() || !t.requires_grad()) continue;
     at::Tensor term;
-    if (options_.loss == "sum") {
+    if (staged_.program().returns_loss()) {
+      term = t;  // the model's own loss (its only output), as the user's training step back-propagates it
+    } else if (options_.loss == "sum") {
       term = t.sum();
     } else if (options_.loss == "mean") {
       term = t.mean();

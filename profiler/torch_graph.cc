@@ -1,6 +1,7 @@
 #include "torch_graph.h"
 
 #include <torch/csrc/jit/ir/constants.h>
+#include <torch/csrc/jit/passes/dead_code_elimination.h>
 #include <torch/csrc/jit/passes/inliner.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/version.h>
@@ -90,6 +91,7 @@ GraphProgram::GraphProgram(torch::jit::Module module) : module_(std::move(module
   torch::jit::setGraphExecutorOptimize(true);
   torch::jit::Inline(*graph_);
   torch::jit::setGraphExecutorOptimize(optimize);
+  SelectTrainingOutputs();
   // Each --input is one tensor: a forward taking a list, a dict or a number
   // would fail inside LibTorch with an internal assertion.
   for (size_t i = 1; i < graph_->inputs().size(); ++i) {
@@ -139,6 +141,90 @@ GraphProgram::GraphProgram(torch::jit::Module module) : module_(std::move(module
   }
 }
 
+namespace {
+
+// Whether `value` is a loss: made by a loss op (aten::cross_entropy_loss,
+// nll_loss, mse_loss, ...), or by a few scalar steps after one (a Hugging
+// Face loss divides the summed cross entropy by the number of items).
+bool IsLossValue(const Value* value) {
+  for (int step = 0; step < 4 && value != nullptr; ++step) {
+    const Node* node = value->node();
+    const std::string kind = node->kind().toQualString();
+    if (kind.rfind("aten::", 0) == 0 && kind.size() > 10 && kind.compare(kind.size() - 4, 4, "loss") == 0) return true;
+    // Follow the first tensor input of a scalar step (div, mul, add, to, mean).
+    const Value* next = nullptr;
+    for (const Value* in : node->inputs()) {
+      if (in->type()->kind() == c10::TypeKind::TensorType) {
+        next = in;
+        break;
+      }
+    }
+    value = next;
+  }
+  return false;
+}
+
+}  // namespace
+
+void GraphProgram::SelectTrainingOutputs() {
+  if (graph_->outputs().size() != 1) return;
+  Node* made = graph_->outputs()[0]->node();
+  std::vector<Value*> chosen;
+  if (made->kind() == c10::prim::DictConstruct) {
+    std::vector<std::pair<std::string, Value*>> entries;
+    std::string keys;
+    for (size_t k = 0; k + 1 < made->inputs().size(); k += 2) {
+      std::optional<c10::IValue> key = torch::jit::toIValue(made->inputs()[k]);
+      if (!key || !key->isString()) {
+        throw BadInput("the model's forward returns a dict whose keys are not constant strings: return a tensor, a "
+                       "tuple of tensors, or a dict with string keys (a Hugging Face ModelOutput)");
+      }
+      entries.push_back({key->toStringRef(), made->inputs()[k + 1]});
+      keys += (keys.empty() ? "" : ", ") + key->toStringRef();
+    }
+    auto find = [&](const std::string& name) -> Value* {
+      for (const auto& [key, value] : entries) {
+        if (key == name && IsTensorType(value->type())) return value;
+      }
+      return nullptr;
+    };
+    if (Value* loss = find("loss")) {
+      chosen = {loss};
+      returns_loss_ = true;
+      output_choice_ = "the model returns a dict (" + keys +
+                       "): its 'loss' is the training loss, back-propagated as it is (--loss does not apply)";
+    }
+    for (const char* name : {"logits", "last_hidden_state", "prediction_logits", "start_logits"}) {
+      Value* v = chosen.empty() ? find(name) : nullptr;
+      if (v == nullptr) continue;
+      chosen = {v};
+      output_choice_ = "the model returns a dict (" + keys + ") without a loss: the loss (--loss) is taken over its '" +
+                       name + "'; trace it with its labels for the model's own loss";
+    }
+    if (chosen.empty()) {
+      for (const auto& [key, value] : entries) {
+        if (IsTensorType(value->type())) chosen.push_back(value);
+      }
+      output_choice_ = "the model returns a dict (" + keys + "): the loss (--loss) is taken over its tensors";
+    }
+    if (chosen.empty()) {
+      throw BadInput("the model's forward returns a dict (" + keys + ") with no tensor in it: nothing to train");
+    }
+  } else if (made->kind() == c10::prim::TupleConstruct && !made->inputs().empty() &&
+             made->inputs()[0]->type()->kind() == c10::TypeKind::TensorType && IsLossValue(made->inputs()[0])) {
+    // A Hugging Face model traced with return_dict=False and its labels: (loss, logits, ...).
+    chosen = {made->inputs()[0]};
+    returns_loss_ = true;
+    output_choice_ = "the model returns a tuple led by its loss (" + std::string(made->inputs()[0]->node()->kind()
+                     .toQualString()) + "): that is the training loss, back-propagated as it is (--loss does not apply)";
+  } else {
+    return;
+  }
+  graph_->eraseOutput(0);
+  for (Value* v : chosen) graph_->registerOutput(v);
+  torch::jit::EliminateDeadCode(graph_);
+}
+
 size_t GraphProgram::LastUse(const Value* value) const {
   auto it = last_use_.find(value);
   return it == last_use_.end() ? 0 : it->second;
@@ -154,6 +240,28 @@ void GraphProgram::BindInputs(Environment& env, const std::vector<at::Tensor>& i
     env[graph_->inputs()[i + 1]] = inputs[i];
   }
 }
+
+namespace {
+
+// A prim::ListUnpack given a list of another length than its outputs: the
+// op that made the list and its module named.
+Error UnpackMismatch(const std::vector<ProgramNode>& nodes, size_t index, size_t length) {
+  const Node* node = nodes[index].node;
+  const Node* producer = node->inputs()[0]->node();
+  std::string where;
+  for (const ProgramNode& p : nodes) {
+    if (p.node == producer && !p.module_path.empty()) where = " in module '" + p.module_path + "'";
+  }
+  return BadInput("the model's graph unpacks the list made by " + std::string(producer->kind().toQualString()) + where +
+                  " into " + std::to_string(node->outputs().size()) + " values, but this run's list has " +
+                  std::to_string(length) +
+                  ": its trace fixed a length that depends on the data (a loop over torch.nonzero or torch.where "
+                  "results, as a mixture of experts' eager routing does: which experts get tokens changes as the "
+                  "model trains); save the model in a form without such a loop (Hugging Face MoE models: "
+                  "experts_implementation=\"grouped_mm\", their default)");
+}
+
+}  // namespace
 
 void GraphProgram::RunNode(size_t index, Environment& env) const {
   const ProgramNode& p = nodes_[index];
@@ -190,6 +298,11 @@ void GraphProgram::RunNode(size_t index, Environment& env) const {
     }
     case NodeKind::kListUnpack: {
       auto list = input(0).toListRef();
+      // A trace fixes how many values a list unpacks into, also where the
+      // list's length depends on the data (a loop over torch.nonzero rows:
+      // a mixture of experts' eager routing, which training changes). Read
+      // past its end, the list gives whatever the heap holds there.
+      if (list.size() != node->outputs().size()) throw UnpackMismatch(nodes_, index, list.size());
       for (size_t k = 0; k < node->outputs().size(); ++k) env[node->outputs()[k]] = list[k];
       return;
     }
@@ -219,6 +332,22 @@ void GraphProgram::RunNode(size_t index, Environment& env) const {
       for (size_t k = 0; k < node->outputs().size(); ++k) env[node->outputs()[k]] = std::move(stack[k]);
       return;
     }
+  }
+}
+
+void GraphProgram::StaticTensors(std::unordered_set<const c10::TensorImpl*>* out) const {
+  for (const auto& attribute : module_.named_attributes(/*recurse=*/true)) {
+    std::vector<at::Tensor> tensors;
+    CollectTensors(attribute.value, &tensors);
+    for (const at::Tensor& t : tensors) {
+      if (t.defined()) out->insert(t.unsafeGetTensorImpl());
+    }
+  }
+  for (size_t index = 0; index < nodes_.size(); ++index) {
+    if (nodes_[index].kind != NodeKind::kConstant) continue;
+    std::optional<c10::IValue>& value = constant_value_[index];
+    if (!value) value = *torch::jit::toIValue(nodes_[index].node->output());
+    if (value->isTensor() && value->toTensor().defined()) out->insert(value->toTensor().unsafeGetTensorImpl());
   }
 }
 

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "ckplan/planner/input_spec.h"
@@ -60,8 +61,25 @@ class GraphProgram {
   /// The graph's output values and their IValues.
   std::vector<const torch::jit::Value*> OutputValues() const;
   std::vector<c10::IValue> Outputs(const Environment& env) const;
+  /// The tensors that outlive every step: the module's attributes
+  /// (parameters, buffers, tensors the tracer kept) and the graph's tensor
+  /// constants. A node that returns one as it is (a GetAttr, a constant,
+  /// `aten::to` of one) makes no new tensor.
+  void StaticTensors(std::unordered_set<const c10::TensorImpl*>* out) const;
+  /// Whether the graph's one output is the model's own training loss (a
+  /// Hugging Face model's `loss`, given its labels): back-propagated as it is,
+  /// not through --loss.
+  bool returns_loss() const { return returns_loss_; }
+  /// What was chosen from a dict or loss output, in one sentence ("" when
+  /// the outputs are taken as the model returns them).
+  const std::string& output_choice() const { return output_choice_; }
 
  private:
+  // A forward returning a dict (a Hugging Face ModelOutput traced with
+  // strict=False) or a tuple led by a loss: the graph's outputs rewritten to
+  // the model's loss when it returns one, else to the tensors a loss reads.
+  void SelectTrainingOutputs();
+
   torch::jit::Module module_;
   std::shared_ptr<torch::jit::Graph> graph_;
   std::vector<ProgramNode> nodes_;
@@ -75,6 +93,8 @@ class GraphProgram {
   // per node that no op's time shows.
   mutable std::vector<std::optional<c10::IValue>> constant_value_;
   mutable std::vector<int64_t> attribute_slot_;
+  bool returns_loss_ = false;
+  std::string output_choice_;
 };
 
 /// Tensors inside an IValue (a tensor, list, tuple), in order.

@@ -25,6 +25,8 @@ beyond torch.
 import functools
 import inspect
 import json
+import os
+import warnings
 
 import torch
 import torch.utils.checkpoint
@@ -198,7 +200,88 @@ def _aliases(model):
 
 
 class ExportError(RuntimeError):
-    """torch.export could not export the model: PyTorch's reason is in the message."""
+    """torch.export could not export, save or load back the model: PyTorch's reason and the fix are in the message."""
+
+
+def _first_line(error):
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0]}" if text else type(error).__name__
+
+
+def _namedtuple_in(spec):
+    """The first namedtuple class in a pytree spec (the program's outputs), or None."""
+    if spec is None:
+        return None
+    # The class is the spec's type in older torch, its context in newer.
+    for kind in (getattr(spec, "type", None), getattr(spec, "context", None)):
+        if isinstance(kind, type) and issubclass(kind, tuple) and hasattr(kind, "_fields"):
+            return kind
+    children = spec.children() if callable(getattr(spec, "children", None)) else getattr(spec, "children_specs", [])
+    for child in children:
+        found = _namedtuple_in(child)
+        if found is not None:
+            return found
+    return None
+
+
+def _plain(value):
+    """The value with each namedtuple in it (in tuples, lists, dicts) a plain tuple of its fields."""
+    if isinstance(value, tuple):
+        return tuple(_plain(v) for v in value)
+    if type(value) is list:
+        return [_plain(v) for v in value]
+    if type(value) is dict:
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def _export_program(model, example_inputs, dynamic_batch):
+    dynamic_shapes = None
+    if dynamic_batch:
+        batch = torch.export.Dim("batch", min=1, max=1 << 20)
+        dynamic_shapes = tuple({0: batch} if x.dim() > 0 else None for x in example_inputs)
+    try:
+        try:
+            return torch.export.export(model, example_inputs, dynamic_shapes=dynamic_shapes, strict=False)
+        except Exception as error:  # noqa: BLE001 - PyTorch raises many kinds
+            if dynamic_shapes is None:
+                raise
+            # A model whose code fixes the batch size (a reshape to a
+            # constant): export it with static shapes, and say so.
+            warnings.warn(f"ckplan_torch.export: the batch dimension cannot be dynamic "
+                          f"({str(error).splitlines()[0][:200]}); exported with the example's batch size")
+            return torch.export.export(model, example_inputs, strict=False)
+    except Exception as error:  # noqa: BLE001
+        reason = _first_line(error)
+        if "cache_utils" in reason:  # transformers' key-value cache as an output
+            fix = "export it without the cache: model.config.use_cache = False"
+        else:
+            fix = ("make forward traceable by torch.export (no Python branches on tensor values, tensors in and out), "
+                   "or save a trace (torch.jit.trace(model.train(), inputs).save(\"model.pt\")) and profile that")
+        raise ExportError(f"torch.export could not export {type(model).__name__}: {reason}; {fix}") from error
+
+
+def _export_plain_outputs(model, example_inputs, dynamic_batch):
+    """The model exported with its forward returning plain tuples where it
+    returns namedtuples (torch.export.save cannot save a namedtuple output
+    spec), through an instance attribute `forward` that is removed after:
+    the module paths and parameter names stay the model's own."""
+    had_forward = "forward" in model.__dict__
+    previous = model.__dict__.get("forward")
+    original = model.forward
+
+    @functools.wraps(original)
+    def forward(*args, **kwargs):
+        return _plain(original(*args, **kwargs))
+
+    model.forward = forward
+    try:
+        return _export_program(model, example_inputs, dynamic_batch)
+    finally:
+        if had_forward:
+            model.forward = previous
+        else:
+            del model.forward
 
 
 def export(model, example_inputs, path, dynamic_batch=True):
@@ -206,8 +289,12 @@ def export(model, example_inputs, path, dynamic_batch=True):
     (non-strict, the training IR: ATen ops with autograd, dropout and batch
     norm as in training), the first dimension of every input marked dynamic
     when ``dynamic_batch`` (one file profiles at any batch size), saved with
-    ``torch.export.save`` and loaded back to check the round trip. Returns
-    the ExportedProgram. Raises ExportError with PyTorch's reason.
+    ``torch.export.save`` and loaded back to check the round trip, then
+    renamed to ``path`` (a failure leaves no file). Returns the
+    ExportedProgram. A forward returning a namedtuple (torchvision's
+    GoogLeNet in train mode with aux_logits) is exported returning a plain
+    tuple of its fields, in order, with a warning: torch.export.save cannot
+    save a namedtuple. Raises ExportError with PyTorch's reason and the fix.
     """
     if not isinstance(example_inputs, tuple):
         example_inputs = (example_inputs,)
@@ -216,32 +303,47 @@ def export(model, example_inputs, path, dynamic_batch=True):
                           + ", ".join(type(x).__name__ for x in example_inputs))
     was_training = model.training
     model.train()
-    dynamic_shapes = None
-    if dynamic_batch:
-        batch = torch.export.Dim("batch", min=1, max=1 << 20)
-        dynamic_shapes = tuple({0: batch} if x.dim() > 0 else None for x in example_inputs)
     try:
-        try:
-            program = torch.export.export(model, example_inputs, dynamic_shapes=dynamic_shapes, strict=False)
-        except Exception as error:  # noqa: BLE001 - PyTorch raises many kinds
-            if dynamic_shapes is None:
-                raise
-            # A model whose code fixes the batch size (a reshape to a
-            # constant): export it with static shapes, and say so.
-            import warnings
-            warnings.warn(f"ckplan_torch.export: the batch dimension cannot be dynamic "
-                          f"({str(error).splitlines()[0][:200]}); exported with the example's batch size")
-            program = torch.export.export(model, example_inputs, strict=False)
-    except Exception as error:  # noqa: BLE001
-        raise ExportError(f"torch.export could not export {type(model).__name__}: "
-                          f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}"
-                          ) from error
+        program = _export_program(model, example_inputs, dynamic_batch)
+        named = _namedtuple_in(program.call_spec.out_spec)
+        if named is not None:
+            warnings.warn(f"ckplan_torch.export: {type(model).__name__} returns a namedtuple ({named.__name__}), "
+                          f"which torch.export.save cannot save; exported returning a plain tuple of its fields "
+                          f"({', '.join(named._fields)})")
+            program = _export_plain_outputs(model, example_inputs, dynamic_batch)
     finally:
         model.train(was_training)
     shapes_only = is_meta_model(model, example_inputs)
-    torch.export.save(program, path, extra_files={CKPLAN_EXTRA_FILE: json.dumps(
-        {"schema": "ckplan.pt2-extra/1", "shapes_only": shapes_only, "aliases": _aliases(model)})})
-    loaded = torch.export.load(path)
-    if len(loaded.graph.nodes) != len(program.graph.nodes):
-        raise ExportError(f"{path}: the saved program does not load back as it was saved")
+    extra = json.dumps({"schema": "ckplan.pt2-extra/1", "shapes_only": shapes_only, "aliases": _aliases(model)})
+    # Written beside the target and renamed once it loads back.
+    directory, name = os.path.split(os.path.abspath(os.fspath(path)))
+    partial = os.path.join(directory, f".{name}.{os.getpid()}.partial")
+    try:
+        f = open(partial, "wb")
+    except OSError as error:
+        raise ExportError(f"{path}: cannot write: {error.strerror}; give a path in a folder that exists and "
+                          f"you may write to") from error
+    try:
+        try:
+            with f:
+                torch.export.save(program, f, extra_files={CKPLAN_EXTRA_FILE: extra})
+        except Exception as error:  # noqa: BLE001
+            raise ExportError(f"torch.export.save could not save the program of {type(model).__name__}: "
+                              f"{_first_line(error)}; make forward return tensors (or tuples, lists or dicts "
+                              f"of tensors), e.g. with a wrapper module") from error
+        try:
+            with open(partial, "rb") as f:
+                loaded = torch.export.load(f)
+        except Exception as error:  # noqa: BLE001
+            raise ExportError(f"{path}: the saved program of {type(model).__name__} does not load back with "
+                              f"torch.export.load: {_first_line(error)}; make forward return tensors (or tuples, "
+                              f"lists or dicts of tensors) and take tensors only") from error
+        if len(loaded.graph.nodes) != len(program.graph.nodes):
+            raise ExportError(f"{path}: the saved program does not load back as it was saved "
+                              f"({len(loaded.graph.nodes)} nodes, {len(program.graph.nodes)} exported); "
+                              f"report it with the torch version ({torch.__version__})")
+        os.replace(partial, path)
+    finally:
+        if os.path.exists(partial):
+            os.remove(partial)
     return program

@@ -129,6 +129,9 @@ int RunProfile(const ProfileCommandOptions& o) {
     profile.environment["time_model"]["calibration_cpu_s"] = calibration_cpu_s;
   }
   for (const std::string& w : warnings) std::fprintf(stderr, "ckplan: warning: %s\n", w.c_str());
+  if (profile.model.contains("output_choice") && profile.model["output_choice"].is_string()) {
+    std::fprintf(stderr, "ckplan: %s\n", profile.model["output_choice"].get<std::string>().c_str());
+  }
   PrintProfileSummary(profile, human, o.top);
   EmitOutput(o.output, ProfileToJson(profile).dump(1) + "\n", human);
   return 0;
@@ -148,7 +151,8 @@ void AddProfileCommand(CLI::App& app, Action* action) {
   cmd->add_option("model", o->model, "model file: .pt2 (torch.export) or TorchScript")->required();
   cmd->add_option("-i,--input", o->inputs,
                   "one per model input, in order: SHAPE[:DTYPE[:LO..HI]], e.g. 8x3x224x224 or 4x1024:int64:0..50257\n"
-                  "(float inputs ~ normal(0,1); integers uniform in [LO, HI), default 0..2; fixed seed)")
+                  "(float inputs ~ normal(0,1); integers uniform in [LO, HI), default: an embedding's vocabulary\n"
+                  "for the ids it indexes, else 0..2; fixed seed)")
       ->required();
   cmd->add_option("-o,--output", o->output, "write the profile JSON here (ckplan.profile/1); - for stdout");
   cmd->add_option("--reps", o->reps, "measured repetitions after one warm-up; times are medians")->capture_default_str();
@@ -216,7 +220,13 @@ int RunRunCommand(const RunCommandOptions& o) {
   std::fprintf(out, "%s", FormatTable(rows, {false, true, true, true, true}).c_str());
   std::fprintf(out, "predicted peak %s against measured; gradients: max abs diff %.3g, max rel diff %.3g\n",
                FormatPct(r.peak_error_pct).c_str(), r.max_abs_grad_diff, r.max_rel_grad_diff);
-  std::fprintf(out, "verdict: %s\n", r.verdict.c_str());
+  if (std::find(r.failed_checks.begin(), r.failed_checks.end(), "grads_differ") != r.failed_checks.end()) {
+    std::fprintf(out, "gradients differ most at %s: max abs diff %.3g, %.3g times its tolerance\n",
+                 r.worst_grad_parameter.c_str(), r.worst_grad_abs_diff, r.grad_tolerance_ratio);
+  }
+  std::string also;
+  for (size_t i = 1; i < r.failed_checks.size(); ++i) also += (i > 1 ? ", " : "") + r.failed_checks[i];
+  std::fprintf(out, "verdict: %s%s\n", r.verdict.c_str(), also.empty() ? "" : ("; also failed: " + also).c_str());
   if (document.target == "pytorch") {
     std::fprintf(out,
                  "run as PyTorch runs it: eager, its %zu wrapped modules recomputed as torch.utils.checkpoint does "

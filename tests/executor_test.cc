@@ -132,15 +132,19 @@ std::pair<int64_t, int64_t> EveryAndNonePeaks(const Prepared& p) {
 // The optimal plan at the budget halfway between the every baseline's peak
 // and no checkpointing: verdict ok, gradients equal to the plain step's
 // (to the bit, unless PyTorch's own kernels differ between a forward with
-// and without autograd: then within `max_rel_grad_diff`).
-void CheckOkBetweenEveryAndNone(const std::string& name, double max_rel_grad_diff = 0.0) {
+// and without autograd: then within `max_rel_grad_diff`). `from_smallest`:
+// halfway between the smallest budget and none's peak instead, for a model
+// whose every baseline keeps only what kernel workspaces leave (issue 25).
+void CheckOkBetweenEveryAndNone(const std::string& name, double max_rel_grad_diff = 0.0, bool from_smallest = false) {
   const Prepared& p = Prepare(name);
   const auto [every, none] = EveryAndNonePeaks(p);
+  const int64_t lower = from_smallest ? MinimumOptimalBudget(p.chain, p.fixed, 500) : every;
   CAPTURE(name);
   CAPTURE(every);
   CAPTURE(none);
-  REQUIRE(every < none);
-  const int64_t budget = every + (none - every) / 2;
+  CAPTURE(lower);
+  REQUIRE(lower < none);
+  const int64_t budget = lower + (none - lower) / 2;
   nlohmann::json plan = PlanFor(p, Algorithm::kOptimal, budget);
   RunReport r = Run(name, plan);
   CAPTURE(r.measured.peak_bytes);
@@ -169,11 +173,17 @@ TEST_CASE("run: seq-first nn.TransformerEncoder / Decoder and DenseNet, a stage 
   CheckOkBetweenEveryAndNone("densenet");
 }
 
-TEST_CASE("run: LSTM and GRU halfway between every and none, a model returning a tuple at the halfway budget: ok") {
+TEST_CASE("run: LSTM and GRU, and a model returning a tuple, halfway between the smallest budget and none: ok") {
   // PyTorch's CPU LSTM gives other last bits without autograd (a stage run
   // as a checkpoint) than with it: nn.LSTM(32, 32, num_layers=2) on an
   // 8x24x32 input differs by 4.5e-8 (GRU: 0). torch.utils.checkpoint does the same.
-  CheckOkBetweenEveryAndNone("recurrent", 1e-5);
+  // The step peaks in the LSTM's backward, where its own saved tensors and
+  // its oneDNN transients (207 KB on an AMD EPYC: scratchpad and reorders,
+  // sized by the kernels the processor gets) are live under any plan: every
+  // keeps 19 KB (1.3%) less than none there, and nothing less where those
+  // are 19 KB larger. The smallest budget stays below none's peak (1.5% to
+  // 10% below, the transients doubled to halved): the budget is halfway from it.
+  CheckOkBetweenEveryAndNone("recurrent", 1e-5, /*from_smallest=*/true);
   // Its stages are single Linear and GELU ops: every keeps as much as none.
   CheckOk("two_heads");
 }
@@ -181,6 +191,32 @@ TEST_CASE("run: LSTM and GRU halfway between every and none, a model returning a
 TEST_CASE("run: Hugging Face GPT-2 and Llama, halfway between every and none: ok") {
   CheckOkBetweenEveryAndNone("gpt2");
   CheckOkBetweenEveryAndNone("llama");
+}
+
+TEST_CASE("run: a Hugging Face mixture of experts (Mixtral, top-2 of 4 experts), traced and exported, halfway: runs") {
+  // Traced, its experts are aten::_grouped_mm; exported, transformers'
+  // custom grouped_mm_fallback, run as aten::_grouped_mm. Their routing
+  // (topk, sort, histc, index_put_) changes as the steps train the router.
+  // Its peak is predicted 5-6% high (the verdict: prediction_off), in the
+  // experts' backward: the gradients of their 3-d weights are counted from
+  // the experts module's last op on.
+  for (const char* name : {"mixtral", "mixtral.pt2"}) {
+    const Prepared& p = Prepare(name);
+    const auto [every, none] = EveryAndNonePeaks(p);
+    CAPTURE(name);
+    REQUIRE(every < none);
+    const int64_t budget = every + (none - every) / 2;
+    nlohmann::json plan = PlanFor(p, Algorithm::kOptimal, budget);
+    RunReport r = Run(name, plan);
+    CAPTURE(r.measured.peak_bytes);
+    CAPTURE(r.predicted_peak_bytes);
+    CAPTURE(r.verdict);
+    CHECK(!plan["checkpointed_stages"].empty());
+    CHECK(r.max_rel_grad_diff == 0.0);
+    CHECK(r.measured.peak_bytes <= budget);
+    CHECK(r.measured.peak_bytes < r.baseline.peak_bytes);
+    CHECK(std::fabs(r.peak_error_pct) <= 10.0);
+  }
 }
 
 TEST_CASE("run: GPT-2's tied weights (lm_head = wte) are one parameter: prediction within 5% under every and optimal") {
@@ -213,12 +249,19 @@ TEST_CASE("run: a head that writes in place into a view of a stage's input (drop
 }
 
 TEST_CASE("run: models exported with torch.export (.pt2), halfway between every and none: ok, gradients equal") {
-  for (const char* name : {"resnet18.pt2", "gpt2.pt2", "llama.pt2", "mobilenet_v3_small.pt2", "bf16_decoder.pt2"}) {
+  // Models whose activations dominate the step at their test inputs on any
+  // processor (the transformers' attention and MLP activations).
+  for (const char* name : {"gpt2.pt2", "llama.pt2", "mobilenet_v3_small.pt2", "bf16_decoder.pt2"}) {
     CheckOkBetweenEveryAndNone(name);
   }
   // The other test models (on some, every saves nothing over none): the
   // optimal plan at the budget halfway between the smallest and none's peak.
-  for (const char* name : {"mlp_chain.pt2", "mobilenet_v2.pt2", "gpt.pt2", "unet.pt2", "transformer_encoder.pt2",
+  // resnet18 at 2x3x64x64 is among them: its step peaks at the end (46 MB of
+  // parameters, their gradients and adam's state), where checkpointing cannot
+  // reach, and whether `every` lowers it at all depends on which convolution
+  // kernels (and workspaces) the processor's oneDNN picks: on an Intel Xeon
+  // every = none = 182,151,744 B.
+  for (const char* name : {"resnet18.pt2", "mlp_chain.pt2", "mobilenet_v2.pt2", "gpt.pt2", "unet.pt2", "transformer_encoder.pt2",
                            "sdpa_decoder.pt2", "bert.pt2", "vit.pt2", "inplace_head.pt2"}) {
     const std::string model = name;
     CAPTURE(model);
@@ -277,6 +320,28 @@ TEST_CASE("run: PyTorch-target plans at the halfway budget run as PyTorch runs t
   // mlp_chain: none worth wrapping, the budget its peak to the byte (the
   // step's end: every gradient made, adam's update running).
   for (const char* name : {"gpt", "two_heads", "resnet18", "mlp_chain"}) CheckPytorchTargetOk(name);
+}
+
+TEST_CASE("run: ConvNeXt (layer scales and constants fetched before the ops using them): no deadlock, verdict ok") {
+  // A wrap over its first ops once returned the tensors the tracer keeps
+  // (read after it) as its own outputs: autograd made the wrap's node their
+  // grad_fn, and the recomputation, reading them again, re-entered that
+  // node and blocked on its mutex, in the profile (Prepare) and in the run.
+  CheckPytorchTargetOk("convnext");
+  // The schedule target: every stage recomputed, and the optimal plan at the
+  // halfway budget. Its gradients are within assert_close's tolerance (the
+  // verdict), not equal to the bit: LayerNorm2d's permuted convolutions take
+  // other kernels without autograd (4e-10 of the largest gradient here).
+  const Prepared& p = Prepare("convnext");
+  for (Algorithm algorithm : {Algorithm::kEvery, Algorithm::kOptimal}) {
+    CAPTURE(AlgorithmName(algorithm));
+    const RunReport r = Run("convnext", PlanFor(p, algorithm, algorithm == Algorithm::kOptimal ? Halfway(p) : 1LL << 50));
+    CAPTURE(r.measured.peak_bytes);
+    CAPTURE(r.predicted_peak_bytes);
+    CAPTURE(r.max_rel_grad_diff);
+    CHECK(r.verdict == "ok");
+    CHECK(r.measured.peak_bytes <= r.budget_bytes);
+  }
 }
 
 TEST_CASE("run: each stage's backward replayed as the executor runs it: the schedule's peak predicted within 1%, never below") {

@@ -251,6 +251,14 @@ def hf_model(name):
     if name == "vit":  # the pooler's output is not used: leave it out, as the trace would
         return HfModel(T.ViTModel(T.ViTConfig(image_size=32, patch_size=8, hidden_size=64, **small),
                                   add_pooling_layer=False), False)
+    if name == "mixtral":  # a mixture of experts: 4 experts, top-2 routing (sort, histc, index_put_)
+        # grouped_mm experts: traced, aten::_grouped_mm; exported, transformers::grouped_mm_fallback (the
+        # .pt2 reader runs it as aten::_grouped_mm). The eager experts loop over the experts hit: a trace
+        # unrolls the loop for the routing it saw, which training changes (ckplan refuses it then).
+        return HfModel(T.MixtralForCausalLM(T.MixtralConfig(
+            vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2, max_position_embeddings=64,
+            bos_token_id=0, eos_token_id=0, experts_implementation="grouped_mm")), True)
     raise ValueError(name)
 
 
@@ -301,6 +309,12 @@ class SeqFirstDecoder(nn.Module):
 
     def forward(self, tgt, memory):
         return self.decoder(tgt, memory)
+
+
+def small_convnext():
+    """torchvision's ConvNeXt (LayerNorm2d, layer scale, stochastic depth), two stages of one block."""
+    from torchvision.models.convnext import CNBlockConfig, ConvNeXt
+    return ConvNeXt([CNBlockConfig(16, 32, 1), CNBlockConfig(32, None, 1)], stochastic_depth_prob=0.1)
 
 
 def small_densenet():
@@ -354,6 +368,7 @@ MODELS = {
     "llama": (lambda: hf_model("llama"), ["2x64:int64:0..512"]),
     "bert": (lambda: hf_model("bert"), ["2x64:int64:0..512"]),
     "vit": (lambda: hf_model("vit"), ["2x3x32x32"]),
+    "mixtral": (lambda: hf_model("mixtral"), ["4x64:int64:0..128"]),
     "inplace_head": (lambda: InplaceHead(), ["8x3x64x64"]),
     "mobilenet_v3_small": (lambda: torchvision_model("mobilenet_v3_small"), ["2x3x64x64"]),
     "seq_first_encoder": (lambda: SeqFirstEncoder(), ["16x4x64"]),
@@ -361,6 +376,10 @@ MODELS = {
     "densenet": (lambda: small_densenet(), ["2x3x32x32"]),
     "recurrent": (lambda: RecurrentStack(), ["8x24x16"]),
     "two_heads": (lambda: TwoHeads(), ["1024x128"]),
+    # Fetches tensors the tracer keeps (layer scales, constants) before the
+    # ops that use them: a wrap over its first ops returned them as its own
+    # outputs, and recomputing it deadlocked (issue 25).
+    "convnext": (lambda: small_convnext(), ["2x3x32x32"]),
 }
 
 
@@ -491,6 +510,57 @@ def make(name, out_dir):
     print(f"{name}: saved {total} bytes, exported program {pt2_total}")
 
 
+def hf_as_users_trace(name):
+    """A Hugging Face model as users first trace it: the model itself (no
+    wrapper), its ModelOutput (a dict) returned, caches off."""
+    import transformers as T
+    T.logging.set_verbosity_error()
+    if name == "hf_llama_loss":  # given its labels, the model's own loss (cross entropy over the vocabulary)
+        return T.LlamaForCausalLM(T.LlamaConfig(
+            vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=64, bos_token_id=0, eos_token_id=0, use_cache=False))
+    if name == "hf_gpt2_logits":  # no labels: its logits (and no loss) in the dict
+        return T.GPT2LMHeadModel(T.GPT2Config(vocab_size=256, n_positions=64, n_embd=64, n_layer=2, n_head=4,
+                                              bos_token_id=0, eos_token_id=0, use_cache=False))
+    raise ValueError(name)
+
+
+# Traced as users trace them (strict=False, keyword inputs in this order), no .pt2.
+AS_USERS_TRACE = {
+    "hf_llama_loss": (["input_ids", "labels"], ["2x32:int64:0..256", "2x32:int64:0..256"]),
+    "hf_gpt2_logits": (["input_ids"], ["2x32:int64:0..256"]),
+}
+
+
+def make_as_users_trace(name, out_dir):
+    keys, input_texts = AS_USERS_TRACE[name]
+    torch.manual_seed(0)
+    model = hf_as_users_trace(name).train()
+    generator = torch.Generator().manual_seed(0)
+    inputs = [make_input(t, generator) for t in input_texts]
+    traced = torch.jit.trace(model, example_kwarg_inputs=dict(zip(keys, inputs)), strict=False, check_trace=False)
+    traced.save(os.path.join(out_dir, name + ".pt"))
+
+    class Positional(nn.Module):  # the eager model called as the trace is: keyword inputs in order
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, *args):
+            out = self.inner(**dict(zip(keys, args)))
+            return out["loss"] if out.get("loss") is not None else out["logits"]
+
+    with as_traced():
+        torch.manual_seed(0)
+        _, total, per_module = saved_tensor_count(Positional(model), inputs)
+    per_module = {k[len("inner."):] if k.startswith("inner.") else ("" if k == "inner" else k): v
+                  for k, v in per_module.items()}
+    with open(os.path.join(out_dir, name + ".json"), "w") as f:
+        json.dump({"name": name, "inputs": input_texts, "saved_bytes": total, "module_saved": per_module,
+                   "returns_loss": "labels" in keys}, f, indent=1)
+    print(f"{name}: saved {total} bytes")
+
+
 def make_error_cases(out_dir):
     """Models that ckplan must refuse or warn about."""
     torch.manual_seed(0)
@@ -548,6 +618,26 @@ def make_error_cases(out_dir):
                 continue
             newer.writestr(item.filename, data)
             aoti.writestr(item.filename, data)
+    # Exported in eval mode by torch.export.export itself (dropout off, batch
+    # norm on its running statistics): ckplan warns and says training: false.
+    eval_export = nn.Sequential(nn.Linear(16, 64), nn.BatchNorm1d(64), nn.ReLU(), nn.Dropout(0.5),
+                                nn.Linear(64, 4)).eval()
+    torch.export.save(torch.export.export(eval_export, (x,), strict=False), os.path.join(out_dir, "eval_export.pt2"))
+    # Token ids (through a reshape) into an embedding of 100 rows, and a mask
+    # that indexes nothing: `--input 4x8:int64` draws the ids from 0..100.
+    class EmbeddingMask(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(100, 16)
+            self.lin = nn.Linear(16, 4)
+
+        def forward(self, ids, mask):
+            h = self.emb(ids.reshape(-1)).reshape(ids.shape[0], ids.shape[1], 16)
+            return self.lin(h * mask.unsqueeze(-1).to(h.dtype))
+
+    ids = torch.randint(0, 100, (4, 8))
+    ckplan_torch.export(EmbeddingMask(), (ids, torch.ones(4, 8, dtype=torch.long)),
+                        os.path.join(out_dir, "embedding_mask.pt2"))
     # An op from a library registered in Python only (as custom kernels are):
     # the archive names it, LibTorch cannot find it.
     lib = torch.library.Library("ckplan_test", "DEF")
@@ -571,10 +661,12 @@ def main():
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "torch_version.json"), "w") as f:
         json.dump({"torch": torch.__version__.split("+")[0]}, f)
-    names = sys.argv[2:] or list(MODELS) + ["errors"]
+    names = sys.argv[2:] or list(MODELS) + list(AS_USERS_TRACE) + ["errors"]
     for name in names:
         if name == "errors":
             make_error_cases(out_dir)
+        elif name in AS_USERS_TRACE:
+            make_as_users_trace(name, out_dir)
         else:
             make(name, out_dir)
 

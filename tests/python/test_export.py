@@ -1,6 +1,8 @@
 """ckplan_torch.export: a round trip of torch.export in train mode, a dynamic
-batch, PyTorch's reason when export fails (run by ctest, label python)."""
+batch, PyTorch's reason when export fails, a namedtuple output exported as a
+plain tuple (run by ctest, label python)."""
 import argparse
+import collections
 import os
 import sys
 import tempfile
@@ -24,6 +26,57 @@ class DataDependent(nn.Module):
         if x.sum().item() > 0:
             return self.lin(x)
         return -self.lin(x)
+
+
+Outputs = collections.namedtuple("Outputs", ["logits", "hidden"])
+
+
+class NamedOutputs(nn.Module):
+    """Returns a namedtuple, as torchvision's GoogLeNet does in train mode."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Linear(8, 16)
+        self.head = nn.Linear(16, 2)
+
+    def forward(self, x):
+        h = torch.relu(self.body(x))
+        return Outputs(self.head(h), h)
+
+
+def check_namedtuple_output(tmp, failures):
+    model = NamedOutputs()
+    path = os.path.join(tmp, "named.pt2")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            program = ckplan_torch.export(model, (torch.randn(4, 8),), path)
+        except ckplan_torch.ExportError as error:
+            failures.append(f"a namedtuple output was refused: {error}")
+            return
+    notes = [str(w.message) for w in caught if "namedtuple" in str(w.message)]
+    if len(notes) != 1 or "plain tuple of its fields (logits, hidden)" not in notes[0]:
+        failures.append(f"no note on the namedtuple output: {notes}")
+    if "forward" in model.__dict__ or type(model(torch.randn(2, 8))) is not Outputs:
+        failures.append("export left the model's forward changed")
+    if [s.target for s in program.graph_signature.input_specs if s.target] != \
+            ["body.weight", "body.bias", "head.weight", "head.bias"]:
+        failures.append(f"parameter names changed: {program.graph_signature.input_specs}")
+    out = torch.export.load(path).module()(torch.randn(3, 8))
+    if type(out) is not tuple or [tuple(t.shape) for t in out] != [(3, 2), (3, 16)]:
+        failures.append(f"the archive returns {type(out).__name__} {[tuple(t.shape) for t in out]}")
+
+
+def check_save_failure(tmp, failures):
+    path = os.path.join(tmp, "missing", "m.pt2")
+    try:
+        ckplan_torch.export(nn.Linear(8, 2), (torch.randn(4, 8),), path)
+        failures.append("an export into a missing folder raised nothing")
+    except ckplan_torch.ExportError as error:
+        if "cannot write" not in str(error):
+            failures.append(f"unhelpful ExportError for a missing folder: {error}")
+    except Exception as error:  # noqa: BLE001
+        failures.append(f"a missing folder raised {type(error).__name__}, not ExportError: {error}")
 
 
 def main():
@@ -53,6 +106,10 @@ def main():
                 failures.append(f"unhelpful ExportError: {message!r}")
             if os.path.exists(os.path.join(tmp, "bad.pt2")):
                 failures.append("a failed export left a file behind")
+        check_namedtuple_output(tmp, failures)
+        check_save_failure(tmp, failures)
+        if any(name.endswith(".partial") for name in os.listdir(tmp)):
+            failures.append(f"a partial archive left behind: {os.listdir(tmp)}")
     for f in failures:
         print("FAIL:", f)
     print("ok" if not failures else f"{len(failures)} failure(s)")
