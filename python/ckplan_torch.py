@@ -122,6 +122,14 @@ def apply_plan(model, plan):
     if inplace:
         raise ValueError(f"the plan names module '{inplace[0]}', which writes its input in place (inplace=True): "
                          "checkpointing it would fail in backward")
+    # A container PyTorch never calls (its children are called one by one):
+    # wrapping it checkpoints nothing, and the step needs what no
+    # checkpointing needs there (README, Known limits).
+    for path in paths:
+        if isinstance(named[path], (torch.nn.ModuleList, torch.nn.ModuleDict)):
+            warnings.warn(f"ckplan_torch.apply_plan: the plan names module '{path}', a "
+                          f"{type(named[path]).__name__} that the model's forward never calls: nothing is "
+                          "checkpointed there, and the step will need more memory than the plan predicts")
     for path in paths:
         module = named[path]
         if not hasattr(module, _ORIGINAL_FORWARD):
