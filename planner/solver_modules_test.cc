@@ -402,6 +402,37 @@ TEST_CASE("wrappable modules of a path 100,000 parts deep: each prefix a module,
   check(4, "head", 3, 3);
 }
 
+TEST_CASE("wrappable modules: a container the forward never calls (model.containers) is not one, its children are") {
+  // body.layers is an nn.ModuleList over two blocks of one op each, between
+  // an embedding and a head: without the list, `body.layers` (stages 1-2)
+  // would be a module; with it, only its layers and `body` (which holds
+  // nothing else, so the same stages: `body` is the outermost of that range).
+  Profile profile;
+  for (const char* module : {"embed", "body.layers.0", "body.layers.1", "head"}) {
+    OpRecord r;
+    r.id = static_cast<int>(profile.ops.size());
+    r.module = module;
+    profile.ops.push_back(r);
+  }
+  Chain chain;
+  chain.stages.resize(4);
+  for (int i = 0; i < 4; ++i) chain.stages[static_cast<size_t>(i)].first_op = chain.stages[static_cast<size_t>(i)].last_op = i;
+  auto paths = [&]() {
+    std::vector<std::string> out;
+    for (const WrappableModule& m : WrappableModules(chain, &profile)) out.push_back(m.path);
+    return out;
+  };
+  CHECK(paths() == std::vector<std::string>{"embed", "body.layers.0", "body", "body.layers.1", "head"});
+  // The body's ops only in the list: `body` is then a plain module and
+  // stays; with `body` called too but the list not, the list never counts.
+  profile.model = {{"containers", {"body.layers"}}};
+  CHECK(paths() == std::vector<std::string>{"embed", "body.layers.0", "body", "body.layers.1", "head"});
+  profile.model = {{"containers", {"body"}}};
+  CHECK(paths() == std::vector<std::string>{"embed", "body.layers.0", "body.layers", "body.layers.1", "head"});
+  profile.model = {{"containers", {"body", "body.layers"}}};
+  CHECK(paths() == std::vector<std::string>{"embed", "body.layers.0", "body.layers.1", "head"});
+}
+
 TEST_CASE("a submodule's parameter used by its parent's op goes to that op, not to every layer's") {
   // nn.MultiheadAttention calls out_proj's weight from its own op: two
   // layers, each `h.k.attn` taking `h.k.attn.out_proj.weight` (same shape).

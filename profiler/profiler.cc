@@ -386,6 +386,20 @@ class Profiler {
     // Which loss the profile back-propagated: the model's own, or the
     // sum over its outputs (as `ckplan run`'s --loss does).
     profile.model["loss"] = program.returns_loss() ? "model" : "outputs";
+    // Modules the forward never calls (nn.ModuleList, nn.ModuleDict: their
+    // children are called one by one): an eager plan cannot wrap them.
+    nlohmann::json containers = nlohmann::json::array();
+    for (const auto& item : module.named_modules()) {
+      if (item.name.empty() || !item.value.type()->name()) continue;
+      // The class's own name (a trace's `___torch_mangle_5.ModuleList`), or
+      // the .pt2 reader's name for a module no op ran in (pt2_model.cc).
+      const std::string type = item.value.type()->name()->name();
+      const bool container = type == "ModuleList" || type == "ModuleDict" || type == "ParameterList" ||
+                             type == "ParameterDict" ||
+                             item.value.type()->name()->qualifiedName().rfind("__torch__.ckplan_pt2.Container", 0) == 0;
+      if (container) containers.push_back(item.name);
+    }
+    if (!containers.empty()) profile.model["containers"] = containers;
     if (!program.output_choice().empty()) profile.model["output_choice"] = program.output_choice();
     profile.environment = {{"libtorch", LibTorchVersion()}, {"threads", options_.threads}, {"device", device_.name},
                            {"reps", options_.reps}, {"seed", options_.seed},

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <set>
 #include <sstream>
 #include <unordered_map>
 
@@ -220,8 +221,12 @@ class Pt2Reader {
       key += (i ? "." : "") + parts[i];
       auto it = submodules_.find(key);
       if (it == submodules_.end()) {
+        // A module no op ran in (nn.ModuleList, nn.ModuleDict: never
+        // called, its children are) is named a container, as the profile
+        // says (model.containers): no plan can wrap it.
+        const std::string kind = called_.count(key) != 0 ? "M" : "Container";
         auto type = c10::ClassType::create(
-            c10::QualifiedName("__torch__.ckplan_pt2.M" + std::to_string(submodules_.size())), cu_, true);
+            c10::QualifiedName("__torch__.ckplan_pt2." + kind + std::to_string(submodules_.size())), cu_, true);
         torch::jit::Module child(cu_, type);
         child.register_attribute("training", c10::BoolType::get(), true);
         current->register_module(parts[i], child);
@@ -285,6 +290,19 @@ class Pt2Reader {
     // TorchScript's traces do), never carried from the graph's start: a
     // value made early and read late would cross every stage cut.
     self_ = self;
+    // The modules called: every path on an op's nn_module_stack ("key,path,type;...").
+    for (const json& node : g["nodes"]) {
+      if (!node.contains("metadata") || !node["metadata"].contains("nn_module_stack")) continue;
+      const std::string stack = node["metadata"]["nn_module_stack"].get<std::string>();
+      for (size_t start = 0; start < stack.size();) {
+        const size_t end = std::min(stack.find(';', start), stack.size());
+        const std::string entry = stack.substr(start, end - start);
+        const size_t a = entry.find(',');
+        const size_t b = a == std::string::npos ? std::string::npos : entry.find(',', a + 1);
+        if (b != std::string::npos) called_.insert(entry.substr(a + 1, b - a - 1));
+        start = end + 1;
+      }
+    }
     auto weight = [&](const json& arg, const std::string& name, bool parameter) {
       Register(name, parameter);
       weight_args_[arg["name"].get<std::string>()] = {name, parameter};
@@ -603,6 +621,7 @@ class Pt2Reader {
   std::shared_ptr<torch::jit::CompilationUnit> cu_;
   torch::jit::Module root_;
   std::map<std::string, torch::jit::Module> submodules_;
+  std::set<std::string> called_;  // module paths on some op's nn_module_stack
   std::unordered_map<std::string, Value*> values_;
   std::unordered_map<std::string, std::pair<std::string, bool>> weight_args_;  // placeholder -> (weight, parameter)
   Graph* graph_ = nullptr;
