@@ -367,6 +367,22 @@ TEST_CASE("a stage's backward as PyTorch runs it: boundary gradients as they liv
   CHECK(StageGradientBytes(chain, profile).bwd_peak_bytes == std::vector<int64_t>{100, 102});
 }
 
+// A profile of one op per module path, each op a stage of the chain.
+static std::pair<Profile, Chain> OneOpPerStage(const std::vector<std::string>& modules) {
+  Profile profile;
+  Chain chain;
+  for (const std::string& module : modules) {
+    OpRecord r;
+    r.id = static_cast<int>(profile.ops.size());
+    r.module = module;
+    profile.ops.push_back(r);
+    Stage stage;
+    stage.first_op = stage.last_op = r.id;
+    chain.stages.push_back(stage);
+  }
+  return {profile, chain};
+}
+
 TEST_CASE("wrappable modules of a path 100,000 parts deep: each prefix a module, the outermost per stage range") {
   // op 1 sits in a.a.(...).a, 100,000 parts; op 2 in the first 50,000 of
   // them and then `c`: the first 50,000 prefixes hold both ops, the deeper
@@ -376,16 +392,9 @@ TEST_CASE("wrappable modules of a path 100,000 parts deep: each prefix a module,
     for (int i = 1; i < n; ++i) path += ".a";
     return path;
   };
-  Profile profile;
-  for (const std::string& module : {std::string("embed"), parts(100000), parts(50000) + ".c", std::string("head")}) {
-    OpRecord r;
-    r.id = static_cast<int>(profile.ops.size());
-    r.module = module;
-    profile.ops.push_back(r);
-  }
-  Chain chain;
-  chain.stages.resize(4);
-  for (int i = 0; i < 4; ++i) chain.stages[static_cast<size_t>(i)].first_op = chain.stages[static_cast<size_t>(i)].last_op = i;
+  const std::pair<Profile, Chain> built = OneOpPerStage({"embed", parts(100000), parts(50000) + ".c", "head"});
+  const Profile& profile = built.first;
+  const Chain& chain = built.second;
   const std::vector<WrappableModule> modules = WrappableModules(chain, &profile);
   REQUIRE(modules.size() == 5);
   auto check = [&](size_t k, const std::string& path, int first, int last) {
@@ -407,16 +416,9 @@ TEST_CASE("wrappable modules: a container the forward never calls (model.contain
   // an embedding and a head: without the list, `body.layers` (stages 1-2)
   // would be a module; with it, only its layers and `body` (which holds
   // nothing else, so the same stages: `body` is the outermost of that range).
-  Profile profile;
-  for (const char* module : {"embed", "body.layers.0", "body.layers.1", "head"}) {
-    OpRecord r;
-    r.id = static_cast<int>(profile.ops.size());
-    r.module = module;
-    profile.ops.push_back(r);
-  }
-  Chain chain;
-  chain.stages.resize(4);
-  for (int i = 0; i < 4; ++i) chain.stages[static_cast<size_t>(i)].first_op = chain.stages[static_cast<size_t>(i)].last_op = i;
+  std::pair<Profile, Chain> built = OneOpPerStage({"embed", "body.layers.0", "body.layers.1", "head"});
+  Profile& profile = built.first;
+  const Chain& chain = built.second;
   auto paths = [&]() {
     std::vector<std::string> out;
     for (const WrappableModule& m : WrappableModules(chain, &profile)) out.push_back(m.path);

@@ -245,8 +245,10 @@ Measure ScheduleRunner::RunModules(const std::vector<at::Tensor>& inputs,
   std::unordered_map<size_t, std::pair<size_t, size_t>> starts;
   for (const auto& range : wrapped) starts[staged_.begin(range.first)] = range;
   std::vector<std::unique_ptr<WrappedRun>> runs;  // alive until the step's backward is over
-  std::unordered_set<const c10::TensorImpl*> static_tensors;
-  if (!wrapped.empty()) program.StaticTensors(&static_tensors);
+  if (!wrapped.empty() && !static_tensors_known_) {
+    program.StaticTensors(&static_tensors_);
+    static_tensors_known_ = true;
+  }
   Environment env;
   program.BindInputs(env, inputs);
   for (size_t n = 0; n < program.nodes().size();) {
@@ -296,7 +298,7 @@ Measure ScheduleRunner::RunModules(const std::vector<at::Tensor>& inputs,
     run->param_count = params_.size();
     // The forward runs without autograd inside the function; its outputs
     // come back as the function's (its node their grad_fn).
-    run->static_tensors = &static_tensors;
+    run->static_tensors = &static_tensors_;
     std::vector<at::Tensor> results = Checkpoint::apply(at::TensorList(tensors), reinterpret_cast<int64_t>(run.get()));
     tensors.clear();
     // The output values: the function's tensors and the static ones, in the

@@ -9,6 +9,7 @@
 #include <functional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -119,6 +120,10 @@ class ScheduleRunner {
   std::vector<bool> mutated_known_;                    // per stage: mutated_buffers_ learnt
   std::vector<at::Tensor> buffer_snapshots_;           // per buffer: its values before a recomputation
   std::vector<at::Tensor> targets_;
+  // The tensors that outlive every step (GraphProgram::StaticTensors), for
+  // RunModules: listed on its first call with a module wrapped.
+  std::unordered_set<const c10::TensorImpl*> static_tensors_;
+  bool static_tensors_known_ = false;
   OptimizerStep* optimizer_step_ = nullptr;  // the measured mode's; none in the gradient check
 };
 

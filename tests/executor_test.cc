@@ -130,12 +130,13 @@ std::pair<int64_t, int64_t> EveryAndNonePeaks(const Prepared& p) {
 }
 
 // The optimal plan at the budget halfway between the every baseline's peak
-// and no checkpointing: verdict ok, gradients equal to the plain step's
-// (to the bit, unless PyTorch's own kernels differ between a forward with
-// and without autograd: then within `max_rel_grad_diff`). `from_smallest`:
-// halfway between the smallest budget and none's peak instead, for a model
-// whose every baseline keeps only what kernel workspaces leave (issue 25).
-void CheckOkBetweenEveryAndNone(const std::string& name, double max_rel_grad_diff = 0.0, bool from_smallest = false) {
+// (or, `from_smallest`, the smallest budget) and no checkpointing, and its run.
+struct HalfwayRun {
+  int64_t budget = 0;
+  nlohmann::json plan;
+  RunReport report;
+};
+HalfwayRun RunOptimalHalfway(const std::string& name, bool from_smallest = false) {
   const Prepared& p = Prepare(name);
   const auto [every, none] = EveryAndNonePeaks(p);
   const int64_t lower = from_smallest ? MinimumOptimalBudget(p.chain, p.fixed, 500) : every;
@@ -144,9 +145,25 @@ void CheckOkBetweenEveryAndNone(const std::string& name, double max_rel_grad_dif
   CAPTURE(none);
   CAPTURE(lower);
   REQUIRE(lower < none);
-  const int64_t budget = lower + (none - lower) / 2;
-  nlohmann::json plan = PlanFor(p, Algorithm::kOptimal, budget);
-  RunReport r = Run(name, plan);
+  HalfwayRun h;
+  h.budget = lower + (none - lower) / 2;
+  h.plan = PlanFor(p, Algorithm::kOptimal, h.budget);
+  h.report = Run(name, h.plan);
+  return h;
+}
+
+// The optimal plan at the budget halfway between the every baseline's peak
+// and no checkpointing: verdict ok, gradients equal to the plain step's
+// (to the bit, unless PyTorch's own kernels differ between a forward with
+// and without autograd: then within `max_rel_grad_diff`). `from_smallest`:
+// halfway between the smallest budget and none's peak instead, for a model
+// whose every baseline keeps only what kernel workspaces leave (issue 25).
+void CheckOkBetweenEveryAndNone(const std::string& name, double max_rel_grad_diff = 0.0, bool from_smallest = false) {
+  const HalfwayRun h = RunOptimalHalfway(name, from_smallest);
+  const int64_t budget = h.budget;
+  const nlohmann::json& plan = h.plan;
+  const RunReport& r = h.report;
+  CAPTURE(name);
   CAPTURE(r.measured.peak_bytes);
   CAPTURE(r.predicted_peak_bytes);
   CAPTURE(r.peak_error_pct);
@@ -201,13 +218,11 @@ TEST_CASE("run: a Hugging Face mixture of experts (Mixtral, top-2 of 4 experts),
   // experts' backward: the gradients of their 3-d weights are counted from
   // the experts module's last op on.
   for (const char* name : {"mixtral", "mixtral.pt2"}) {
-    const Prepared& p = Prepare(name);
-    const auto [every, none] = EveryAndNonePeaks(p);
+    const HalfwayRun h = RunOptimalHalfway(name);
+    const int64_t budget = h.budget;
+    const nlohmann::json& plan = h.plan;
+    const RunReport& r = h.report;
     CAPTURE(name);
-    REQUIRE(every < none);
-    const int64_t budget = every + (none - every) / 2;
-    nlohmann::json plan = PlanFor(p, Algorithm::kOptimal, budget);
-    RunReport r = Run(name, plan);
     CAPTURE(r.measured.peak_bytes);
     CAPTURE(r.predicted_peak_bytes);
     CAPTURE(r.verdict);
