@@ -18,7 +18,7 @@
 #include <time.h>
 #include <vector>
 
-#include "ckplan/profiler/profiler.h"
+#include "libtorch/profiler/profiler.h"
 
 using Clock = std::chrono::steady_clock;
 

@@ -37,9 +37,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ckplan/planner/chain.h"
-#include "ckplan/planner/plan.h"
-#include "ckplan/planner/solver.h"
+#include "planner/contracts/chain.h"
+#include "planner/plan/plan.h"
+#include "planner/solvers/recurrence.h"
 
 using namespace ckplan;
 using Clock = std::chrono::steady_clock;

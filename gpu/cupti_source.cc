@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <mutex>
 
-#include "ckplan/profiler/kernel_timing.h"
+#include "gpu/kernel_timing.h"
 
 namespace ckplan {
 namespace {

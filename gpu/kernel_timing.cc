@@ -1,4 +1,4 @@
-#include "ckplan/profiler/kernel_timing.h"
+#include "gpu/kernel_timing.h"
 
 #include <algorithm>
 #include <unordered_map>

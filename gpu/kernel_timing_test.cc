@@ -1,7 +1,7 @@
 // The GPU timing layer with canned activity records, and CUPTI on a machine
 // without a GPU: it must fail to start with a reason, not crash.
 
-#include "ckplan/profiler/kernel_timing.h"
+#include "gpu/kernel_timing.h"
 
 #include <doctest/doctest.h>
 

@@ -1,5 +1,5 @@
 // Built without CUPTI: no activity source; the profiler uses CUDA events.
-#include "ckplan/profiler/kernel_timing.h"
+#include "gpu/kernel_timing.h"
 
 namespace ckplan {
 std::unique_ptr<KernelActivitySource> MakeCuptiSource() { return nullptr; }

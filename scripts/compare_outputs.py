@@ -12,7 +12,9 @@ files:
     the run-dependent fields removed: every key ending in `_ms` (op, stage,
     step and optimizer times), `environment.time_model` (the cost model's
     measured figures) and `environment.hostname` / `environment.date` when
-    present. Everything else (ops, tensors, bytes, peaks) must be equal;
+    present, and the measured scales (keys ending `_scale`: what a
+    recomputation costs per ms of its ops, a ratio of two timings). Everything
+    else (ops, tensors, bytes, peaks) must be equal;
   * `solve` at several budgets (fractions of the profile's measured peak and
     of its smallest budget: some are infeasible, exit 3), each with
     `--target pytorch` and `--target schedule`, with and without `--algo`
@@ -41,7 +43,7 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TIME_KEYS_DROPPED = ("_ms",)
+TIME_KEYS_DROPPED = ("_ms", "_scale")
 
 
 def strip_times(node, path=""):

@@ -11,9 +11,9 @@
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
-#include "cli_helpers.h"
-#include "ckplan/planner/chain.h"
-#include "test_chains.h"
+#include "tests/cli_helpers.h"
+#include "planner/contracts/chain.h"
+#include "tests/test_chains.h"
 
 using namespace ckplan;
 using namespace ckplan::testing;

@@ -6,11 +6,11 @@
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
-#include "ckplan/planner/chain.h"
-#include "ckplan/planner/plan_document.h"
-#include "ckplan/planner/units.h"
-#include "cli_helpers.h"
-#include "test_chains.h"
+#include "planner/contracts/chain.h"
+#include "planner/contracts/plan_document.h"
+#include "planner/base/units.h"
+#include "tests/cli_helpers.h"
+#include "tests/test_chains.h"
 
 using namespace ckplan::testing;
 

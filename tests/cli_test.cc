@@ -3,13 +3,13 @@
 #include <doctest/doctest.h>
 #include <nlohmann/json.hpp>
 
-#include "cli_helpers.h"
-#include "ckplan/planner/chain.h"
-#include "ckplan/planner/report_document.h"
-#include "ckplan/planner/simulator.h"
-#include "ckplan/planner/sweep_document.h"
-#include "ckplan/planner/units.h"
-#include "test_chains.h"
+#include "tests/cli_helpers.h"
+#include "planner/contracts/chain.h"
+#include "planner/contracts/report_document.h"
+#include "planner/cost/simulator.h"
+#include "planner/contracts/sweep_document.h"
+#include "planner/base/units.h"
+#include "tests/test_chains.h"
 
 using namespace ckplan;
 using namespace ckplan::testing;

@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli_helpers.h"
+#include "tests/cli_helpers.h"
 
 #if CKPLAN_WITH_TORCH_BUILD
 

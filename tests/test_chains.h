@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <random>
 
-#include "ckplan/planner/chain.h"
+#include "planner/contracts/chain.h"
 
 namespace ckplan::testing {
 

@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ckplan/planner/error.h"
+#include "planner/base/error.h"
 
 namespace ckplan::testing {
 

@@ -1,6 +1,6 @@
 """The invariant of issue 12 on every test model: profiles each one (`ckplan
 profile`, one rep) and runs the planner's invariant test on the profiles
-(planner/invariant_test.cc): at 20 budgets from the smallest feasible one to
+(planner/plan/invariant_test.cc): at 20 budgets from the smallest feasible one to
 the peak without checkpointing, optimal (PyTorch and schedule targets) never
 slower than a fitting baseline, its smallest budget no more than any
 baseline's peak, and with nothing recomputed the same peak as `none`."""

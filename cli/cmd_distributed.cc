@@ -1,0 +1,255 @@
+// `ckplan solve --data-parallel N --shard MODE` and `--pipeline P
+// --microbatches M --schedule 1f1b|gpipe`: per-rank and per-stage plans.
+
+#include <algorithm>
+#include <cstdio>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "planner/cost/distributed_memory.h"
+#include "planner/base/error.h"
+#include "planner/cost/gradients.h"
+#include "planner/solvers/pipeline.h"
+#include "planner/plan/plan.h"
+#include "planner/cost/simulator.h"
+#include "cli/distributed_solve.h"
+#include "cli/terminal.h"
+
+namespace ckplan {
+
+void AddDistributedOptions(CLI::App* cmd, DistributedOptions* o) {
+  cmd->add_option("--data-parallel", o->data_parallel, "data-parallel ranks: the budget is per rank (default 1)");
+  cmd->add_option("--shard", o->shard,
+                  "what data parallelism shards: none (DDP), optimizer (ZeRO-1), grad (ZeRO-2), full (FSDP2, ZeRO-3)")
+      ->check(CLI::IsMember({"none", "optimizer", "grad", "full"}));
+  cmd->add_option("--pipeline", o->pipeline, "pipeline stages: a plan per stage (default 1)");
+  cmd->add_option("--microbatches", o->microbatches, "microbatches per step with --pipeline (default 1)");
+  cmd->add_option("--schedule", o->schedule, "pipeline schedule: 1f1b (default) or gpipe")
+      ->check(CLI::IsMember({"1f1b", "gpipe"}));
+}
+
+void FinishDistributedOptions(CLI::App* cmd, DistributedOptions* o) {
+  for (const char* name : {"--data-parallel", "--shard", "--pipeline", "--microbatches", "--schedule"}) {
+    if (cmd->count(name) > 0) o->given = true;
+  }
+}
+
+void CheckDistributedOptions(const DistributedOptions& o) {
+  if (o.data_parallel < 1) throw BadInput(Format("invalid --data-parallel %d: must be at least 1", o.data_parallel));
+  if (o.pipeline < 1) throw BadInput(Format("invalid --pipeline %d: must be at least 1", o.pipeline));
+  if (o.microbatches < 1) throw BadInput(Format("invalid --microbatches %d: must be at least 1", o.microbatches));
+}
+
+namespace {
+
+bool Prefixes(const std::string& module, const std::string& name) {
+  return name.size() > module.size() && name.compare(0, module.size(), module) == 0 && name[module.size()] == '.';
+}
+
+// The chain stage each parameter belongs to (the longest module path of a
+// stage prefixing its name); parameters of no stage go to stage 0.
+std::vector<int> ParameterStages(const Chain& chain, const std::vector<ParameterRecord>& parameters) {
+  std::vector<int> owner;
+  for (const ParameterRecord& p : parameters) {
+    int best = 0;
+    size_t best_length = 0;
+    for (int i = 0; i < chain.length(); ++i) {
+      for (const std::string& m : chain.stages[static_cast<size_t>(i)].modules) {
+        if (Prefixes(m, p.name) && m.size() >= best_length) {
+          best = i;
+          best_length = m.size();
+        }
+      }
+    }
+    owner.push_back(best);
+  }
+  return owner;
+}
+
+std::string DescribeRank(const RankMemory& m, UnitStyle style) {
+  auto b = [style](int64_t v) { return FormatBytes(v, style); };
+  std::string text = Format("parameters %s + buffers %s + gradients %s + %s state %s", b(m.param_bytes).c_str(),
+                            b(m.buffer_bytes).c_str(), b(m.grad_bytes).c_str(), m.optimizer.c_str(),
+                            b(m.optimizer_bytes).c_str());
+  if (m.gathered_bytes > 0) text += " + gathered " + b(m.gathered_bytes);
+  if (m.reduce_bytes > 0) text += " + reduce-scatter " + b(m.reduce_bytes);
+  return text + " = " + b(m.total());
+}
+
+RankMemory RankFor(const PlannerInput& in, const std::vector<ParameterRecord>& parameters, int64_t param_bytes,
+                   const Chain& chain, const DistributedOptions& o, const std::string& optimizer) {
+  if (!in.from_profile) {
+    RankMemory m;
+    m.shard = ParseShardMode(o.shard);
+    m.data_parallel = o.data_parallel;
+    m.optimizer = "none";
+    return m;
+  }
+  return RankFixedMemory(chain, parameters, param_bytes, in.profile.totals.buffer_bytes, optimizer, o.data_parallel,
+                         ParseShardMode(o.shard), in.source.path);
+}
+
+int RunDataParallel(const DistributedOptions& o, const PlannerInput& in, const std::string& budget_text,
+                    const ByteQuantity& budget, int slots, const std::string& optimizer, const std::string& output) {
+  const std::vector<ParameterRecord> none;
+  const auto& params = in.from_profile ? in.profile.parameters : none;
+  RankMemory rank = RankFor(in, params, in.from_profile ? in.profile.totals.param_bytes : 0, in.chain, o, optimizer);
+  // Gradients: a rank's are held for the whole step, in its fixed part (DDP's
+  // buckets and ZeRO's partitions are allocated once; FSDP's shards appear
+  // in backward, which this counts conservatively), so the chain carries none.
+  const Chain chain = WithoutParamGrads(in.chain);
+  if (!in.from_profile) rank.grad_bytes += in.chain.ParamGradBytes();  // a chain's own
+  const FixedMemory fixed = rank.AsFixed();
+  FILE* human = output == "-" ? stderr : stdout;
+  if (fixed.total() >= budget.bytes || !OptimalBudgetFeasible(chain, fixed, budget.bytes, slots)) {
+    int64_t minimum = MinimumOptimalBudget(chain, fixed, slots);
+    throw Error(ExitCode::kInfeasible,
+                Format("budget %s is below the per-rank minimum %s (--data-parallel %d --shard %s; per-rank fixed part: %s)",
+                       budget_text.c_str(), FormatBytesCompact(minimum, budget.style).c_str(), o.data_parallel,
+                       o.shard.c_str(), DescribeRank(rank, budget.style).c_str()));
+  }
+  PlanRequest request;
+  request.budget_bytes = budget.bytes;
+  request.slots = slots;
+  Plan plan = MakePlan(chain, fixed, request);
+  std::fprintf(human, "%s: %d data-parallel rank(s), --shard %s, budget %s per rank (the profile's batch is one rank's)\n",
+               in.source.path.c_str(), o.data_parallel, o.shard.c_str(),
+               FormatBytes(budget.bytes, budget.style).c_str());
+  std::fprintf(human, "per-rank fixed part: %s\nactivation budget: %s\n", DescribeRank(rank, budget.style).c_str(),
+               FormatBytes(budget.bytes - fixed.total(), budget.style).c_str());
+  std::fprintf(human, "optimal plan per rank: peak %s, step %s (%s over no checkpointing), %zu of %d stages recomputed\n",
+               FormatBytes(plan.peak_bytes, budget.style).c_str(), FormatMs(plan.time_ms).c_str(), FormatPct(plan.overhead_pct()).c_str(),
+               plan.checkpointed_stages.size(), chain.length());
+  PlanDocument doc = MakePlanDocument(plan, chain, in.source);
+  PlanDistributed distributed;
+  distributed.data_parallel = o.data_parallel;
+  distributed.shard = o.shard;
+  for (const ShardUnit& u : rank.units) {
+    if (!u.name.empty()) distributed.fsdp_units.push_back(u.name);
+  }
+  distributed.ranks.push_back({RankFixedOf(rank), budget.bytes - fixed.total(), plan.peak_bytes, doc.pytorch.peak_bytes,
+                               plan.pytorch.held_at_loss_bytes});
+  doc.distributed = distributed;
+  if (!output.empty()) EmitOutput(output, PlanToJson(doc).dump(2) + "\n", human);
+  return 0;
+}
+
+int RunPipeline(const DistributedOptions& o, const PlannerInput& in, const std::string& budget_text,
+                const ByteQuantity& budget, int slots, const std::string& optimizer, const std::string& output) {
+  // With several microbatches in flight a stage's gradients are held from
+  // its first backward on (while later microbatches run forward): for the
+  // whole step, in each stage's fixed part.
+  const Chain chain = WithoutParamGrads(in.chain);
+  if (o.pipeline > chain.length()) {
+    throw BadInput(Format("invalid --pipeline %d: the %s has %d stages, so at most --pipeline %d", o.pipeline,
+                          in.from_profile ? "model" : "chain", chain.length(), chain.length()));
+  }
+  if (in.from_profile && in.profile.parameters.empty() && in.profile.totals.param_bytes > 0) {
+    throw BadInput(in.source.path +
+                   ": the profile has no 'parameters' list, which --pipeline needs (each stage's parameters): "
+                   "profile the model again with this ckplan");
+  }
+  const std::vector<ParameterRecord>& params = in.profile.parameters;
+  const std::vector<int> owner = ParameterStages(chain, params);
+  auto stage_rank = [&](int first, int last) {
+    std::vector<ParameterRecord> mine;
+    int64_t bytes = 0;
+    for (size_t k = 0; k < params.size(); ++k) {
+      if (owner[k] >= first && owner[k] < last) {
+        mine.push_back(params[k]);
+        bytes += params[k].bytes;
+      }
+    }
+    Chain sub = SubChain(chain, first, last);
+    RankMemory m = RankFor(in, mine, bytes, sub, o, optimizer);
+    if (!in.from_profile) m.grad_bytes = SubChain(in.chain, first, last).ParamGradBytes();  // a chain's own
+    if (first > 0) m.buffer_bytes = 0;  // buffers counted once, on the first stage (their module is not known)
+    return m;
+  };
+  const PipelineSchedule schedule = ParsePipelineSchedule(o.schedule);
+  PipelinePlan plan = PlanPipeline(chain, o.pipeline, o.microbatches, schedule, budget.bytes, slots,
+                                   [&](int first, int last) { return stage_rank(first, last).total(); });
+  if (!plan.feasible) {
+    std::string minimum = plan.min_budget_bytes > 0 ? FormatBytesCompact(plan.min_budget_bytes, budget.style) : "none";
+    throw Error(ExitCode::kInfeasible,
+                Format("budget %s is below the per-stage minimum %s (--pipeline %d --microbatches %d --schedule %s)",
+                       budget_text.c_str(), minimum.c_str(), o.pipeline, o.microbatches, o.schedule.c_str()));
+  }
+  FILE* human = output == "-" ? stderr : stdout;
+  std::fprintf(human, "%s: %d pipeline stages, %d microbatches, %s, budget %s per stage rank\n",
+               in.source.path.c_str(), o.pipeline, o.microbatches, o.schedule.c_str(),
+               FormatBytes(budget.bytes, budget.style).c_str());
+  std::vector<std::vector<std::string>> rows = {
+      {"stage", "chain stages", "in flight", "fixed", "stored/microbatch", "peak", "time/microbatch", "recomputed"}};
+  PlanDocument top;
+  top.is_pipeline = true;
+  top.algorithm = "optimal";
+  top.source = in.source;
+  top.budget_bytes = budget.bytes;
+  PlanDistributed distributed;
+  distributed.data_parallel = o.data_parallel;
+  distributed.shard = o.shard;
+  distributed.pipeline = o.pipeline;
+  distributed.microbatches = o.microbatches;
+  distributed.schedule = o.schedule;
+  for (size_t s = 0; s < plan.stages.size(); ++s) {
+    const PipelineStagePlan& sp = plan.stages[s];
+    Chain sub = SubChain(chain, sp.first, sp.last);
+    RankMemory rank = stage_rank(sp.first, sp.last);
+    Plan p;
+    p.algorithm = Algorithm::kOptimal;
+    p.budget_bytes = budget.bytes;
+    p.fixed = rank.AsFixed();
+    p.slots = slots;
+    p.slot_bytes = sp.slot_bytes;
+    p.feasible = true;
+    p.schedule = sp.solution.schedule;
+    p.simulation = Simulate(sub, p.schedule);
+    p.time_ms = p.simulation.time_ms;
+    p.no_recompute_ms = sub.NoRecomputeTimeMs();
+    p.peak_bytes = sp.peak_bytes;
+    p.checkpointed_stages = CheckpointedStages(p.schedule, sub.length());
+    p.pytorch = ExportForPyTorch(sub, p.checkpointed_stages);
+    p.solver = "in-flight";
+    PlanDocument doc = MakePlanDocument(p, sub, in.source);
+    doc.min_budget_bytes.reset();
+    PlanPipelineStage& stage = doc.pipeline_stage.emplace();
+    stage.index = static_cast<int>(s);
+    stage.first_chain_stage = sp.first;
+    stage.last_chain_stage = sp.last - 1;
+    stage.in_flight = sp.in_flight;
+    stage.stored_after_forward_bytes = sp.stored_after_forward_bytes;
+    stage.fixed = RankFixedOf(rank);
+    stage.activation_budget_bytes = sp.activation_budget_bytes;
+    stage.peak_bytes = sp.peak_bytes;
+    // What PyTorch keeps per microbatch: a later stage's input is an
+    // activation it receives and holds (the first stage's is the model input).
+    stage.pytorch_saved_bytes = p.pytorch.held_at_loss_bytes + (s > 0 ? sub.input_bytes : 0);
+    stage.pytorch_peak_bytes = rank.total() + (sp.in_flight - 1) * p.pytorch.simulation.live_after_forward_bytes +
+                               p.pytorch.simulation.peak_bytes;
+    for (const std::string& m : p.pytorch.checkpoint_modules) top.checkpoint_modules.push_back(m);
+    distributed.stages.push_back(std::move(doc));
+    rows.push_back({std::to_string(s), Format("%d-%d", sp.first, sp.last - 1), std::to_string(sp.in_flight),
+                    FormatBytes(sp.fixed_bytes, budget.style), FormatBytes(sp.stored_after_forward_bytes, budget.style),
+                    FormatBytes(sp.peak_bytes, budget.style), FormatMs(sp.time_ms),
+                    Format("%zu of %d", p.checkpointed_stages.size(), sub.length())});
+  }
+  std::fprintf(human, "%s", FormatTable(rows, {true, true, true, true, true, true, true, true}).c_str());
+  std::fprintf(human, "slowest stage: %s per microbatch\n", FormatMs(plan.slowest_stage_ms).c_str());
+  distributed.slowest_stage_ms = plan.slowest_stage_ms;
+  top.distributed = std::move(distributed);
+  if (!output.empty()) EmitOutput(output, PlanToJson(top).dump(2) + "\n", human);
+  return 0;
+}
+
+}  // namespace
+
+int RunDistributedSolve(const DistributedOptions& o, const PlannerInput& in, const std::string& budget_text,
+                        const ByteQuantity& budget, int slots, const std::string& optimizer, const std::string& output) {
+  CheckDistributedOptions(o);
+  if (o.pipeline > 1) return RunPipeline(o, in, budget_text, budget, slots, optimizer, output);
+  return RunDataParallel(o, in, budget_text, budget, slots, optimizer, output);
+}
+
+}  // namespace ckplan

@@ -1,0 +1,315 @@
+// `ckplan solve`: a checkpoint plan for a chain or a profile under a budget.
+
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "planner/base/error.h"
+#include "planner/cost/gpu_table.h"
+#include "planner/plan/planner_input.h"
+#include "planner/base/json_io.h"
+#include "planner/plan/plan.h"
+#include "planner/solvers/recurrence.h"
+#include "planner/solvers/modules.h"
+#include "planner/contracts/sweep_document.h"
+#include "cli/commands.h"
+#include "cli/distributed_solve.h"
+#include "cli/strategy_table.h"
+#include "cli/terminal.h"
+
+namespace ckplan {
+namespace {
+
+struct SolveOptions {
+  std::string input;
+  std::string budget;
+  std::string output;
+  std::string algorithm = "optimal";
+  int every_n = 0;
+  bool every_given = false;
+  int slots = 500;
+  std::string optimizer = "adam";
+  std::string sweep_path;
+  int threads = 1;
+  bool show_stages = false;
+  std::string chain_out;
+  std::string target;  // "pytorch" (default for a profile) or "schedule"
+  DistributedOptions distributed;  // --data-parallel, --shard, --pipeline, ... (cmd_distributed.cc)
+  std::string gpu;  ///< --gpu: what --budget gpu means
+};
+
+// `--budget gpu`: the memory of the --gpu device (gpu_table.h), in MiB as
+// the table holds it.
+SolveOptions WithGpuBudget(SolveOptions o) {
+  if (o.budget != "gpu") {
+    if (!o.gpu.empty()) FindGpu(o.gpu);  // an unknown name is an error either way
+    return o;
+  }
+  if (o.gpu.empty() || o.gpu == "cpu") {
+    throw BadInput("--budget gpu needs --gpu NAME: one of " + KnownGpuNames().substr(0, KnownGpuNames().size() - 5));
+  }
+  o.budget = std::to_string(FindGpu(o.gpu).memory_bytes >> 20) + "MiB";
+  return o;
+}
+
+void PrintStages(const PlannerInput& in, UnitStyle style) {
+  const Chain& c = in.chain;
+  auto bytes = [style](int64_t value) { return FormatBytes(value, style); };
+  std::vector<std::vector<std::string>> rows = {
+      {"#", "stage", "ops", "fwd", "bwd", "out", "saved", "fwd tmp", "bwd tmp"}};
+  for (int i = 0; i < c.length(); ++i) {
+    const Stage& s = c.stages[static_cast<size_t>(i)];
+    std::string ops = s.first_op >= 0 ? Format("%d-%d", s.first_op, s.last_op) : "";
+    rows.push_back({std::to_string(i), s.name, ops, FormatMs(s.fwd_ms), FormatMs(s.bwd_ms), bytes(s.out_bytes),
+                    bytes(s.saved_bytes), bytes(s.fwd_tmp_bytes), bytes(s.bwd_tmp_bytes)});
+  }
+  std::printf("%d stages, input %s\n%s", c.length(), bytes(c.input_bytes).c_str(),
+              FormatTable(rows, {true, false, true, true, true, true, true, true, true}).c_str());
+}
+
+std::string DescribeFixed(const FixedMemory& fixed, UnitStyle style) {
+  auto bytes = [style](int64_t value) { return FormatBytes(value, style); };
+  const int64_t whole_step_grads = fixed.grad_bytes - fixed.backward_grad_bytes;
+  std::string text = Format("parameters %s + buffers %s + ", bytes(fixed.param_bytes).c_str(), bytes(fixed.buffer_bytes).c_str());
+  if (whole_step_grads > 0 || fixed.backward_grad_bytes == 0) text += "gradients " + bytes(whole_step_grads) + " + ";
+  text += Format("%s state %s = %s", fixed.optimizer.c_str(), bytes(fixed.optimizer_bytes).c_str(), bytes(fixed.total()).c_str());
+  // One memory model: gradients appear during backward, stage by stage.
+  if (fixed.backward_grad_bytes > 0) text += "; gradients " + bytes(fixed.backward_grad_bytes) + " counted as they appear in backward";
+  return text;
+}
+
+// The minimum budget as the user would type it, rounded up and checked so
+// that the printed value itself is feasible.
+std::string PrintableMinimum(int64_t minimum, UnitStyle style, const std::function<bool(int64_t)>& feasible) {
+  std::string text = FormatBytesCompact(minimum, style);
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    int64_t value = ParseBytes(text).bytes;
+    if (value >= minimum && feasible(value)) return text;
+    minimum = value + std::max<int64_t>(1, value / 500);
+    text = FormatBytesCompact(minimum, style);
+  }
+  return text;
+}
+
+int RunSolve(const SolveOptions& options) {
+  const SolveOptions o = WithGpuBudget(options);
+  // Options and output folders first, so that a typo fails before any work.
+  if (o.every_given && o.every_n < 1) throw BadInput("invalid --every " + std::to_string(o.every_n) + ": must be at least 1");
+  if (o.slots < 1 || o.slots > 100000) throw BadInput("invalid --slots " + std::to_string(o.slots) + ": use 1..100000");
+  // Each solver thread is started up front: thousands would fail to start.
+  if (o.threads < 1 || o.threads > 256) throw BadInput("invalid --threads " + std::to_string(o.threads) + ": use 1..256");
+  for (const std::string* path : {&o.output, &o.sweep_path, &o.chain_out}) CheckOutputPath(*path);
+  if (!o.budget.empty()) ParseBytes(o.budget);
+  CheckDistributedOptions(o.distributed);
+  PlannerInput in = LoadPlannerInput(o.input, o.optimizer);
+  const std::string what = in.from_profile ? "model" : "chain";
+  if (!o.chain_out.empty()) {
+    WriteFileAtomic(o.chain_out, ChainToJson(in.chain).dump(2) + "\n");
+    std::fprintf(stderr, "wrote the chain to %s\n", o.chain_out.c_str());
+  }
+  if (o.show_stages || !o.chain_out.empty()) {
+    // In the budget's unit style when one is given: one style per output.
+    if (o.show_stages) PrintStages(in, o.budget.empty() ? UnitStyle::kBinary : ParseBytes(o.budget).style);
+    if (o.budget.empty()) return 0;
+  }
+  if (o.budget.empty()) throw BadInput("--budget is required (for example --budget 24GB)");
+  ByteQuantity budget = ParseBytes(o.budget);
+  if (o.distributed.given) {
+    if (o.algorithm != "optimal" || o.every_given || !o.sweep_path.empty()) {
+      throw BadInput("--algo, --every and --sweep are not available with --data-parallel, --shard or --pipeline");
+    }
+    return RunDistributedSolve(o.distributed, in, o.budget, budget, o.slots, o.optimizer, o.output);
+  }
+  PlanRequest request;
+  request.algorithm = ParseAlgorithm(o.algorithm);
+  if (o.every_n > 0 && o.algorithm == "optimal") request.algorithm = Algorithm::kEveryN;
+  if (request.algorithm == Algorithm::kEveryN && o.every_n < 1) throw BadInput("--algo every-n needs --every N");
+  request.budget_bytes = budget.bytes;
+  request.slots = o.slots;
+  request.every_n = o.every_n;
+  request.threads = o.threads;
+  request.sweep = !o.sweep_path.empty();
+  // The PyTorch target: optimal over the sets of modules apply_plan can wrap.
+  const std::string target = o.target.empty() ? (in.from_profile ? "pytorch" : "schedule") : o.target;
+  if (target != "pytorch" && target != "schedule") {
+    throw BadInput("invalid --target '" + o.target + "': use pytorch or schedule");
+  }
+  std::vector<WrappableModule> modules;
+  if (target == "pytorch" && request.algorithm == Algorithm::kOptimal) {
+    modules = WrappableModules(in.chain, in.from_profile ? &in.profile : nullptr);
+    if (!in.from_profile && modules.empty()) {
+      throw BadInput(o.input + ": --target pytorch needs module paths (a profile, or a chain whose stages name modules)");
+    }
+    request.pytorch_modules = &modules;  // gradients: the chain's (LoadPlannerInput), as every target counts them
+  }
+
+  const bool json_to_stdout = o.output == "-";
+  FILE* human = json_to_stdout ? stderr : stdout;
+  if (in.fixed.total() >= budget.bytes) {
+    int64_t minimum = request.algorithm == Algorithm::kOptimal && request.pytorch_modules == nullptr
+                          ? MinimumOptimalBudget(in.chain, in.fixed, o.slots)
+                          : MakePlan(in.chain, in.fixed, request).min_budget_bytes;
+    throw Error(ExitCode::kInfeasible,
+                Format("budget %s is below the fixed part of the step (%s); the minimum for this %s is %s",
+                       o.budget.c_str(), DescribeFixed(in.fixed, budget.style).c_str(), what.c_str(),
+                       FormatBytesCompact(minimum, budget.style).c_str()));
+  }
+  Plan plan;
+  {
+    ProgressBar bar(Format("solving %d stages", in.chain.length()), StderrIsTerminal(), ProgressDelaySeconds());
+    request.progress = [&bar](double fraction) { bar.Update(fraction); };
+    plan = MakePlan(in.chain, in.fixed, request);
+    request.progress = nullptr;
+  }
+  if (!plan.feasible) {
+    std::string minimum = PrintableMinimum(plan.min_budget_bytes, budget.style, [&](int64_t value) {
+      PlanRequest check = request;
+      check.budget_bytes = value;
+      check.sweep = false;
+      if (request.algorithm == Algorithm::kOptimal && request.pytorch_modules == nullptr) {
+        return OptimalBudgetFeasible(in.chain, in.fixed, value, o.slots);
+      }
+      return MakePlan(in.chain, in.fixed, check).feasible;
+    });
+    std::string algo = request.algorithm == Algorithm::kOptimal ? Format("optimal, %d slots", o.slots)
+                                                                : AlgorithmName(request.algorithm);
+    if (request.pytorch_modules != nullptr) {
+      // Where wrapping modules cannot reach the budget but the nested schedule can, say how much each needs.
+      const int64_t schedule_minimum = MinimumOptimalBudget(in.chain, in.fixed, o.slots);
+      algo = Format("optimal, pytorch target: %zu wrappable modules; the nested schedule (--target schedule) needs %s",
+                    modules.size(), FormatBytes(schedule_minimum, budget.style, true).c_str());
+    }
+    std::string banded;
+    if (request.algorithm == Algorithm::kOptimal && plan.min_budget_lower_bytes < plan.min_budget_bytes) {
+      banded = Format("; that is the banded solver's minimum (%d stages): the exact one is at least %s",
+                      in.chain.length(), FormatBytes(plan.min_budget_lower_bytes, budget.style, true).c_str());
+    }
+    throw Error(ExitCode::kInfeasible, Format("budget %s is below the minimum %s for this %s (%s)%s", o.budget.c_str(),
+                                              minimum.c_str(), what.c_str(), algo.c_str(), banded.c_str()));
+  }
+
+  // What a person reads.
+  std::fprintf(human, "%s: %s with %d stages, budget %s\n", o.input.c_str(), what.c_str(), in.chain.length(),
+               FormatBytes(budget.bytes, budget.style).c_str());
+  if (in.from_profile) {
+    std::fprintf(human, "fixed part: %s\nactivation budget: %s\n", DescribeFixed(in.fixed, budget.style).c_str(),
+                 FormatBytes(budget.bytes - in.fixed.total(), budget.style).c_str());
+  }
+  std::fprintf(human, "%s plan: peak %s, step %s (%s over no checkpointing), %zu of %d stages recomputed\n",
+               AlgorithmName(plan.algorithm), FormatBytes(plan.peak_bytes, budget.style).c_str(), FormatMs(plan.time_ms).c_str(),
+               FormatPct(plan.overhead_pct()).c_str(), plan.checkpointed_stages.size(), in.chain.length());
+  if (plan.target == "pytorch") {
+    std::fprintf(human, "pytorch target: wrap %zu modules with torch.utils.checkpoint (apply_plan)\n",
+                 plan.pytorch.checkpoint_modules.size());
+  }
+  if (plan.algorithm == Algorithm::kOptimal && !plan.proven_optimal) {
+    std::fprintf(human,
+                 "banded solver (%d stages, band %d): within %.3f%% of the optimum (proven lower bound %s)\n",
+                 in.chain.length(), plan.band, plan.gap_bound_pct(), FormatMs(plan.lower_bound_ms).c_str());
+  } else if (plan.algorithm == Algorithm::kOptimal && plan.band > 0) {
+    std::fprintf(human, "banded solver (%d stages, band %d): proven optimal\n", in.chain.length(), plan.band);
+  }
+  std::fprintf(human, "smallest feasible budget (%s): %s", AlgorithmName(plan.algorithm),
+               FormatBytes(plan.min_budget_bytes, budget.style, true).c_str());
+  if (plan.algorithm == Algorithm::kOptimal && plan.min_budget_lower_bytes < plan.min_budget_bytes) {
+    std::fprintf(human, " (banded solver; the exact one is at least %s)",
+                 FormatBytes(plan.min_budget_lower_bytes, budget.style, true).c_str());
+  }
+  std::fprintf(human, "\n");
+
+  std::vector<StrategyPoint> rows;
+  auto add_row = [&](const std::string& name, const Plan& p) { rows.push_back(StrategyPointOf(name, p, budget.bytes)); };
+  for (Algorithm a : {Algorithm::kNone, Algorithm::kEvery, Algorithm::kSqrt}) {
+    PlanRequest r = request;
+    r.algorithm = a;
+    r.sweep = false;
+    Plan p = MakePlan(in.chain, in.fixed, r);
+    std::string name = a == Algorithm::kSqrt ? Format("sqrt (n=%d)", p.every_n) : AlgorithmName(a);
+    add_row(name, p);
+  }
+  if (request.algorithm == Algorithm::kEveryN) add_row(Format("every-n (n=%d)", plan.every_n), plan);
+  if (request.algorithm == Algorithm::kOptimal) add_row(plan.target == "pytorch" ? "optimal (pytorch)" : "optimal", plan);
+  if (request.algorithm == Algorithm::kOptimal && plan.target == "pytorch") {
+    PlanRequest r = request;
+    r.pytorch_modules = nullptr;
+    r.sweep = false;
+    Plan nested = MakePlan(in.chain, in.fixed, r);
+    if (nested.feasible) add_row("optimal (schedule)", nested);
+  }
+  std::fprintf(human, "\n%s", StrategyTableText(rows, budget.style).c_str());
+
+  if (!o.sweep_path.empty()) {
+    const SweepDocument sweep = MakeSweepDocument(plan, in.source);
+    EmitOutput(o.sweep_path, SweepToJson(sweep).dump(2) + "\n", human);
+    // A readable digest: where the optimal step time changes, about 12 rows.
+    std::vector<std::vector<std::string>> curve_rows = {{"budget", "step", "overhead"}};
+    double last_time = -1;
+    size_t stride = std::max<size_t>(1, sweep.points.size() / 12);
+    for (size_t k = 0; k < sweep.points.size(); ++k) {
+      const SweepPoint& point = sweep.points[k];
+      bool changes = point.time_ms != last_time;
+      if ((k % stride == 0 && changes) || k + 1 == sweep.points.size()) {
+        curve_rows.push_back({FormatBytes(point.budget_bytes, budget.style), FormatMs(point.time_ms),
+                              FormatPct(point.overhead_pct)});
+        last_time = point.time_ms;
+      }
+    }
+    std::fprintf(human, "\nmemory/time curve (%zu budgets%s):\n%s", sweep.points.size(),
+                 o.sweep_path == "-" ? "" : (", all in " + o.sweep_path).c_str(),
+                 FormatTable(curve_rows, {true, true, true}).c_str());
+  }
+
+  nlohmann::json plan_json = PlanToJson(plan, in.chain, in.source);
+  // How the user wrote the budget: `ckplan run` prints bytes the same way.
+  plan_json["unit_style"] = UnitStyleName(budget.style);
+  EmitOutput(o.output, plan_json.dump(2) + "\n", human);
+  return 0;
+}
+
+}  // namespace
+
+void AddSolveCommand(CLI::App& app, Action* action) {
+  auto options = std::make_shared<SolveOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "solve",
+      "Find where to checkpoint so that a training step fits a memory budget.\n"
+      "INPUT is a profile (from `ckplan profile`) or a chain file (`ckplan.chain/1`).\n"
+      "For a profile the budget is the whole step: parameters, buffers, gradients,\n"
+      "optimizer state, inputs and activations. For a chain it covers the chain alone.\n"
+      "Exit code 3 when the budget is below the minimum; the message gives it.");
+  cmd->add_option("input", options->input, "profile or chain JSON")->required();
+  cmd->add_option("-b,--budget", options->budget,
+                  "memory budget: 24GB (10^9), 24GiB (2^30), 512MiB, 1.5e9, bytes, or gpu (the --gpu device's memory)");
+  cmd->add_option("--gpu", options->gpu, "with --budget gpu: the device whose memory is the budget (" +
+                                             KnownGpuNames().substr(0, KnownGpuNames().size() - 5) + ")");
+  cmd->add_option("-o,--output", options->output, "write the plan JSON here (ckplan.plan/1); - for stdout");
+  cmd->add_option("--algo", options->algorithm, "optimal (default), none, every, every-n, sqrt")
+      ->check(CLI::IsMember({"optimal", "none", "every", "every-n", "sqrt"}));
+  CLI::Option* every = cmd->add_option("--every", options->every_n, "segment length N for every-n (implies --algo every-n)");
+  cmd->add_option("--slots", options->slots, "memory slots of the dynamic program (default 500); sizes round up to slots, "
+                  "and slots are halved where that would cost over 0.5% of the budget")
+      ->capture_default_str();
+  cmd->add_option("--optimizer", options->optimizer, "optimizer state counted in the budget: none, sgd, momentum, adam")
+      ->check(CLI::IsMember({"none", "sgd", "momentum", "adam"}))
+      ->capture_default_str();
+  cmd->add_option("--sweep", options->sweep_path,
+                  "write the optimal memory/time curve for every budget up to this one (ckplan.sweep/1); - for stdout");
+  cmd->add_option("--threads", options->threads, "solver threads, 1..256 (default 1)");
+  cmd->add_option("--target", options->target,
+                  "pytorch (default for a profile): the best set of modules to wrap with torch.utils.checkpoint, "
+                  "what apply_plan does; schedule (default for a chain): the nested optimal schedule, for ckplan run");
+  cmd->add_flag("--show-stages", options->show_stages, "print the chain's stages (--budget optional)");
+  cmd->add_option("--chain-out", options->chain_out,
+                  "write the chain the profile is cut into (ckplan.chain/1) to this file (--budget optional)");
+  AddDistributedOptions(cmd, &options->distributed);
+  cmd->callback([options, action, every, cmd] {
+    options->every_given = every->count() > 0;
+    FinishDistributedOptions(cmd, &options->distributed);
+    *action = [options] { return RunSolve(*options); };
+  });
+}
+
+}  // namespace ckplan

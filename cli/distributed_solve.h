@@ -1,0 +1,40 @@
+#pragma once
+/// `ckplan solve` for distributed jobs: --data-parallel/--shard (per-rank
+/// fixed part) and --pipeline/--microbatches/--schedule (a plan per stage).
+/// Kept apart from cmd_solve.cc, which only registers and dispatches.
+
+#include <string>
+
+#include "planner/plan/planner_input.h"
+#include "planner/base/units.h"
+
+namespace CLI {
+class App;
+}
+
+namespace ckplan {
+
+struct DistributedOptions {
+  int data_parallel = 1;
+  std::string shard = "none";
+  int pipeline = 1;
+  int microbatches = 1;
+  std::string schedule = "1f1b";
+  bool given = false;  ///< any of the options was on the command line
+};
+
+/// Registers the options on `solve`; call `Finish` in its callback.
+void AddDistributedOptions(CLI::App* cmd, DistributedOptions* options);
+/// Sets `given` from the parsed options.
+void FinishDistributedOptions(CLI::App* cmd, DistributedOptions* options);
+
+/// Checks the counts (exit 2 naming the value) before any work.
+void CheckDistributedOptions(const DistributedOptions& options);
+
+/// Solves, prints what a person reads to `human`, writes the plan to
+/// `output` (may be empty). Throws Error(kInfeasible) for a budget below the
+/// per-rank minimum, naming it.
+int RunDistributedSolve(const DistributedOptions& options, const PlannerInput& in, const std::string& budget_text,
+                        const ByteQuantity& budget, int slots, const std::string& optimizer, const std::string& output);
+
+}  // namespace ckplan

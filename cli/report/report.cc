@@ -1,0 +1,94 @@
+#include "cli/report/report.h"
+
+#include <algorithm>
+
+#include "planner/base/error.h"
+#include "planner/base/json_io.h"
+#include "cli/terminal.h"
+
+namespace ckplan {
+namespace {
+
+// One `ckplan.run/1` file (from `ckplan run -o`).
+RunPoint ReadRunPoint(const std::string& file) { return {file, RunReportFromJson(ReadJsonFile(file), file)}; }
+
+}  // namespace
+
+Report MakeReport(const PlannerInput& input, const std::string& source, int64_t budget_bytes, UnitStyle style,
+                  int slots, const std::vector<int>& every_n, const std::vector<std::string>& run_files,
+                  const std::function<void(double)>& progress) {
+  Report r;
+  r.source = source;
+  const nlohmann::json& model = input.profile.model;
+  r.title = input.from_profile && model.is_object() && model.contains("path") && model["path"].is_string()
+                ? model["path"].get<std::string>()
+                : source;
+  // The run reports first: a bad one fails before the long work.
+  for (const std::string& file : run_files) r.runs.push_back(ReadRunPoint(file));
+  r.style = style;
+  r.fixed = input.fixed;
+  r.chain = input.chain;
+  const int64_t huge = int64_t{1} << 60;
+  auto baseline = [&](Algorithm a, int n) {
+    PlanRequest request;
+    request.algorithm = a;
+    request.budget_bytes = huge;
+    request.every_n = n;
+    return MakePlan(input.chain, input.fixed, request);
+  };
+  Plan none = baseline(Algorithm::kNone, 0);
+  r.no_recompute_ms = none.no_recompute_ms;  // the optimizer's update included
+  // One DP at the largest budget of interest gives the whole optimal curve,
+  // and its plan says the smallest feasible budget.
+  PlanRequest sweep;
+  sweep.budget_bytes = std::max(none.peak_bytes, budget_bytes);
+  sweep.slots = slots;
+  sweep.sweep = true;
+  // The sweep is the first half of the work, the chosen plan the second.
+  if (progress) sweep.progress = [&progress](double f) { progress(0.5 * f); };
+  Plan top = MakePlan(input.chain, input.fixed, sweep);
+  const int64_t minimum = top.min_budget_bytes;
+  // Without a budget: halfway between the smallest feasible one and no
+  // checkpointing, and never below the smallest.
+  const bool chosen_here = budget_bytes <= 0;
+  r.budget_bytes = chosen_here ? minimum + std::max<int64_t>(0, none.peak_bytes - minimum) / 2 : budget_bytes;
+  if (r.budget_bytes < minimum) {
+    throw Error(ExitCode::kInfeasible, Format("budget %s is below the minimum %s", FormatBytes(r.budget_bytes, style).c_str(),
+                                              FormatBytes(minimum, style, true).c_str()));
+  }
+  for (const CurvePoint& p : top.curve) {
+    if (p.budget_bytes >= minimum) r.optimal_curve.push_back(p);
+  }
+  auto add = [&](const std::string& name, const Plan& p) {
+    r.strategies.push_back(StrategyPointOf(name, p, r.budget_bytes));
+  };
+  add("none", none);
+  add("every", baseline(Algorithm::kEvery, 1));
+  for (int n : every_n) {
+    if (n > 1 && n < input.chain.length()) add(Format("every-%d", n), baseline(Algorithm::kEveryN, n));
+  }
+  Plan sqrt_plan = baseline(Algorithm::kSqrt, 0);
+  add(Format("sqrt (n=%d)", sqrt_plan.every_n), sqrt_plan);
+
+  PlanRequest chosen;
+  chosen.budget_bytes = r.budget_bytes;
+  chosen.slots = slots;
+  if (progress) chosen.progress = [&progress](double f) { progress(0.5 + 0.5 * f); };
+  r.chosen = MakePlan(input.chain, input.fixed, chosen);
+  // Sizes round up to slots of budget/slots: a budget the report chose may
+  // miss by a slot; it then takes a little more.
+  for (int attempt = 0; chosen_here && !r.chosen.feasible && attempt < 20; ++attempt) {
+    r.budget_bytes += std::max<int64_t>(1, r.budget_bytes / 500);
+    chosen.budget_bytes = r.budget_bytes;
+    r.chosen = MakePlan(input.chain, input.fixed, chosen);
+  }
+  if (!r.chosen.feasible) {
+    throw Error(ExitCode::kInfeasible, Format("no optimal plan at the budget %s with %d slots; try a larger budget or more --slots",
+                                              FormatBytes(r.budget_bytes, style).c_str(), slots));
+  }
+  for (auto& strategy : r.strategies) strategy.fits = strategy.peak_bytes <= r.budget_bytes;
+  add("optimal", r.chosen);
+  return r;
+}
+
+}  // namespace ckplan

@@ -1,0 +1,126 @@
+#pragma once
+// Executing a TorchScript model's forward graph node by node: the ground the
+// profiler and the executor stand on. Internal header (includes LibTorch).
+
+#include <torch/script.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "planner/contracts/input_spec.h"
+
+namespace ckplan {
+
+enum class NodeKind {
+  kConstant,
+  kGetAttr,
+  kListConstruct,
+  kListUnpack,
+  kTupleConstruct,
+  kTupleUnpack,
+  kTupleIndex,
+  kOperation,  ///< anything with a registered operator
+};
+
+struct ProgramNode {
+  torch::jit::Node* node = nullptr;
+  NodeKind kind = NodeKind::kOperation;
+  torch::jit::Operation operation = nullptr;
+  bool is_op = false;       ///< recorded in the profile: an operator with tensor outputs
+  int op_id = -1;           ///< its index among the profile's ops
+  std::string module_path;  ///< `layer1.0.conv1`; empty for the top-level module
+};
+
+using Environment = std::unordered_map<const torch::jit::Value*, c10::IValue>;
+
+/// The inlined forward graph of a module, ready to run node by node.
+class GraphProgram {
+ public:
+  explicit GraphProgram(torch::jit::Module module);
+
+  torch::jit::Module& module() { return module_; }
+  const std::vector<ProgramNode>& nodes() const { return nodes_; }
+  int num_ops() const { return static_cast<int>(op_nodes_.size()); }
+  /// Node index of profile op `op_id`.
+  size_t OpNode(int op_id) const { return op_nodes_[static_cast<size_t>(op_id)]; }
+  /// Last node index that reads `value`; nodes().size() for graph outputs.
+  size_t LastUse(const torch::jit::Value* value) const;
+  /// Model inputs the forward takes (the module itself not counted).
+  size_t num_inputs() const;
+  const torch::jit::Value* InputValue(size_t index) const;
+  /// Binds the model inputs (graph input 0 is the module itself).
+  void BindInputs(Environment& env, const std::vector<at::Tensor>& inputs) const;
+  /// Runs node `index`: reads its inputs from env, writes its outputs.
+  void RunNode(size_t index, Environment& env) const;
+  /// Drops from env the values whose last use is node `index`.
+  void FreeDeadAfter(size_t index, Environment& env) const;
+  /// The graph's output values and their IValues.
+  std::vector<const torch::jit::Value*> OutputValues() const;
+  std::vector<c10::IValue> Outputs(const Environment& env) const;
+  /// The tensors that outlive every step: the module's attributes
+  /// (parameters, buffers, tensors the tracer kept) and the graph's tensor
+  /// constants. A node that returns one as it is (a GetAttr, a constant,
+  /// `aten::to` of one) makes no new tensor.
+  void StaticTensors(std::unordered_set<const c10::TensorImpl*>* out) const;
+  /// Whether the graph's one output is the model's own training loss (a
+  /// Hugging Face model's `loss`, given its labels): back-propagated as it is,
+  /// not through --loss.
+  bool returns_loss() const { return returns_loss_; }
+  /// What was chosen from a dict or loss output, in one sentence ("" when
+  /// the outputs are taken as the model returns them).
+  const std::string& output_choice() const { return output_choice_; }
+
+ private:
+  // A forward returning a dict (a Hugging Face ModelOutput traced with
+  // strict=False) or a tuple led by a loss: the graph's outputs rewritten to
+  // the model's loss when it returns one, else to the tensors a loss reads.
+  void SelectTrainingOutputs();
+
+  torch::jit::Module module_;
+  std::shared_ptr<torch::jit::Graph> graph_;
+  std::vector<ProgramNode> nodes_;
+  std::vector<size_t> op_nodes_;
+  std::unordered_map<const torch::jit::Value*, size_t> last_use_;
+  std::vector<std::vector<const torch::jit::Value*>> dies_after_;
+  // Per node, filled on its first run (after RetargetConstantsToMeta may have
+  // changed the graph's constants): a constant's value, and a GetAttr's slot
+  // in its object. Looking them up each run (a string search among the
+  // object's attributes, a new IValue) cost a recomputed stage microseconds
+  // per node that no op's time shows.
+  mutable std::vector<std::optional<c10::IValue>> constant_value_;
+  mutable std::vector<int64_t> attribute_slot_;
+  bool returns_loss_ = false;
+  std::string output_choice_;
+};
+
+/// Tensors inside an IValue (a tensor, list, tuple), in order.
+void CollectTensors(const c10::IValue& value, std::vector<at::Tensor>* out);
+
+/// Loads a TorchScript file. Throws BadInput naming the file for a missing
+/// file, a file that is not a TorchScript archive, or one saved by a newer
+/// PyTorch (with both versions).
+torch::jit::Module LoadModel(const std::string& path);
+
+/// Whether `path` is a torch.export archive (`.pt2`, from torch.export.save).
+bool IsExportArchive(const std::string& path);
+/// A torch.export archive as a module whose forward graph holds its ATen
+/// ops, each tagged with its module path (libtorch/runtime/pt2_model.cc).
+torch::jit::Module LoadExportedProgram(const std::string& path);
+/// The module path a node of an exported program was tagged with, or "".
+std::string ExportModulePath(const torch::jit::Node* node);
+
+/// Inputs from specs: float ones from a normal distribution (or uniform in
+/// LO..HI), integer ones uniform in [LO, HI). Seeded: the same every run.
+std::vector<at::Tensor> MakeInputs(const std::vector<InputSpec>& specs, uint64_t seed);
+
+/// `[8, 3, 224, 224] float32`
+std::string DescribeTensor(const at::Tensor& tensor);
+
+/// The LibTorch version ckplan was built with: `1.13.0`.
+std::string LibTorchVersion();
+
+}  // namespace ckplan

@@ -1,0 +1,420 @@
+#include "planner/contracts/plan_document.h"
+
+#include <climits>
+
+#include "planner/base/error.h"
+#include "planner/base/json_io.h"
+
+namespace ckplan {
+
+bool PlanSource::operator==(const PlanSource& o) const {
+  return kind == o.kind && path == o.path && model_sha256 == o.model_sha256 && model_path == o.model_path &&
+         inputs == o.inputs;
+}
+
+nlohmann::json PlanSourceToJson(const PlanSource& s) {
+  nlohmann::json doc = {{"kind", s.kind}, {"path", s.path}};
+  if (s.model_sha256) doc["model_sha256"] = *s.model_sha256;
+  if (s.model_path) doc["model_path"] = *s.model_path;
+  if (s.inputs) doc["inputs"] = *s.inputs;
+  return doc;
+}
+
+PlanSource PlanSourceFromJson(const nlohmann::json& node, const std::string& file, const std::string& path) {
+  JsonReader source(node, file, path);
+  source.ExpectObject();
+  PlanSource s;
+  s.kind = source.Field("kind").String();
+  s.path = source.Field("path").String();
+  if (source.Has("model_sha256")) s.model_sha256 = source.Field("model_sha256").String();
+  if (source.Has("model_path")) s.model_path = source.Field("model_path").String();
+  if (source.Has("inputs")) {
+    source.Field("inputs").ArraySize();  // throws unless an array
+    s.inputs = source.Field("inputs").node();
+  }
+  return s;
+}
+
+bool PlanStage::operator==(const PlanStage& o) const {
+  return index == o.index && name == o.name && checkpointed == o.checkpointed && modules == o.modules &&
+         first_op == o.first_op && last_op == o.last_op;
+}
+
+bool PlanFixed::operator==(const PlanFixed& o) const {
+  return param_bytes == o.param_bytes && buffer_bytes == o.buffer_bytes && grad_bytes == o.grad_bytes &&
+         optimizer_bytes == o.optimizer_bytes && optimizer == o.optimizer && total_bytes == o.total_bytes &&
+         backward_grad_bytes == o.backward_grad_bytes;
+}
+
+bool PlanPredicted::operator==(const PlanPredicted& o) const {
+  return peak_bytes == o.peak_bytes && time_ms == o.time_ms && overhead_pct == o.overhead_pct &&
+         no_recompute_ms == o.no_recompute_ms && live_after_forward_bytes == o.live_after_forward_bytes &&
+         optimizer_step_ms == o.optimizer_step_ms;
+}
+
+bool PlanPyTorch::operator==(const PlanPyTorch& o) const {
+  return checkpoint_modules == o.checkpoint_modules && skipped_stages == o.skipped_stages &&
+         use_reentrant == o.use_reentrant && preserve_rng_state == o.preserve_rng_state && peak_bytes == o.peak_bytes &&
+         held_at_loss_bytes == o.held_at_loss_bytes && time_ms == o.time_ms && overhead_pct == o.overhead_pct &&
+         fits_budget == o.fits_budget;
+}
+
+bool PlanSolver::operator==(const PlanSolver& o) const {
+  return method == o.method && proven_optimal == o.proven_optimal && band == o.band &&
+         lower_bound_ms == o.lower_bound_ms && gap_bound_pct == o.gap_bound_pct &&
+         min_budget_lower_bytes == o.min_budget_lower_bytes;
+}
+
+bool PlanShardUnit::operator==(const PlanShardUnit& o) const {
+  return module == o.module && param_bytes == o.param_bytes && shard_bytes == o.shard_bytes;
+}
+
+bool PlanRankFixed::operator==(const PlanRankFixed& o) const {
+  return shard == o.shard && data_parallel == o.data_parallel && param_bytes == o.param_bytes &&
+         buffer_bytes == o.buffer_bytes && grad_bytes == o.grad_bytes && optimizer_bytes == o.optimizer_bytes &&
+         optimizer == o.optimizer && gathered_bytes == o.gathered_bytes && reduce_bytes == o.reduce_bytes &&
+         total_bytes == o.total_bytes && units == o.units;
+}
+
+bool PlanRank::operator==(const PlanRank& o) const {
+  return fixed == o.fixed && activation_budget_bytes == o.activation_budget_bytes && peak_bytes == o.peak_bytes &&
+         pytorch_peak_bytes == o.pytorch_peak_bytes && saved_bytes == o.saved_bytes;
+}
+
+bool PlanPipelineStage::operator==(const PlanPipelineStage& o) const {
+  return index == o.index && first_chain_stage == o.first_chain_stage && last_chain_stage == o.last_chain_stage &&
+         in_flight == o.in_flight && stored_after_forward_bytes == o.stored_after_forward_bytes && fixed == o.fixed &&
+         activation_budget_bytes == o.activation_budget_bytes && peak_bytes == o.peak_bytes &&
+         pytorch_saved_bytes == o.pytorch_saved_bytes && pytorch_peak_bytes == o.pytorch_peak_bytes;
+}
+
+bool PlanDistributed::operator==(const PlanDistributed& o) const {
+  return data_parallel == o.data_parallel && shard == o.shard && pipeline == o.pipeline &&
+         fsdp_units == o.fsdp_units && ranks == o.ranks && microbatches == o.microbatches && schedule == o.schedule &&
+         slowest_stage_ms == o.slowest_stage_ms && stages == o.stages;
+}
+
+bool PlanDocument::operator==(const PlanDocument& o) const {
+  return is_pipeline == o.is_pipeline && algorithm == o.algorithm && target == o.target && source == o.source &&
+         budget_bytes == o.budget_bytes && fixed == o.fixed && activation_budget_bytes == o.activation_budget_bytes &&
+         stages == o.stages && checkpointed_stages == o.checkpointed_stages && schedule == o.schedule &&
+         predicted == o.predicted && min_budget_bytes == o.min_budget_bytes &&
+         timeline_peak_during_bytes == o.timeline_peak_during_bytes &&
+         timeline_stored_after_bytes == o.timeline_stored_after_bytes && checkpoint_modules == o.checkpoint_modules &&
+         pytorch == o.pytorch && slots == o.slots && slot_bytes == o.slot_bytes && solver == o.solver &&
+         every_n == o.every_n && unit_style == o.unit_style && distributed == o.distributed &&
+         pipeline_stage == o.pipeline_stage;
+}
+
+namespace {
+
+nlohmann::json RankFixedToJson(const PlanRankFixed& f) {
+  nlohmann::json doc = {{"shard", f.shard}, {"data_parallel", f.data_parallel},
+                        {"param_bytes", f.param_bytes}, {"buffer_bytes", f.buffer_bytes},
+                        {"grad_bytes", f.grad_bytes}, {"optimizer_bytes", f.optimizer_bytes},
+                        {"optimizer", f.optimizer}, {"gathered_bytes", f.gathered_bytes},
+                        {"reduce_bytes", f.reduce_bytes}, {"total_bytes", f.total_bytes}};
+  if (f.units) {
+    nlohmann::json units = nlohmann::json::array();
+    for (const PlanShardUnit& u : *f.units) {
+      units.push_back({{"module", u.module}, {"param_bytes", u.param_bytes}, {"shard_bytes", u.shard_bytes}});
+    }
+    doc["units"] = units;
+  }
+  return doc;
+}
+
+nlohmann::json DistributedToJson(const PlanDistributed& d) {
+  nlohmann::json doc = {{"data_parallel", d.data_parallel}, {"shard", d.shard}, {"pipeline", d.pipeline}};
+  if (!d.stages.empty()) {
+    nlohmann::json stages = nlohmann::json::array();
+    for (const PlanDocument& stage : d.stages) stages.push_back(PlanToJson(stage));
+    doc["microbatches"] = d.microbatches;
+    doc["schedule"] = d.schedule;
+    doc["slowest_stage_ms"] = d.slowest_stage_ms;
+    doc["stages"] = stages;
+    return doc;
+  }
+  nlohmann::json ranks = nlohmann::json::array();
+  for (const PlanRank& r : d.ranks) {
+    ranks.push_back({{"fixed", RankFixedToJson(r.fixed)},
+                     {"activation_budget_bytes", r.activation_budget_bytes},
+                     {"peak_bytes", r.peak_bytes},
+                     {"pytorch_peak_bytes", r.pytorch_peak_bytes},
+                     {"saved_bytes", r.saved_bytes}});
+  }
+  doc["fsdp_units"] = d.fsdp_units;
+  doc["ranks"] = ranks;
+  return doc;
+}
+
+nlohmann::json PipelineStageToJson(const PlanPipelineStage& s) {
+  return {{"index", s.index}, {"first_chain_stage", s.first_chain_stage}, {"last_chain_stage", s.last_chain_stage},
+          {"in_flight", s.in_flight}, {"stored_after_forward_bytes", s.stored_after_forward_bytes},
+          {"fixed", RankFixedToJson(s.fixed)}, {"activation_budget_bytes", s.activation_budget_bytes},
+          {"peak_bytes", s.peak_bytes}, {"pytorch_saved_bytes", s.pytorch_saved_bytes},
+          {"pytorch_peak_bytes", s.pytorch_peak_bytes}};
+}
+
+}  // namespace
+
+nlohmann::json PlanToJson(const PlanDocument& p) {
+  nlohmann::json doc = {{"schema", "ckplan.plan/1"},
+                        {"algorithm", p.algorithm},
+                        {"source", PlanSourceToJson(p.source)},
+                        {"budget_bytes", p.budget_bytes},
+                        {"checkpoint_modules", p.checkpoint_modules}};
+  if (p.distributed) doc["distributed"] = DistributedToJson(*p.distributed);
+  if (p.is_pipeline) return doc;  // each stage's document (in distributed.stages) is a plan
+  nlohmann::json stages = nlohmann::json::array();
+  for (const PlanStage& s : p.stages) {
+    nlohmann::json stage = {{"index", s.index}, {"name", s.name}, {"checkpointed", s.checkpointed}};
+    if (!s.modules.empty()) stage["modules"] = s.modules;
+    if (s.first_op >= 0) {
+      stage["first_op"] = s.first_op;
+      stage["last_op"] = s.last_op;
+    }
+    stages.push_back(std::move(stage));
+  }
+  doc["target"] = p.target;
+  doc["fixed"] = {{"param_bytes", p.fixed.param_bytes},
+                  {"buffer_bytes", p.fixed.buffer_bytes},
+                  {"grad_bytes", p.fixed.grad_bytes},
+                  {"optimizer_bytes", p.fixed.optimizer_bytes},
+                  {"optimizer", p.fixed.optimizer},
+                  {"total_bytes", p.fixed.total_bytes}};
+  if (p.fixed.backward_grad_bytes) doc["fixed"]["backward_grad_bytes"] = *p.fixed.backward_grad_bytes;
+  doc["activation_budget_bytes"] = p.activation_budget_bytes;
+  doc["stages"] = std::move(stages);
+  doc["checkpointed_stages"] = p.checkpointed_stages;
+  doc["schedule"] = ScheduleToJson(p.schedule);
+  doc["predicted"] = {{"peak_bytes", p.predicted.peak_bytes},
+                      {"time_ms", p.predicted.time_ms},
+                      {"overhead_pct", p.predicted.overhead_pct},
+                      {"no_recompute_ms", p.predicted.no_recompute_ms},
+                      {"live_after_forward_bytes", p.predicted.live_after_forward_bytes}};
+  if (p.predicted.optimizer_step_ms) doc["predicted"]["optimizer_step_ms"] = *p.predicted.optimizer_step_ms;
+  if (p.min_budget_bytes) doc["min_budget_bytes"] = *p.min_budget_bytes;
+  doc["timeline"] = {{"peak_during_bytes", p.timeline_peak_during_bytes},
+                     {"stored_after_bytes", p.timeline_stored_after_bytes}};
+  const PlanPyTorch& e = p.pytorch;
+  doc["pytorch"] = {{"checkpoint_modules", e.checkpoint_modules},
+                    {"skipped_stages", e.skipped_stages},
+                    {"settings", {{"use_reentrant", e.use_reentrant}, {"preserve_rng_state", e.preserve_rng_state}}},
+                    {"predicted",
+                     {{"peak_bytes", e.peak_bytes},
+                      {"saved_bytes", e.held_at_loss_bytes},
+                      {"time_ms", e.time_ms},
+                      {"overhead_pct", e.overhead_pct},
+                      {"fits_budget", e.fits_budget}}}};
+  if (p.slots) doc["slots"] = *p.slots;
+  if (p.slot_bytes) doc["slot_bytes"] = *p.slot_bytes;
+  if (p.solver) {
+    nlohmann::json solver = {{"method", p.solver->method}, {"proven_optimal", p.solver->proven_optimal}};
+    if (p.solver->band > 0) {
+      solver["band"] = p.solver->band;
+      solver["lower_bound_ms"] = p.solver->lower_bound_ms;
+      solver["gap_bound_pct"] = p.solver->gap_bound_pct;
+      solver["min_budget_lower_bytes"] = p.solver->min_budget_lower_bytes;
+    }
+    doc["solver"] = solver;
+  }
+  if (p.every_n) doc["every_n"] = *p.every_n;
+  if (p.unit_style) doc["unit_style"] = *p.unit_style;
+  if (p.pipeline_stage) doc["pipeline_stage"] = PipelineStageToJson(*p.pipeline_stage);
+  return doc;
+}
+
+namespace {
+
+std::vector<std::string> Strings(const JsonReader& list) {
+  std::vector<std::string> out;
+  for (size_t k = 0; k < list.ArraySize(); ++k) out.push_back(list.Item(k).String());
+  return out;
+}
+
+std::vector<int64_t> Bytes(const JsonReader& list) {
+  std::vector<int64_t> out;
+  for (size_t k = 0; k < list.ArraySize(); ++k) out.push_back(list.Item(k).NonNegativeBytes());
+  return out;
+}
+
+PlanRankFixed RankFixedFromJson(const JsonReader& f) {
+  PlanRankFixed out;
+  out.shard = f.Field("shard").String();
+  out.data_parallel = f.Field("data_parallel").IntegerIn(1, 1 << 30);
+  out.param_bytes = f.Field("param_bytes").NonNegativeBytes();
+  out.buffer_bytes = f.Field("buffer_bytes").NonNegativeBytes();
+  out.grad_bytes = f.Field("grad_bytes").NonNegativeBytes();
+  out.optimizer_bytes = f.Field("optimizer_bytes").NonNegativeBytes();
+  out.optimizer = f.Field("optimizer").String();
+  out.gathered_bytes = f.Field("gathered_bytes").NonNegativeBytes();
+  out.reduce_bytes = f.Field("reduce_bytes").NonNegativeBytes();
+  out.total_bytes = f.Field("total_bytes").NonNegativeBytes();
+  if (f.Has("units")) {
+    const JsonReader units = f.Field("units");
+    out.units.emplace();
+    for (size_t k = 0; k < units.ArraySize(); ++k) {
+      const JsonReader u = units.Item(k);
+      out.units->push_back(
+          {u.Field("module").String(), u.Field("param_bytes").NonNegativeBytes(), u.Field("shard_bytes").NonNegativeBytes()});
+    }
+  }
+  return out;
+}
+
+PlanPipelineStage PipelineStageFromJson(const JsonReader& s) {
+  PlanPipelineStage out;
+  out.index = s.Field("index").IntegerIn(0, INT_MAX);
+  out.first_chain_stage = s.Field("first_chain_stage").IntegerIn(0, INT_MAX);
+  out.last_chain_stage = s.Field("last_chain_stage").IntegerIn(0, INT_MAX);
+  out.in_flight = s.Field("in_flight").IntegerIn(1, 1 << 30);
+  out.stored_after_forward_bytes = s.Field("stored_after_forward_bytes").NonNegativeBytes();
+  out.fixed = RankFixedFromJson(s.Field("fixed"));
+  out.activation_budget_bytes = s.Field("activation_budget_bytes").Integer();
+  out.peak_bytes = s.Field("peak_bytes").NonNegativeBytes();
+  out.pytorch_saved_bytes = s.Field("pytorch_saved_bytes").NonNegativeBytes();
+  out.pytorch_peak_bytes = s.Field("pytorch_peak_bytes").NonNegativeBytes();
+  return out;
+}
+
+PlanDocument ReadPlan(const JsonReader& root);
+
+PlanDistributed DistributedFromJson(const JsonReader& d) {
+  d.ExpectObject();
+  PlanDistributed out;
+  out.data_parallel = d.Field("data_parallel").IntegerIn(1, 1 << 30);
+  out.shard = d.Field("shard").String();
+  out.pipeline = d.Field("pipeline").IntegerIn(1, 1 << 30);
+  if (d.Has("stages")) {
+    out.microbatches = d.Field("microbatches").IntegerIn(1, 1 << 30);
+    out.schedule = d.Field("schedule").String();
+    out.slowest_stage_ms = d.Field("slowest_stage_ms").NonNegativeNumber();
+    const JsonReader stages = d.Field("stages");
+    if (stages.ArraySize() == 0) stages.Fail("no stages");
+    for (size_t k = 0; k < stages.ArraySize(); ++k) out.stages.push_back(ReadPlan(stages.Item(k)));
+    return out;
+  }
+  if (d.Has("fsdp_units")) out.fsdp_units = Strings(d.Field("fsdp_units"));
+  const JsonReader ranks = d.Field("ranks");
+  if (ranks.ArraySize() == 0) ranks.Fail("no ranks");
+  for (size_t k = 0; k < ranks.ArraySize(); ++k) {
+    const JsonReader r = ranks.Item(k);
+    out.ranks.push_back({RankFixedFromJson(r.Field("fixed")), r.Field("activation_budget_bytes").Integer(),
+                         r.Field("peak_bytes").NonNegativeBytes(), r.Field("pytorch_peak_bytes").NonNegativeBytes(),
+                         r.Field("saved_bytes").NonNegativeBytes()});
+  }
+  return out;
+}
+
+// A plan document at `root` (the file's top level, or a pipeline stage's
+// document inside it: messages name the field's whole path).
+PlanDocument ReadPlan(const JsonReader& root) {
+  root.ExpectObject();
+  const std::string schema = root.Field("schema").String();
+  if (schema != "ckplan.plan/1") root.Field("schema").Fail("expected \"ckplan.plan/1\", got \"" + schema + "\"");
+  PlanDocument p;
+  const JsonReader source = root.Field("source");
+  p.source = PlanSourceFromJson(source.node(), source.file(), source.path());
+  p.algorithm = root.Field("algorithm").String();
+  p.budget_bytes = root.Field("budget_bytes").NonNegativeBytes();
+  if (root.Has("checkpoint_modules")) p.checkpoint_modules = Strings(root.Field("checkpoint_modules"));
+  if (root.Has("distributed")) {
+    p.distributed = DistributedFromJson(root.Field("distributed"));
+    p.is_pipeline = !p.distributed->stages.empty();
+  }
+  if (p.is_pipeline) return p;
+
+  if (root.Has("target")) p.target = root.Field("target").String();
+  JsonReader fixed = root.Field("fixed");
+  p.fixed.optimizer = fixed.Field("optimizer").String();
+  if (fixed.Has("param_bytes")) p.fixed.param_bytes = fixed.Field("param_bytes").NonNegativeBytes();
+  if (fixed.Has("buffer_bytes")) p.fixed.buffer_bytes = fixed.Field("buffer_bytes").NonNegativeBytes();
+  if (fixed.Has("grad_bytes")) p.fixed.grad_bytes = fixed.Field("grad_bytes").NonNegativeBytes();
+  if (fixed.Has("optimizer_bytes")) p.fixed.optimizer_bytes = fixed.Field("optimizer_bytes").NonNegativeBytes();
+  if (fixed.Has("total_bytes")) p.fixed.total_bytes = fixed.Field("total_bytes").NonNegativeBytes();
+  if (fixed.Has("backward_grad_bytes")) p.fixed.backward_grad_bytes = fixed.Field("backward_grad_bytes").NonNegativeBytes();
+  if (root.Has("activation_budget_bytes")) p.activation_budget_bytes = root.Field("activation_budget_bytes").Integer();
+
+  JsonReader stages = root.Field("stages");
+  for (size_t s = 0; s < stages.ArraySize(); ++s) {
+    JsonReader stage = stages.Item(s);
+    PlanStage out;
+    out.index = stage.Has("index") ? stage.Field("index").IntegerIn(0, INT_MAX) : static_cast<int>(s);
+    out.name = stage.Field("name").String();
+    if (stage.Has("checkpointed")) out.checkpointed = stage.Field("checkpointed").Bool();
+    if (stage.Has("modules")) out.modules = Strings(stage.Field("modules"));
+    if (stage.Has("first_op")) out.first_op = stage.Field("first_op").IntegerIn(0, INT_MAX);
+    if (stage.Has("last_op")) out.last_op = stage.Field("last_op").IntegerIn(0, INT_MAX);
+    p.stages.push_back(std::move(out));
+  }
+  if (root.Has("checkpointed_stages")) {
+    JsonReader list = root.Field("checkpointed_stages");
+    for (size_t k = 0; k < list.ArraySize(); ++k) p.checkpointed_stages.push_back(list.Item(k).IntegerIn(0, INT_MAX));
+  }
+  const JsonReader schedule = root.Field("schedule");
+  p.schedule = ScheduleFromJson(schedule.node(), schedule.file(), schedule.path());
+
+  JsonReader predicted = root.Field("predicted");
+  p.predicted.peak_bytes = predicted.Field("peak_bytes").NonNegativeBytes();
+  p.predicted.time_ms = predicted.Field("time_ms").NonNegativeNumber();
+  p.predicted.overhead_pct = predicted.Field("overhead_pct").FiniteNumber();
+  if (predicted.Has("no_recompute_ms")) p.predicted.no_recompute_ms = predicted.Field("no_recompute_ms").NonNegativeNumber();
+  if (predicted.Has("live_after_forward_bytes")) {
+    p.predicted.live_after_forward_bytes = predicted.Field("live_after_forward_bytes").NonNegativeBytes();
+  }
+  if (predicted.Has("optimizer_step_ms")) p.predicted.optimizer_step_ms = predicted.Field("optimizer_step_ms").NonNegativeNumber();
+  if (root.Has("min_budget_bytes")) p.min_budget_bytes = root.Field("min_budget_bytes").NonNegativeBytes();
+  if (root.Has("timeline")) {
+    JsonReader timeline = root.Field("timeline");
+    p.timeline_peak_during_bytes = Bytes(timeline.Field("peak_during_bytes"));
+    p.timeline_stored_after_bytes = Bytes(timeline.Field("stored_after_bytes"));
+  }
+  if (root.Has("pytorch")) {
+    JsonReader e = root.Field("pytorch");
+    p.pytorch.checkpoint_modules = Strings(e.Field("checkpoint_modules"));
+    if (e.Has("skipped_stages")) p.pytorch.skipped_stages = Strings(e.Field("skipped_stages"));
+    if (e.Has("settings")) {
+      JsonReader settings = e.Field("settings");
+      p.pytorch.use_reentrant = settings.Field("use_reentrant").Bool();
+      p.pytorch.preserve_rng_state = settings.Field("preserve_rng_state").Bool();
+    }
+    if (e.Has("predicted")) {
+      JsonReader ep = e.Field("predicted");
+      p.pytorch.peak_bytes = ep.Field("peak_bytes").NonNegativeBytes();
+      p.pytorch.held_at_loss_bytes = ep.Field("saved_bytes").NonNegativeBytes();
+      p.pytorch.time_ms = ep.Field("time_ms").NonNegativeNumber();
+      p.pytorch.overhead_pct = ep.Field("overhead_pct").FiniteNumber();
+      p.pytorch.fits_budget = ep.Field("fits_budget").Bool();
+    }
+  }
+  if (root.Has("slots")) p.slots = root.Field("slots").IntegerIn(0, INT_MAX);
+  if (root.Has("slot_bytes")) p.slot_bytes = root.Field("slot_bytes").NonNegativeBytes();
+  if (root.Has("solver")) {
+    JsonReader solver = root.Field("solver");
+    PlanSolver out;
+    out.method = solver.Field("method").String();
+    out.proven_optimal = solver.Field("proven_optimal").Bool();
+    if (solver.Has("band")) {
+      out.band = solver.Field("band").IntegerIn(1, INT_MAX);
+      out.lower_bound_ms = solver.Field("lower_bound_ms").NonNegativeNumber();
+      out.gap_bound_pct = solver.Field("gap_bound_pct").NonNegativeNumber();
+      out.min_budget_lower_bytes = solver.Field("min_budget_lower_bytes").NonNegativeBytes();
+    }
+    p.solver = out;
+  }
+  if (root.Has("every_n")) p.every_n = root.Field("every_n").IntegerIn(1, INT_MAX);
+  if (root.Has("unit_style")) {
+    JsonReader style = root.Field("unit_style");
+    p.unit_style = style.String();
+    if (*p.unit_style != "decimal" && *p.unit_style != "binary") style.Fail("expected \"decimal\" or \"binary\"");
+  }
+  if (root.Has("pipeline_stage")) p.pipeline_stage = PipelineStageFromJson(root.Field("pipeline_stage"));
+  return p;
+}
+
+}  // namespace
+
+PlanDocument PlanFromJson(const nlohmann::json& json, const std::string& file) { return ReadPlan(JsonReader(json, file)); }
+
+}  // namespace ckplan

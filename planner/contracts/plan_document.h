@@ -1,0 +1,211 @@
+#pragma once
+/// The plan contract, `ckplan.plan/1`, as one value: what `ckplan solve`
+/// writes (PlanToJson) and `ckplan run` reads (PlanFromJson). Torch-free.
+/// The README's "Plan" section documents every field.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "planner/contracts/schedule.h"
+
+namespace ckplan {
+
+/// `source`: where the chain came from (ProfileSource in input.h makes it
+/// for a profile). Also the sweep's `source` (sweep_document.h).
+struct PlanSource {
+  std::string kind;                         ///< `chain` or `profile`
+  std::string path;                         ///< the chain or profile file
+  std::optional<std::string> model_sha256;  ///< a profile's `model.sha256`: `ckplan run` refuses another model
+  std::optional<std::string> model_path;    ///< a profile's `model.path`
+  /// A profile's `model.inputs` ([{shape, dtype, text, lo, hi}]), kept as
+  /// written: a pass-through of the profile contract, which keeps its
+  /// `model` object as written (profile.h); `ckplan run` parses each
+  /// input's `text` (ParseInputSpec).
+  std::optional<nlohmann::json> inputs;
+  bool operator==(const PlanSource& o) const;
+};
+
+/// The `source` object.
+nlohmann::json PlanSourceToJson(const PlanSource& source);
+/// Reads a `source` object at `path` of `file` (JSON path, for messages).
+/// Required: kind, path; model_sha256 and model_path strings and inputs an
+/// array when present. Throws BadInput naming `file` and the field.
+PlanSource PlanSourceFromJson(const nlohmann::json& node, const std::string& file, const std::string& path);
+
+/// One stage of the plan (`stages[]`).
+struct PlanStage {
+  int index = 0;
+  std::string name;
+  bool checkpointed = false;
+  std::vector<std::string> modules;  ///< empty: not written (a plain chain)
+  int first_op = -1;                 ///< -1: first_op/last_op not written
+  int last_op = -1;
+  bool operator==(const PlanStage& o) const;
+};
+
+/// `fixed`: what the step holds besides the activations.
+struct PlanFixed {
+  int64_t param_bytes = 0;
+  int64_t buffer_bytes = 0;
+  int64_t grad_bytes = 0;
+  int64_t optimizer_bytes = 0;
+  std::string optimizer = "none";
+  int64_t total_bytes = 0;
+  /// `backward_grad_bytes` (optional): gradients counted as they appear in
+  /// backward, part of grad_bytes but not of total_bytes.
+  std::optional<int64_t> backward_grad_bytes;
+  bool operator==(const PlanFixed& o) const;
+};
+
+/// `predicted`: the whole step as the planner predicts it.
+struct PlanPredicted {
+  int64_t peak_bytes = 0;
+  double time_ms = 0;
+  double overhead_pct = 0;
+  double no_recompute_ms = 0;
+  int64_t live_after_forward_bytes = 0;
+  std::optional<double> optimizer_step_ms;  ///< written when the profile timed the optimizer
+  bool operator==(const PlanPredicted& o) const;
+};
+
+/// `pytorch`: the modules apply_plan wraps, and what that predicts.
+struct PlanPyTorch {
+  std::vector<std::string> checkpoint_modules;
+  std::vector<std::string> skipped_stages;
+  bool use_reentrant = false;
+  bool preserve_rng_state = true;
+  int64_t peak_bytes = 0;
+  int64_t held_at_loss_bytes = 0;
+  double time_ms = 0;
+  double overhead_pct = 0;
+  bool fits_budget = false;
+  bool operator==(const PlanPyTorch& o) const;
+};
+
+/// `solver` (optimal plans): `exact`, `banded` or `modules`.
+struct PlanSolver {
+  std::string method;
+  bool proven_optimal = true;
+  /// Banded only (written when band > 0).
+  int band = 0;
+  double lower_bound_ms = 0;
+  double gap_bound_pct = 0;
+  int64_t min_budget_lower_bytes = 0;
+  bool operator==(const PlanSolver& o) const;
+};
+
+struct PlanDocument;
+
+/// A unit FSDP shards (`fixed.units[]`, `--shard full`).
+struct PlanShardUnit {
+  std::string module;            ///< empty for the root
+  int64_t param_bytes = 0;
+  int64_t shard_bytes = 0;
+  bool operator==(const PlanShardUnit& o) const;
+};
+
+/// One rank's (or pipeline stage's) fixed part: RankMemory (distributed.h)
+/// as the distributed plans write it.
+struct PlanRankFixed {
+  std::string shard = "none";
+  int data_parallel = 1;
+  int64_t param_bytes = 0;
+  int64_t buffer_bytes = 0;
+  int64_t grad_bytes = 0;
+  int64_t optimizer_bytes = 0;
+  std::string optimizer = "none";
+  int64_t gathered_bytes = 0;
+  int64_t reduce_bytes = 0;
+  int64_t total_bytes = 0;
+  std::optional<std::vector<PlanShardUnit>> units;  ///< `--shard full` only
+  bool operator==(const PlanRankFixed& o) const;
+};
+
+/// `distributed.ranks[]` (data parallel).
+struct PlanRank {
+  PlanRankFixed fixed;
+  int64_t activation_budget_bytes = 0;
+  int64_t peak_bytes = 0;
+  int64_t pytorch_peak_bytes = 0;
+  int64_t saved_bytes = 0;
+  bool operator==(const PlanRank& o) const;
+};
+
+/// A pipeline stage's document's `pipeline_stage`.
+struct PlanPipelineStage {
+  int index = 0;
+  int first_chain_stage = 0;
+  int last_chain_stage = 0;
+  int in_flight = 1;
+  int64_t stored_after_forward_bytes = 0;
+  PlanRankFixed fixed;
+  int64_t activation_budget_bytes = 0;
+  int64_t peak_bytes = 0;
+  int64_t pytorch_saved_bytes = 0;
+  int64_t pytorch_peak_bytes = 0;
+  bool operator==(const PlanPipelineStage& o) const;
+};
+
+/// `distributed` (written by cmd_distributed.cc): a data-parallel plan's
+/// (`fsdp_units`, `ranks`) or a pipeline plan's (`microbatches`,
+/// `schedule`, `slowest_stage_ms`, `stages`: one plan per pipeline stage).
+struct PlanDistributed {
+  int data_parallel = 1;
+  std::string shard = "none";
+  int pipeline = 1;
+  std::vector<std::string> fsdp_units;   ///< data parallel
+  std::vector<PlanRank> ranks;           ///< data parallel
+  int microbatches = 1;                  ///< pipeline
+  std::string schedule;                  ///< pipeline: 1f1b or gpipe
+  double slowest_stage_ms = 0;           ///< pipeline
+  std::vector<PlanDocument> stages;      ///< pipeline: non-empty
+  bool operator==(const PlanDistributed& o) const;
+};
+
+struct PlanDocument {
+  /// A pipeline plan's top level (`--pipeline`): schema, algorithm, source,
+  /// budget_bytes, checkpoint_modules and `distributed` only; each pipeline
+  /// stage's document (in distributed.stages) is a plan. No schedule.
+  bool is_pipeline = false;
+  std::string algorithm;                ///< optimal, none, every, every-n, sqrt
+  std::string target = "schedule";      ///< schedule or pytorch
+  PlanSource source;
+  int64_t budget_bytes = 0;
+  PlanFixed fixed;
+  int64_t activation_budget_bytes = 0;
+  std::vector<PlanStage> stages;
+  std::vector<int> checkpointed_stages;
+  Schedule schedule;
+  PlanPredicted predicted;
+  std::optional<int64_t> min_budget_bytes;  ///< absent in a pipeline stage's document
+  std::vector<int64_t> timeline_peak_during_bytes;  ///< `timeline`, per schedule operation, fixed part included
+  std::vector<int64_t> timeline_stored_after_bytes;
+  std::vector<std::string> checkpoint_modules;
+  PlanPyTorch pytorch;
+  std::optional<int> slots;                 ///< optimal plans
+  std::optional<int64_t> slot_bytes;
+  std::optional<PlanSolver> solver;
+  std::optional<int> every_n;               ///< every-n and sqrt plans
+  std::optional<std::string> unit_style;    ///< decimal or binary; binary when absent
+  /// Written by the distributed commands (cmd_distributed.cc):
+  /// `distributed`, and a pipeline stage's `pipeline_stage`.
+  std::optional<PlanDistributed> distributed;
+  std::optional<PlanPipelineStage> pipeline_stage;
+  bool operator==(const PlanDocument& o) const;
+};
+
+/// The `ckplan.plan/1` document, keys as `ckplan solve` writes them.
+nlohmann::json PlanToJson(const PlanDocument& plan);
+
+/// Reads a `ckplan.plan/1` document. Required: schema, algorithm, source
+/// (an object), budget_bytes; unless it is a pipeline plan's top level
+/// (`distributed.stages`) also fixed.optimizer, stages[].name, schedule and
+/// predicted (peak_bytes, time_ms, overhead_pct). Every other field is read,
+/// and checked, when present. Throws BadInput naming `file` and the field.
+PlanDocument PlanFromJson(const nlohmann::json& doc, const std::string& file);
+
+}  // namespace ckplan

@@ -1,0 +1,203 @@
+// The plan contract: every plan `ckplan solve` can write reads back to the
+// same value and writes back to the same document.
+
+#include "planner/contracts/plan_document.h"
+
+#include <doctest/doctest.h>
+
+#include "tests/test_chains.h"
+#include "tests/test_errors.h"
+#include "planner/base/error.h"
+#include "planner/plan/planner_input.h"
+#include "planner/plan/plan.h"
+#include "planner/solvers/modules.h"
+#include "planner/solvers/recurrence.h"
+#include "planner/cost/stages.h"
+
+using namespace ckplan;
+
+namespace {
+
+// The source of a plan made from a chain file.
+PlanSource ChainSource(const std::string& path) {
+  PlanSource source;
+  source.kind = "chain";
+  source.path = path;
+  return source;
+}
+
+}  // namespace
+using namespace ckplan::testing;
+
+namespace {
+
+std::string ExampleProfile() { return std::string(CKPLAN_SOURCE_DIR) + "/data/example.profile.json"; }
+
+// Both directions: the document through the value and back, and the value
+// through the document and back.
+void CheckRoundTrip(const nlohmann::json& written) {
+  const PlanDocument read = PlanFromJson(written, "plan.json");
+  CHECK(PlanToJson(read) == written);
+  CHECK(PlanFromJson(PlanToJson(read), "again.json") == read);
+  CHECK(PlanToJson(read).dump(2) == written.dump(2));
+}
+
+}  // namespace
+
+TEST_CASE("plans of every algorithm and target made from a profile round-trip") {
+  PlannerInput in = LoadPlannerInput(ExampleProfile(), "adam");
+  const int64_t budget = in.fixed.total() + in.profile.totals.saved_bytes * 3 / 5 + in.chain.input_bytes * 4;
+  std::vector<WrappableModule> modules = WrappableModules(in.chain, &in.profile);
+  int written = 0;
+  for (Algorithm algorithm : {Algorithm::kOptimal, Algorithm::kNone, Algorithm::kEvery, Algorithm::kEveryN,
+                              Algorithm::kSqrt}) {
+    for (bool pytorch : {false, true}) {
+      PlanRequest request;
+      request.algorithm = algorithm;
+      request.budget_bytes = budget;
+      request.every_n = 3;
+      if (pytorch) request.pytorch_modules = &modules;
+      Plan plan = MakePlan(in.chain, in.fixed, request);
+      CAPTURE(AlgorithmName(algorithm));
+      CAPTURE(pytorch);
+      nlohmann::json doc = PlanToJson(plan, in.chain, in.source);
+      doc["unit_style"] = "decimal";
+      CheckRoundTrip(doc);
+      const PlanDocument read = PlanFromJson(doc, "plan.json");
+      // The value holds what the planner decided, not a copy of the text.
+      CHECK(read.algorithm == AlgorithmName(algorithm));
+      CHECK(read.stages.size() == static_cast<size_t>(in.chain.length()));
+      CHECK(read.schedule == plan.schedule);
+      CHECK(read.checkpointed_stages == plan.checkpointed_stages);
+      CHECK(read.predicted.peak_bytes == plan.peak_bytes);
+      CHECK(read.predicted.time_ms == plan.time_ms);
+      CHECK(read.fixed.total_bytes == in.fixed.total());
+      CHECK(read.pytorch.checkpoint_modules == plan.pytorch.checkpoint_modules);
+      CHECK(read.slots.has_value() == (algorithm == Algorithm::kOptimal));
+      CHECK(read.unit_style == std::optional<std::string>("decimal"));
+      ++written;
+    }
+  }
+  CHECK(written == 10);
+}
+
+TEST_CASE("a banded plan, a chain's plan and an infeasible plan round-trip") {
+  const Chain long_chain = RandomChain(kExactMaxStages + 20, 7);
+  PlanRequest request;
+  request.budget_bytes = MinimumOptimalBudget(long_chain, FixedMemory{}, 200) * 3 / 2;
+  request.slots = 200;
+  Plan banded = MakePlan(long_chain, FixedMemory{}, request);
+  REQUIRE(banded.feasible);
+  REQUIRE(banded.band > 0);
+  nlohmann::json doc = PlanToJson(banded, long_chain, ChainSource("long.json"));
+  CHECK(doc["solver"]["method"] == "banded");
+  CheckRoundTrip(doc);
+  CHECK(PlanFromJson(doc, "p").solver->band == banded.band);
+
+  const Chain chain = ThreeStageChain();
+  request.budget_bytes = 1;
+  Plan infeasible = MakePlan(chain, FixedMemory{}, request);
+  REQUIRE(!infeasible.feasible);
+  CheckRoundTrip(PlanToJson(infeasible, chain, ChainSource("c.json")));
+}
+
+TEST_CASE("distributed plans round-trip: a pipeline's top level with its stage documents, a data-parallel rank") {
+  const Chain chain = ThreeStageChain();
+  PlanRequest request;
+  request.budget_bytes = int64_t{1} << 40;
+  const Plan plan = MakePlan(chain, FixedMemory{}, request);
+  PlanRankFixed fixed;
+  fixed.shard = "full";
+  fixed.data_parallel = 2;
+  fixed.param_bytes = 300;
+  fixed.total_bytes = 300;
+  fixed.units = std::vector<PlanShardUnit>{{"", 100, 50}, {"a.b", 400, 200}};
+  PlanDocument stage = MakePlanDocument(plan, chain, ChainSource("c"));
+  stage.min_budget_bytes.reset();
+  PlanPipelineStage& ps = stage.pipeline_stage.emplace();
+  ps.index = 1;
+  ps.first_chain_stage = 2;
+  ps.last_chain_stage = 4;
+  ps.in_flight = 2;
+  ps.stored_after_forward_bytes = 77;
+  ps.fixed = fixed;
+  ps.activation_budget_bytes = -3;  // written as computed, even below zero
+  ps.peak_bytes = 1234;
+  CheckRoundTrip(PlanToJson(stage));
+  CHECK(!PlanToJson(stage).contains("min_budget_bytes"));
+
+  PlanDocument top;
+  top.is_pipeline = true;
+  top.algorithm = "optimal";
+  top.source = ChainSource("c");
+  top.budget_bytes = 1000;
+  top.checkpoint_modules = {"a.b"};
+  PlanDistributed& d = top.distributed.emplace();
+  d.pipeline = 2;
+  d.microbatches = 4;
+  d.schedule = "1f1b";
+  d.slowest_stage_ms = 2.5;
+  d.stages = {stage, stage};
+  const nlohmann::json written = PlanToJson(top);
+  CHECK(!written.contains("schedule"));
+  CHECK(written["distributed"]["stages"][1]["pipeline_stage"]["fixed"]["units"][1]["module"] == "a.b");
+  CheckRoundTrip(written);
+  const PlanDocument read = PlanFromJson(written, "top.json");
+  CHECK(read.is_pipeline);
+  CHECK(read.schedule.empty());
+  CHECK(read == top);
+  // A stage document's error names its whole path.
+  nlohmann::json bad = written;
+  bad["distributed"]["stages"][1]["schedule"][0]["stage"] = "x";
+  CHECK(testing::Refusal(bad, [](nlohmann::json&) {}, [](const nlohmann::json& doc) { PlanFromJson(doc, "top.json"); })
+            .find("distributed.stages[1].schedule") != std::string::npos);
+
+  PlanDocument rank_plan = MakePlanDocument(plan, chain, ChainSource("c"));
+  PlanDistributed& dp = rank_plan.distributed.emplace();
+  dp.data_parallel = 2;
+  dp.shard = "full";
+  dp.fsdp_units = {"a.b"};
+  dp.ranks.push_back({fixed, 900, 1100, 1200, 400});
+  CheckRoundTrip(PlanToJson(rank_plan));
+  CHECK(!PlanFromJson(PlanToJson(rank_plan), "dp.json").is_pipeline);
+  CHECK(PlanFromJson(PlanToJson(rank_plan), "dp.json") == rank_plan);
+}
+
+TEST_CASE("the plan reader names the file and field it refuses") {
+  const Chain chain = ThreeStageChain();
+  PlanRequest request;
+  request.budget_bytes = int64_t{1} << 40;
+  const nlohmann::json good = PlanToJson(MakePlan(chain, FixedMemory{}, request), chain, ChainSource("c"));
+  auto refused = [&](const std::function<void(nlohmann::json&)>& mutate) {
+    return testing::Refusal(good, mutate, [](const nlohmann::json& doc) { PlanFromJson(doc, "bad.json"); });
+  };
+  CHECK(refused([](nlohmann::json& d) { d["schema"] = "ckplan.chain/1"; }).find("bad.json") != std::string::npos);
+  CHECK(refused([](nlohmann::json& d) { d["schema"] = "ckplan.chain/1"; }).find("ckplan.plan/1") != std::string::npos);
+  CHECK(refused([](nlohmann::json& d) { d.erase("schedule"); }).find("schedule") != std::string::npos);
+  CHECK(refused([](nlohmann::json& d) { d["unit_style"] = "metric"; }).find("unit_style") != std::string::npos);
+  CHECK(refused([](nlohmann::json& d) { d["predicted"]["time_ms"] = -1; }).find("predicted.time_ms") != std::string::npos);
+  CHECK(refused([](nlohmann::json& d) { d["stages"][1]["first_op"] = "x"; }).find("stages[1].first_op") !=
+        std::string::npos);
+  CHECK(refused([](nlohmann::json& d) { d["pytorch"]["predicted"]["fits_budget"] = 1; }).find("fits_budget") !=
+        std::string::npos);
+  CHECK(refused([](nlohmann::json& d) { d["source"].erase("kind"); }).find("source.kind") != std::string::npos);
+  CHECK(refused([](nlohmann::json& d) { d["source"]["model_sha256"] = 7; }).find("source.model_sha256") !=
+        std::string::npos);
+  CHECK(refused([](nlohmann::json& d) { d["source"]["inputs"] = "8x3"; }).find("source.inputs") != std::string::npos);
+  CHECK(refused([](nlohmann::json& d) {}) == "(no error)");
+}
+
+TEST_CASE("a plan's source names the profile's model and passes its inputs through") {
+  PlannerInput in = LoadPlannerInput(ExampleProfile(), "adam");
+  CHECK(in.source.kind == "profile");
+  CHECK(in.source.path == ExampleProfile());
+  REQUIRE(in.source.model_sha256);
+  CHECK(*in.source.model_sha256 == in.profile.model["sha256"].get<std::string>());
+  REQUIRE(in.source.inputs);
+  CHECK(*in.source.inputs == in.profile.model["inputs"]);
+  PlanRequest request;
+  request.budget_bytes = int64_t{1} << 40;
+  const nlohmann::json doc = PlanToJson(MakePlan(in.chain, in.fixed, request), in.chain, in.source);
+  CHECK(PlanFromJson(doc, "plan.json").source == in.source);
+  CHECK(doc["source"]["inputs"] == in.profile.model["inputs"]);
+}

@@ -1,0 +1,36 @@
+// The profile contract: what `ckplan profile` writes reads back to the same
+// value and writes back to the same document.
+
+#include "planner/contracts/profile.h"
+
+#include <doctest/doctest.h>
+
+#include "planner/base/json_io.h"
+
+using namespace ckplan;
+
+TEST_CASE("the example profile round-trips through ckplan.profile/1") {
+  const std::string file = std::string(CKPLAN_SOURCE_DIR) + "/data/example.profile.json";
+  const nlohmann::json written = ReadJsonFile(file);
+  const Profile profile = ProfileFromJson(written, file);
+  REQUIRE(!profile.ops.empty());
+  const nlohmann::json again = ProfileToJson(profile);
+  CHECK(again == written);
+  // The value, through the document and back: every op and tensor the same.
+  const Profile back = ProfileFromJson(again, "again.json");
+  REQUIRE(back.ops.size() == profile.ops.size());
+  REQUIRE(back.tensors.size() == profile.tensors.size());
+  for (size_t k = 0; k < profile.ops.size(); ++k) {
+    CAPTURE(k);
+    CHECK(back.ops[k].kind == profile.ops[k].kind);
+    CHECK(back.ops[k].saved_bytes == profile.ops[k].saved_bytes);
+    CHECK(back.ops[k].fwd_ms == profile.ops[k].fwd_ms);
+    CHECK(back.ops[k].inputs == profile.ops[k].inputs);
+  }
+  CHECK(ProfileToJson(back) == again);
+  // An op's backward measured over all its autograd nodes, where a profile has it.
+  CHECK(back.ops[0].bwd_span_peak_bytes == -1);
+  Profile spanned = profile;
+  spanned.ops[0].bwd_span_peak_bytes = 4096;
+  CHECK(ProfileFromJson(ProfileToJson(spanned), "spanned.json").ops[0].bwd_span_peak_bytes == 4096);
+}

@@ -1,0 +1,209 @@
+// Stage costs: from a profile's ops to the chain's per-stage times, bytes
+// and transients.
+
+#include "planner/cost/stages.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "planner/base/error.h"
+#include "planner/cost/liveness.h"
+#include "planner/cost/stage_cuts.h"
+
+namespace ckplan {
+
+BackwardReplay ReplayBackward(const Profile& profile, int first_op, int last_op,
+                              const std::vector<int64_t>* held_after) {
+  BackwardReplay replay;
+  int64_t extra = 0, held = 0;
+  std::set<int> grads;
+  for (int op = last_op; op >= first_op; --op) {
+    const OpRecord& rec = profile.ops[static_cast<size_t>(op)];
+    int64_t input_grads = 0;
+    for (int t : rec.inputs) {
+      const TensorRecord& in = profile.tensors[static_cast<size_t>(t)];
+      if (in.requires_grad && in.producer < first_op && grads.insert(t).second) input_grads += in.nbytes;
+    }
+    replay.peak_bytes = std::max(replay.peak_bytes, extra + rec.bwd_tmp_bytes - input_grads);
+    replay.peak_with_held_bytes = std::max(replay.peak_with_held_bytes, extra + rec.bwd_tmp_bytes - input_grads + held);
+    if (held_after != nullptr) held += (*held_after)[static_cast<size_t>(op)];  // in its own transient, then held
+    for (int t : rec.outputs) {
+      if (grads.erase(t)) extra -= profile.tensors[static_cast<size_t>(t)].nbytes;
+    }
+    for (int t : rec.inputs) {
+      const TensorRecord& in = profile.tensors[static_cast<size_t>(t)];
+      if (in.requires_grad && in.producer >= first_op && grads.insert(t).second) extra += in.nbytes;
+    }
+    extra -= rec.saved_bytes;
+  }
+  return replay;
+}
+
+Chain ChainFromProfile(const Profile& profile, const std::string& file) {
+  if (profile.ops.empty()) throw BadInput("profile has no ops");
+  Liveness liveness(profile);
+  std::vector<StageCut> cuts = CutStages(profile, liveness);
+  const int n = static_cast<int>(profile.ops.size());
+  Chain chain;
+  chain.input_bytes = profile.totals.input_bytes;
+  {
+    std::set<int> seen;
+    int64_t storages_bytes = 0;
+    for (int t : profile.inputs) {
+      const TensorRecord& rec = profile.tensors[static_cast<size_t>(t)];
+      // Model inputs get storage ids below any activation's.
+      if (seen.insert(rec.storage).second) {
+        chain.input_storages.push_back({int64_t{-1000000} - rec.storage, rec.bytes});
+        storages_bytes += rec.bytes;
+      }
+    }
+    // The chain input holds at least the inputs' storages (a profile whose
+    // totals say less is inconsistent; the larger figure is the safe one).
+    chain.input_bytes = std::max(chain.input_bytes, storages_bytes);
+  }
+  std::map<int, bool> storage_kept;
+  for (const TensorRecord& t : profile.tensors) storage_kept[t.storage] = storage_kept[t.storage] || t.kept;
+
+  for (const StageCut& cut : cuts) {
+    Stage stage;
+    stage.name = cut.name;
+    stage.modules = cut.modules;
+    stage.first_op = cut.first_op;
+    stage.last_op = cut.last_op;
+    std::set<int> out;
+    if (cut.last_op + 1 < n) {
+      out = liveness.Crossing(cut.last_op + 1);
+    } else {
+      for (int t : profile.outputs) out.insert(profile.tensors[static_cast<size_t>(t)].storage);
+    }
+    stage.out_bytes = liveness.Bytes(out);
+    int64_t produced_out = 0;
+    for (int s : out) {
+      int producer = liveness.StorageProducer(s);
+      if (producer >= cut.first_op && producer <= cut.last_op) produced_out += liveness.StorageBytes(s);
+    }
+    int64_t saved = 0;
+    double nograd_ms = 0;
+    bool nograd_known = true;
+    for (int op = cut.first_op; op <= cut.last_op; ++op) {
+      const OpRecord& rec = profile.ops[static_cast<size_t>(op)];
+      stage.fwd_ms += rec.fwd_ms;
+      stage.bwd_ms += rec.bwd_ms;
+      nograd_ms += rec.fwd_nograd_ms;
+      nograd_known = nograd_known && rec.fwd_nograd_ms >= 0;
+      saved += rec.saved_bytes;
+    }
+    // A stage run without autograd (a checkpointed forward, a recomputation)
+    // costs its ops as a step runs them and the executor's own cost of a
+    // stage run, where the profile measured them.
+    if (nograd_known) {
+      const double scale = profile.totals.nograd_scale > 0 ? profile.totals.nograd_scale : 1.0;
+      stage.fwd_nograd_ms = scale * nograd_ms + std::max(0.0, profile.totals.stage_run_ms);
+    }
+    // Inside a module wrapped in torch.utils.checkpoint, as `ckplan run`
+    // runs a PyTorch-target plan: its ops at the scale measured there (the
+    // wrapped module's fixed cost is the chain's checkpoint_call_ms).
+    if (nograd_known && profile.totals.module_nograd_scale >= 0) {
+      stage.module_fwd_nograd_ms = profile.totals.module_nograd_scale * nograd_ms;
+    }
+    for (int s : out) {
+      int producer = liveness.StorageProducer(s);
+      if (producer >= cut.first_op && producer <= cut.last_op && !storage_kept[s]) saved += liveness.StorageBytes(s);
+    }
+    stage.saved_bytes = saved;
+    // The storages at the cut, shared with the cuts around it, and the rest
+    // of what the stage saves (its own).
+    int64_t private_saved = saved;
+    for (int s : out) {
+      stage.out_storages.push_back({s, liveness.StorageBytes(s)});
+      int producer = liveness.StorageProducer(s);
+      if (producer >= cut.first_op && producer <= cut.last_op) {
+        private_saved -= liveness.StorageBytes(s);
+        if (storage_kept[s]) stage.kept_out_storages.push_back(s);
+      }
+    }
+    stage.private_saved_bytes = std::max<int64_t>(0, private_saved);
+    // What autograd keeps covers the stage's own part and the storages new
+    // at its output (as ValidateChain checks): a profile whose ops save less
+    // than the tensors they keep is counted at the larger figure.
+    {
+      const auto& before = chain.stages.empty() ? chain.input_storages : chain.stages.back().out_storages;
+      std::set<int64_t> carried;
+      for (const auto& entry : before) carried.insert(entry.first);
+      int64_t made = 0;
+      for (const auto& [id, bytes] : stage.out_storages) {
+        if (!carried.count(id)) made += bytes;
+      }
+      stage.saved_bytes = std::max(stage.saved_bytes, stage.private_saved_bytes + made);
+    }
+
+    // Transient peaks, replaying the stage's tensors' lifetimes: without
+    // autograd storages die at their last use in the stage; with autograd
+    // the kept ones stay.
+    int64_t peak_above_out = 0;
+    int64_t bwd_tmp = 0;
+    std::map<int, int64_t> live_nograd, live_grad;
+    for (int op = cut.first_op; op <= cut.last_op; ++op) {
+      const OpRecord& rec = profile.ops[static_cast<size_t>(op)];
+      for (int t : rec.outputs) {
+        int s = profile.tensors[static_cast<size_t>(t)].storage;
+        if (liveness.StorageProducer(s) != op) continue;  // in place or a view
+        live_nograd[s] = liveness.StorageBytes(s);
+        live_grad[s] = liveness.StorageBytes(s);
+      }
+      int64_t sum_nograd = 0, sum_grad = 0;
+      for (const auto& kv : live_nograd) sum_nograd += kv.second;
+      for (const auto& kv : live_grad) sum_grad += kv.second;
+      peak_above_out = std::max(peak_above_out, std::max(sum_nograd, sum_grad) + rec.fwd_tmp_bytes - produced_out);
+      for (auto it = live_nograd.begin(); it != live_nograd.end();) {
+        bool dies = liveness.StorageLastUse(it->first) <= op && out.count(it->first) == 0;
+        it = dies ? live_nograd.erase(it) : std::next(it);
+      }
+      for (auto it = live_grad.begin(); it != live_grad.end();) {
+        bool dies = liveness.StorageLastUse(it->first) <= op && out.count(it->first) == 0 && !storage_kept[it->first];
+        it = dies ? live_grad.erase(it) : std::next(it);
+      }
+    }
+    // Backward: gradients of the stage's inputs are x_i in the chain model,
+    // counted there: not here.
+    bwd_tmp = std::max<int64_t>(0, ReplayBackward(profile, cut.first_op, cut.last_op).peak_bytes);
+    stage.fwd_tmp_bytes = std::max<int64_t>(0, peak_above_out);
+    stage.bwd_tmp_bytes = bwd_tmp;
+    chain.stages.push_back(std::move(stage));
+  }
+  // The loss stands for what every step does once and no op owns: the
+  // step's measured time beyond its ops' (the graph's other nodes, the loss,
+  // the autograd engine, gradients accumulated into the parameters, a step
+  // in a loop of steps running slower or faster than alone). From the step
+  // as `ckplan run` runs it where the profile has it (less adam's update,
+  // which it includes), else from the step timed whole, else from the timed
+  // forward and backward.
+  double ops_fwd = 0, ops_bwd = 0;
+  for (const OpRecord& rec : profile.ops) {
+    ops_fwd += rec.fwd_ms;
+    ops_bwd += rec.bwd_ms;
+  }
+  const auto adam = profile.totals.optimizer_step_ms.find("adam");
+  if (profile.totals.run_step_ms >= 0 && adam != profile.totals.optimizer_step_ms.end()) {
+    chain.loss_bwd_ms = std::max(0.0, profile.totals.run_step_ms - adam->second - ops_fwd - ops_bwd);
+  } else if (profile.totals.step_ms >= 0) {
+    chain.loss_bwd_ms = std::max(0.0, profile.totals.step_ms - ops_fwd - ops_bwd);
+  } else {
+    chain.loss_bwd_ms = std::max(0.0, profile.totals.fwd_ms - ops_fwd) + std::max(0.0, profile.totals.bwd_ms - ops_bwd);
+  }
+  // The PyTorch target's step runs eagerly, node by node: its loss is what
+  // that step leaves of its own (adam's update, which it includes, aside),
+  // negative where the ops timed one by one take longer (DenseNet's): its
+  // step without recomputation is that step, the overheads against it.
+  if (profile.totals.module_step_ms >= 0 && adam != profile.totals.optimizer_step_ms.end()) {
+    const double ops_ms = ops_fwd + ops_bwd;
+    chain.module_loss_bwd_ms = std::max(-ops_ms, profile.totals.module_step_ms - adam->second - ops_ms);
+  }
+  chain.checkpoint_call_ms = std::max(0.0, profile.totals.checkpoint_call_ms);
+  chain.loss_bwd_tmp_bytes = 0;
+  ValidateChain(chain, file, "the chain cut from it");
+  return chain;
+}
+
+}  // namespace ckplan

@@ -1,0 +1,221 @@
+// From a profile to a chain: the cost model of stages, on a small profile
+// whose stage values are computed by hand below (torch-free: the LibTorch
+// tests check the same code on real models, these pin each term).
+// The profile is TwoBlockProfile (tests/test_profiles.h).
+
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "tests/test_profiles.h"
+#include "planner/base/error.h"
+#include "planner/base/json_io.h"
+#include "planner/contracts/profile.h"
+#include "planner/cost/stages.h"
+
+using namespace ckplan;
+using ckplan::testing::TwoBlockProfile;
+
+TEST_CASE("a profile's chain: every stage term computed by hand") {
+  Chain chain = ChainFromProfile(ProfileFromJson(TwoBlockProfile(), "two_blocks.json"));
+  REQUIRE(chain.stages.size() == 3);
+  CHECK(chain.input_bytes == 1000);
+  const Stage& fc = chain.stages[0];
+  const Stage& act = chain.stages[1];
+  const Stage& b = chain.stages[2];
+
+  // a.fc: its output t1 is freed by the model after relu reads it, but in the
+  // chain it is the next stage's input and kept for backward with it.
+  CHECK(fc.fwd_ms == 1.0);
+  CHECK(fc.bwd_ms == 2.0);
+  CHECK(fc.out_bytes == 2000);
+  CHECK(fc.saved_bytes == 2000);          // op saves 0 + its output t1 (not kept by the model)
+  CHECK(fc.private_saved_bytes == 0);     // all of it is the cut's storage
+  CHECK(fc.fwd_tmp_bytes == 100);         // t1 (2000) + the op's transient 100, above the output
+  CHECK(fc.bwd_tmp_bytes == 500);         // the op's backward transient; x needs no gradient
+  CHECK(fc.kept_out_storages.empty());
+
+  // a.act: relu keeps its output t2, which is the cut.
+  CHECK(act.out_bytes == 2000);
+  CHECK(act.saved_bytes == 2000);
+  CHECK(act.private_saved_bytes == 0);
+  CHECK(act.fwd_tmp_bytes == 0);
+  CHECK(act.bwd_tmp_bytes == 0);          // 2000 transient less the input's gradient (2000), counted in the chain
+  REQUIRE(act.kept_out_storages.size() == 1);
+  CHECK(act.kept_out_storages[0] == 2);
+
+  // b: three ops; t3 dies inside the stage, t4 is kept by tanh, t5 leaves.
+  CHECK(b.fwd_ms == 2.375);
+  CHECK(b.bwd_ms == 4.625);
+  CHECK(b.out_bytes == 800);
+  CHECK(b.saved_bytes == 1600);           // tanh's t4 (800) + the output t5 (800)
+  CHECK(b.private_saved_bytes == 800);    // t4
+  // Forward: after tanh, t3 and t4 are live (1600) with t5 not yet made:
+  // 1600 - 800 (the output, counted apart) = 800.
+  CHECK(b.fwd_tmp_bytes == 800);
+  // Backward in reverse: add leaves t4's gradient (800); tanh then holds it
+  // plus its transient (800) = 1600; b.fc's transient 3000 is the largest.
+  CHECK(b.bwd_tmp_bytes == 3000);
+  REQUIRE(b.out_storages.size() == 1);
+  CHECK(b.out_storages[0] == std::pair<int64_t, int64_t>{5, 800});
+}
+
+TEST_CASE("a profile's chain: a stage's backward transient counts the gradients it holds") {
+  // b.fc's transient made small: the peak is then tanh's, on top of the
+  // gradient of t4 that add left.
+  nlohmann::json doc = TwoBlockProfile();
+  doc["ops"][2]["bwd_tmp_bytes"] = 100;
+  Chain chain = ChainFromProfile(ProfileFromJson(doc, "two_blocks.json"));
+  CHECK(chain.stages[2].bwd_tmp_bytes == 1600);
+  // The forward transient: b.fc's 50 on top of t3 is below the 800 after tanh.
+  doc["ops"][2]["fwd_tmp_bytes"] = 1000;
+  chain = ChainFromProfile(ProfileFromJson(doc, "two_blocks.json"));
+  CHECK(chain.stages[2].fwd_tmp_bytes == 1000);  // t3 (800) + 1000 - 800
+}
+
+TEST_CASE("a profile's chain is checked when it is built: one beyond the planner's limits is refused") {
+  // Each tensor within the profile reader's per-field limit, the stages'
+  // bytes together beyond kMaxTotalBytes: ValidateChain refuses the chain,
+  // naming the file, as it refuses the same chain read from a chain file.
+  Profile profile = ProfileFromJson(TwoBlockProfile(), "two_blocks.json");
+  for (TensorRecord& t : profile.tensors) t.bytes = kMaxTotalBytes / 4;
+  try {
+    ChainFromProfile(profile, "big.json");
+    FAIL("a chain beyond kMaxTotalBytes was built");
+  } catch (const Error& e) {
+    CHECK(e.code() == ExitCode::kBadInput);
+    const std::string what = e.what();
+    CHECK(what.find("big.json: the chain cut from it: field 'stages'") != std::string::npos);
+  }
+}
+
+TEST_CASE("a profile's chain: a stage run without autograd costs its ops as a step runs them and the executor's stage run") {
+  Profile profile = ProfileFromJson(TwoBlockProfile(), "two_blocks.json");
+  for (OpRecord& op : profile.ops) op.fwd_nograd_ms = op.fwd_ms / 2;
+  // Without the measured recomputation cost: the ops' forward without autograd.
+  const Chain plain = ChainFromProfile(profile);
+  REQUIRE(plain.stages.size() == 3);
+  CHECK(plain.stages[0].fwd_nograd_ms == doctest::Approx(0.5));
+  CHECK(plain.stages[2].fwd_nograd_ms == doctest::Approx(2.375 / 2));
+  // With it: the ops scaled as a step runs them, plus one stage run each;
+  // the forward with autograd (the step without recomputation) unchanged.
+  profile.totals.nograd_scale = 1.25;
+  profile.totals.stage_run_ms = 0.01;
+  const Chain chain = ChainFromProfile(profile);
+  for (size_t s = 0; s < chain.stages.size(); ++s) {
+    CAPTURE(s);
+    CHECK(chain.stages[s].fwd_nograd_ms == doctest::Approx(1.25 * plain.stages[s].fwd_nograd_ms + 0.01));
+    CHECK(chain.stages[s].fwd_ms == plain.stages[s].fwd_ms);
+  }
+  // Through the contract: the fields read back; a negative one is refused.
+  const nlohmann::json doc = ProfileToJson(profile);
+  CHECK(doc["totals"]["stage_run_ms"] == 0.01);
+  CHECK(doc["totals"]["nograd_scale"] == 1.25);
+  const Profile back = ProfileFromJson(doc, "back.json");
+  CHECK(back.totals.stage_run_ms == 0.01);
+  CHECK(back.totals.nograd_scale == 1.25);
+  CHECK(!ProfileToJson(ProfileFromJson(TwoBlockProfile(), "two_blocks.json"))["totals"].contains("stage_run_ms"));
+  nlohmann::json bad = doc;
+  bad["totals"]["stage_run_ms"] = -1;
+  CHECK_THROWS_WITH_AS(ProfileFromJson(bad, "bad.json"), doctest::Contains("stage_run_ms"), Error);
+}
+
+TEST_CASE("a profile's chain: the step without recomputation is the one `ckplan run` runs, where the profile measured it") {
+  Profile profile = ProfileFromJson(TwoBlockProfile(), "two_blocks.json");
+  double ops_ms = 0;
+  for (const OpRecord& op : profile.ops) ops_ms += op.fwd_ms + op.bwd_ms;
+  const auto no_recompute_ms = [](const Chain& chain) {
+    double ms = chain.loss_bwd_ms;
+    for (const Stage& s : chain.stages) ms += s.fwd_ms + s.bwd_ms;
+    return ms;
+  };
+  // The step timed whole: the loss is what its ops leave.
+  profile.totals.step_ms = ops_ms + 0.5;
+  CHECK(ChainFromProfile(profile).loss_bwd_ms == doctest::Approx(0.5));
+  // The step as the executor runs it, adam's update included: the chain's
+  // step without recomputation, with adam's update, is that step.
+  profile.totals.optimizer_step_ms = {{"sgd", 0.1}, {"adam", 0.4}};
+  profile.totals.run_step_ms = ops_ms + 1.25;
+  const Chain chain = ChainFromProfile(profile);
+  CHECK(chain.loss_bwd_ms == doctest::Approx(0.85));
+  CHECK(no_recompute_ms(chain) + 0.4 == doctest::Approx(profile.totals.run_step_ms));
+  // A step measured faster than its ops timed one by one: no negative loss.
+  profile.totals.run_step_ms = ops_ms / 2;
+  CHECK(ChainFromProfile(profile).loss_bwd_ms == 0);
+  // Without adam's update measured, what run_step_ms includes is unknown: the step timed whole.
+  profile.totals.run_step_ms = ops_ms + 1.25;
+  profile.totals.optimizer_step_ms.erase("adam");
+  CHECK(ChainFromProfile(profile).loss_bwd_ms == doctest::Approx(0.5));
+  // Through the contract: read back; a negative one refused; absent when not measured.
+  const nlohmann::json doc = ProfileToJson(profile);
+  CHECK(doc["totals"]["run_step_ms"] == profile.totals.run_step_ms);
+  CHECK(ProfileFromJson(doc, "back.json").totals.run_step_ms == profile.totals.run_step_ms);
+  CHECK(!ProfileToJson(ProfileFromJson(TwoBlockProfile(), "two_blocks.json"))["totals"].contains("run_step_ms"));
+  nlohmann::json bad = doc;
+  bad["totals"]["run_step_ms"] = -2;
+  CHECK_THROWS_WITH_AS(ProfileFromJson(bad, "bad.json"), doctest::Contains("run_step_ms"), Error);
+}
+
+TEST_CASE("a profile's chain: the PyTorch target's prices from the step as `ckplan run` runs it eagerly") {
+  Profile profile = ProfileFromJson(TwoBlockProfile(), "two_blocks.json");
+  for (OpRecord& op : profile.ops) op.fwd_nograd_ms = op.fwd_ms / 2;
+  double ops_ms = 0;
+  for (const OpRecord& op : profile.ops) ops_ms += op.fwd_ms + op.bwd_ms;
+  profile.totals.optimizer_step_ms = {{"adam", 0.4}};
+  profile.totals.nograd_scale = 1.25;
+  profile.totals.stage_run_ms = 0.01;
+  profile.totals.run_step_ms = ops_ms + 1.25;
+  const Chain schedule = ChainFromProfile(profile);
+  // Not measured: the schedule's prices stand for the PyTorch target's.
+  for (const Stage& s : schedule.stages) CHECK(s.module_fwd_nograd_ms == -1);
+  CHECK(schedule.checkpoint_call_ms == 0);
+  CHECK(!schedule.module_loss_bwd_ms);
+  // Measured: each stage's ops at the scale inside a wrapped module (no
+  // stage run: the wrap's fixed cost is the chain's), the eager step's loss
+  // less adam's update; the schedule target's prices unchanged.
+  profile.totals.module_step_ms = ops_ms + 2.0;
+  profile.totals.module_nograd_scale = 1.5;
+  profile.totals.checkpoint_call_ms = 0.125;
+  const Chain chain = ChainFromProfile(profile);
+  REQUIRE(chain.stages.size() == schedule.stages.size());
+  for (size_t s = 0; s < chain.stages.size(); ++s) {
+    CAPTURE(s);
+    double nograd = 0;
+    for (int op = chain.stages[s].first_op; op <= chain.stages[s].last_op; ++op) {
+      nograd += profile.ops[static_cast<size_t>(op)].fwd_nograd_ms;
+    }
+    CHECK(chain.stages[s].module_fwd_nograd_ms == doctest::Approx(1.5 * nograd));
+    CHECK(chain.stages[s].fwd_nograd_ms == schedule.stages[s].fwd_nograd_ms);
+    CHECK(chain.stages[s].fwd_ms == schedule.stages[s].fwd_ms);
+  }
+  CHECK(chain.checkpoint_call_ms == 0.125);
+  REQUIRE(chain.module_loss_bwd_ms);
+  CHECK(*chain.module_loss_bwd_ms == doctest::Approx(2.0 - 0.4));
+  CHECK(chain.loss_bwd_ms == schedule.loss_bwd_ms);
+  CHECK(chain.ModuleNoRecomputeTimeMs() + 0.4 == doctest::Approx(profile.totals.module_step_ms));
+  CHECK(chain.NoRecomputeTimeMs() == schedule.NoRecomputeTimeMs());
+  // An eager step measured faster than its ops timed one by one: a negative
+  // loss, the step without recomputation still that step; never below 0.
+  profile.totals.module_step_ms = ops_ms / 2;
+  const Chain faster = ChainFromProfile(profile);
+  CHECK(*faster.module_loss_bwd_ms < 0);
+  CHECK(faster.ModuleNoRecomputeTimeMs() + 0.4 == doctest::Approx(ops_ms / 2));
+  CHECK(faster.NoRecomputeTimeMs() == schedule.NoRecomputeTimeMs());
+  profile.totals.module_step_ms = 0.1;  // below adam's update alone
+  CHECK(ChainFromProfile(profile).ModuleNoRecomputeTimeMs() == doctest::Approx(0).epsilon(1e-9));
+  profile.totals.module_step_ms = ops_ms / 2;
+  // Through the contract: read back; negative ones refused; absent when not measured.
+  const nlohmann::json doc = ProfileToJson(profile);
+  const Profile back = ProfileFromJson(doc, "back.json");
+  CHECK(back.totals.module_step_ms == profile.totals.module_step_ms);
+  CHECK(back.totals.module_nograd_scale == 1.5);
+  CHECK(back.totals.checkpoint_call_ms == 0.125);
+  const nlohmann::json plain = ProfileToJson(ProfileFromJson(TwoBlockProfile(), "two_blocks.json"));
+  for (const char* field : {"module_step_ms", "module_nograd_scale", "checkpoint_call_ms"}) {
+    CAPTURE(field);
+    CHECK(!plain["totals"].contains(field));
+    nlohmann::json bad = doc;
+    bad["totals"][field] = -0.5;
+    CHECK_THROWS_WITH_AS(ProfileFromJson(bad, "bad.json"), doctest::Contains(field), Error);
+  }
+}
