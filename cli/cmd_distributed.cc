@@ -12,6 +12,7 @@
 #include "planner/cost/gradients.h"
 #include "planner/solvers/pipeline.h"
 #include "planner/plan/plan.h"
+#include "planner/plan/plan_to_document.h"
 #include "planner/cost/simulator.h"
 #include "cli/distributed_solve.h"
 #include "cli/terminal.h"
@@ -67,7 +68,7 @@ std::vector<int> ParameterStages(const Chain& chain, const std::vector<Parameter
   return owner;
 }
 
-std::string DescribeRank(const RankMemory& m, UnitStyle style) {
+std::string DescribeRank(const FixedMemory& m, UnitStyle style) {
   auto b = [style](int64_t v) { return FormatBytes(v, style); };
   std::string text = Format("parameters %s + buffers %s + gradients %s + %s state %s", b(m.param_bytes).c_str(),
                             b(m.buffer_bytes).c_str(), b(m.grad_bytes).c_str(), m.optimizer.c_str(),
@@ -77,10 +78,10 @@ std::string DescribeRank(const RankMemory& m, UnitStyle style) {
   return text + " = " + b(m.total());
 }
 
-RankMemory RankFor(const PlannerInput& in, const std::vector<ParameterRecord>& parameters, int64_t param_bytes,
-                   const Chain& chain, const DistributedOptions& o, const std::string& optimizer) {
+FixedMemory RankFor(const PlannerInput& in, const std::vector<ParameterRecord>& parameters, int64_t param_bytes,
+                    const Chain& chain, const DistributedOptions& o, const std::string& optimizer) {
   if (!in.from_profile) {
-    RankMemory m;
+    FixedMemory m;
     m.shard = ParseShardMode(o.shard);
     m.data_parallel = o.data_parallel;
     m.optimizer = "none";
@@ -90,53 +91,53 @@ RankMemory RankFor(const PlannerInput& in, const std::vector<ParameterRecord>& p
                          ParseShardMode(o.shard), in.source.path);
 }
 
-int RunDataParallel(const DistributedOptions& o, const PlannerInput& in, const std::string& budget_text,
-                    const ByteQuantity& budget, int slots, const std::string& optimizer, const std::string& output) {
+int RunDataParallel(const DistributedOptions& o, const PlannerInput& in, const ByteQuantity& budget, int slots,
+                    const std::string& optimizer, const std::string& output) {
   const std::vector<ParameterRecord> none;
   const auto& params = in.from_profile ? in.profile.parameters : none;
-  RankMemory rank = RankFor(in, params, in.from_profile ? in.profile.totals.param_bytes : 0, in.chain, o, optimizer);
+  FixedMemory rank = RankFor(in, params, in.from_profile ? in.profile.totals.param_bytes : 0, in.chain, o, optimizer);
   // Gradients: a rank's are held for the whole step, in its fixed part (DDP's
   // buckets and ZeRO's partitions are allocated once; FSDP's shards appear
   // in backward, which this counts conservatively), so the chain carries none.
   const Chain chain = WithoutParamGrads(in.chain);
   if (!in.from_profile) rank.grad_bytes += in.chain.ParamGradBytes();  // a chain's own
-  const FixedMemory fixed = rank.AsFixed();
   FILE* human = output == "-" ? stderr : stdout;
-  if (fixed.total() >= budget.bytes || !OptimalBudgetFeasible(chain, fixed, budget.bytes, slots)) {
-    int64_t minimum = MinimumOptimalBudget(chain, fixed, slots);
+  if (!OptimalBudgetFeasible(chain, rank, budget.bytes, slots)) {
+    int64_t minimum = MinimumOptimalBudget(chain, rank, slots);
     throw Error(ExitCode::kInfeasible,
                 Format("budget %s is below the per-rank minimum %s (--data-parallel %d --shard %s; per-rank fixed part: %s)",
-                       budget_text.c_str(), FormatBytesCompact(minimum, budget.style).c_str(), o.data_parallel,
+                       budget.text.c_str(), FormatBytesCompact(minimum, budget.style).c_str(), o.data_parallel,
                        o.shard.c_str(), DescribeRank(rank, budget.style).c_str()));
   }
   PlanRequest request;
-  request.budget_bytes = budget.bytes;
+  request.budget = budget;
   request.slots = slots;
-  Plan plan = MakePlan(chain, fixed, request);
+  Plan plan = MakePlan(chain, rank, request);
   std::fprintf(human, "%s: %d data-parallel rank(s), --shard %s, budget %s per rank (the profile's batch is one rank's)\n",
                in.source.path.c_str(), o.data_parallel, o.shard.c_str(),
                FormatBytes(budget.bytes, budget.style).c_str());
   std::fprintf(human, "per-rank fixed part: %s\nactivation budget: %s\n", DescribeRank(rank, budget.style).c_str(),
-               FormatBytes(budget.bytes - fixed.total(), budget.style).c_str());
+               FormatBytes(plan.activation_budget_bytes, budget.style).c_str());
   std::fprintf(human, "optimal plan per rank: peak %s, step %s (%s over no checkpointing), %zu of %d stages recomputed\n",
                FormatBytes(plan.peak_bytes, budget.style).c_str(), FormatMs(plan.time_ms).c_str(), FormatPct(plan.overhead_pct()).c_str(),
                plan.checkpointed_stages.size(), chain.length());
   PlanDocument doc = MakePlanDocument(plan, chain, in.source);
+  doc.unit_style.reset();  // distributed plans do not record it yet
   PlanDistributed distributed;
   distributed.data_parallel = o.data_parallel;
   distributed.shard = o.shard;
   for (const ShardUnit& u : rank.units) {
-    if (!u.name.empty()) distributed.fsdp_units.push_back(u.name);
+    if (!u.module.empty()) distributed.fsdp_units.push_back(u.module);
   }
-  distributed.ranks.push_back({RankFixedOf(rank), budget.bytes - fixed.total(), plan.peak_bytes, doc.pytorch.peak_bytes,
+  distributed.ranks.push_back({rank, plan.activation_budget_bytes, plan.peak_bytes, doc.pytorch.peak_bytes,
                                plan.pytorch.held_at_loss_bytes});
   doc.distributed = distributed;
   if (!output.empty()) EmitOutput(output, PlanToJson(doc).dump(2) + "\n", human);
   return 0;
 }
 
-int RunPipeline(const DistributedOptions& o, const PlannerInput& in, const std::string& budget_text,
-                const ByteQuantity& budget, int slots, const std::string& optimizer, const std::string& output) {
+int RunPipeline(const DistributedOptions& o, const PlannerInput& in, const ByteQuantity& budget, int slots,
+                const std::string& optimizer, const std::string& output) {
   // With several microbatches in flight a stage's gradients are held from
   // its first backward on (while later microbatches run forward): for the
   // whole step, in each stage's fixed part.
@@ -162,7 +163,7 @@ int RunPipeline(const DistributedOptions& o, const PlannerInput& in, const std::
       }
     }
     Chain sub = SubChain(chain, first, last);
-    RankMemory m = RankFor(in, mine, bytes, sub, o, optimizer);
+    FixedMemory m = RankFor(in, mine, bytes, sub, o, optimizer);
     if (!in.from_profile) m.grad_bytes = SubChain(in.chain, first, last).ParamGradBytes();  // a chain's own
     if (first > 0) m.buffer_bytes = 0;  // buffers counted once, on the first stage (their module is not known)
     return m;
@@ -174,7 +175,7 @@ int RunPipeline(const DistributedOptions& o, const PlannerInput& in, const std::
     std::string minimum = plan.min_budget_bytes > 0 ? FormatBytesCompact(plan.min_budget_bytes, budget.style) : "none";
     throw Error(ExitCode::kInfeasible,
                 Format("budget %s is below the per-stage minimum %s (--pipeline %d --microbatches %d --schedule %s)",
-                       budget_text.c_str(), minimum.c_str(), o.pipeline, o.microbatches, o.schedule.c_str()));
+                       budget.text.c_str(), minimum.c_str(), o.pipeline, o.microbatches, o.schedule.c_str()));
   }
   FILE* human = output == "-" ? stderr : stdout;
   std::fprintf(human, "%s: %d pipeline stages, %d microbatches, %s, budget %s per stage rank\n",
@@ -196,38 +197,29 @@ int RunPipeline(const DistributedOptions& o, const PlannerInput& in, const std::
   for (size_t s = 0; s < plan.stages.size(); ++s) {
     const PipelineStagePlan& sp = plan.stages[s];
     Chain sub = SubChain(chain, sp.first, sp.last);
-    RankMemory rank = stage_rank(sp.first, sp.last);
-    Plan p;
-    p.algorithm = Algorithm::kOptimal;
-    p.budget_bytes = budget.bytes;
-    p.fixed = rank.AsFixed();
+    const FixedMemory rank = stage_rank(sp.first, sp.last);
+    Plan p = PlanForSchedule(sub, rank, sp.solution.schedule, budget);
     p.slots = slots;
     p.slot_bytes = sp.slot_bytes;
-    p.feasible = true;
-    p.schedule = sp.solution.schedule;
-    p.simulation = Simulate(sub, p.schedule);
-    p.time_ms = p.simulation.time_ms;
-    p.no_recompute_ms = sub.NoRecomputeTimeMs();
-    p.peak_bytes = sp.peak_bytes;
-    p.checkpointed_stages = CheckpointedStages(p.schedule, sub.length());
-    p.pytorch = ExportForPyTorch(sub, p.checkpointed_stages);
+    p.peak_bytes = sp.peak_bytes;  // its microbatches in flight included
     p.solver = "in-flight";
     PlanDocument doc = MakePlanDocument(p, sub, in.source);
     doc.min_budget_bytes.reset();
+    doc.unit_style.reset();  // distributed plans do not record it yet
     PlanPipelineStage& stage = doc.pipeline_stage.emplace();
     stage.index = static_cast<int>(s);
     stage.first_chain_stage = sp.first;
     stage.last_chain_stage = sp.last - 1;
     stage.in_flight = sp.in_flight;
     stage.stored_after_forward_bytes = sp.stored_after_forward_bytes;
-    stage.fixed = RankFixedOf(rank);
+    stage.fixed = rank;
     stage.activation_budget_bytes = sp.activation_budget_bytes;
     stage.peak_bytes = sp.peak_bytes;
     // What PyTorch keeps per microbatch: a later stage's input is an
     // activation it receives and holds (the first stage's is the model input).
     stage.pytorch_saved_bytes = p.pytorch.held_at_loss_bytes + (s > 0 ? sub.input_bytes : 0);
     stage.pytorch_peak_bytes = rank.total() + (sp.in_flight - 1) * p.pytorch.simulation.live_after_forward_bytes +
-                               p.pytorch.simulation.peak_bytes;
+                               p.pytorch.peak_bytes;
     for (const std::string& m : p.pytorch.checkpoint_modules) top.checkpoint_modules.push_back(m);
     distributed.stages.push_back(std::move(doc));
     rows.push_back({std::to_string(s), Format("%d-%d", sp.first, sp.last - 1), std::to_string(sp.in_flight),
@@ -245,11 +237,11 @@ int RunPipeline(const DistributedOptions& o, const PlannerInput& in, const std::
 
 }  // namespace
 
-int RunDistributedSolve(const DistributedOptions& o, const PlannerInput& in, const std::string& budget_text,
-                        const ByteQuantity& budget, int slots, const std::string& optimizer, const std::string& output) {
+int RunDistributedSolve(const DistributedOptions& o, const PlannerInput& in, const ByteQuantity& budget, int slots,
+                        const std::string& optimizer, const std::string& output) {
   CheckDistributedOptions(o);
-  if (o.pipeline > 1) return RunPipeline(o, in, budget_text, budget, slots, optimizer, output);
-  return RunDataParallel(o, in, budget_text, budget, slots, optimizer, output);
+  if (o.pipeline > 1) return RunPipeline(o, in, budget, slots, optimizer, output);
+  return RunDataParallel(o, in, budget, slots, optimizer, output);
 }
 
 }  // namespace ckplan

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -12,6 +13,7 @@
 #include "planner/plan/planner_input.h"
 #include "planner/base/json_io.h"
 #include "planner/plan/plan.h"
+#include "planner/plan/plan_to_document.h"
 #include "planner/solvers/recurrence.h"
 #include "planner/solvers/modules.h"
 #include "planner/contracts/sweep_document.h"
@@ -41,18 +43,20 @@ struct SolveOptions {
   std::string gpu;  ///< --gpu: what --budget gpu means
 };
 
-// `--budget gpu`: the memory of the --gpu device (gpu_table.h), in MiB as
-// the table holds it.
-SolveOptions WithGpuBudget(SolveOptions o) {
+// `--budget`, parsed once: its bytes, the unit style they were written in
+// and the text (for messages); `gpu` is the --gpu device's memory, in MiB
+// as the table holds it. Absent without --budget. An unknown --gpu is an
+// error either way.
+std::optional<ByteQuantity> ParseBudgetOption(const SolveOptions& o) {
   if (o.budget != "gpu") {
-    if (!o.gpu.empty()) FindGpu(o.gpu);  // an unknown name is an error either way
-    return o;
+    if (!o.gpu.empty()) FindGpu(o.gpu);
+    if (o.budget.empty()) return std::nullopt;
+    return ParseBytes(o.budget);
   }
   if (o.gpu.empty() || o.gpu == "cpu") {
     throw BadInput("--budget gpu needs --gpu NAME: one of " + KnownGpuNames().substr(0, KnownGpuNames().size() - 5));
   }
-  o.budget = std::to_string(FindGpu(o.gpu).memory_bytes >> 20) + "MiB";
-  return o;
+  return ParseBytes(std::to_string(FindGpu(o.gpu).memory_bytes >> 20) + "MiB");
 }
 
 void PrintStages(const PlannerInput& in, UnitStyle style) {
@@ -94,15 +98,14 @@ std::string PrintableMinimum(int64_t minimum, UnitStyle style, const std::functi
   return text;
 }
 
-int RunSolve(const SolveOptions& options) {
-  const SolveOptions o = WithGpuBudget(options);
+int RunSolve(const SolveOptions& o) {
+  const std::optional<ByteQuantity> budget_option = ParseBudgetOption(o);
   // Options and output folders first, so that a typo fails before any work.
   if (o.every_given && o.every_n < 1) throw BadInput("invalid --every " + std::to_string(o.every_n) + ": must be at least 1");
   if (o.slots < 1 || o.slots > 100000) throw BadInput("invalid --slots " + std::to_string(o.slots) + ": use 1..100000");
   // Each solver thread is started up front: thousands would fail to start.
   if (o.threads < 1 || o.threads > 256) throw BadInput("invalid --threads " + std::to_string(o.threads) + ": use 1..256");
   for (const std::string* path : {&o.output, &o.sweep_path, &o.chain_out}) CheckOutputPath(*path);
-  if (!o.budget.empty()) ParseBytes(o.budget);
   CheckDistributedOptions(o.distributed);
   PlannerInput in = LoadPlannerInput(o.input, o.optimizer);
   const std::string what = in.from_profile ? "model" : "chain";
@@ -112,22 +115,22 @@ int RunSolve(const SolveOptions& options) {
   }
   if (o.show_stages || !o.chain_out.empty()) {
     // In the budget's unit style when one is given: one style per output.
-    if (o.show_stages) PrintStages(in, o.budget.empty() ? UnitStyle::kBinary : ParseBytes(o.budget).style);
-    if (o.budget.empty()) return 0;
+    if (o.show_stages) PrintStages(in, budget_option ? budget_option->style : UnitStyle::kBinary);
+    if (!budget_option) return 0;
   }
-  if (o.budget.empty()) throw BadInput("--budget is required (for example --budget 24GB)");
-  ByteQuantity budget = ParseBytes(o.budget);
+  if (!budget_option) throw BadInput("--budget is required (for example --budget 24GB)");
+  const ByteQuantity& budget = *budget_option;
   if (o.distributed.given) {
     if (o.algorithm != "optimal" || o.every_given || !o.sweep_path.empty()) {
       throw BadInput("--algo, --every and --sweep are not available with --data-parallel, --shard or --pipeline");
     }
-    return RunDistributedSolve(o.distributed, in, o.budget, budget, o.slots, o.optimizer, o.output);
+    return RunDistributedSolve(o.distributed, in, budget, o.slots, o.optimizer, o.output);
   }
   PlanRequest request;
   request.algorithm = ParseAlgorithm(o.algorithm);
   if (o.every_n > 0 && o.algorithm == "optimal") request.algorithm = Algorithm::kEveryN;
   if (request.algorithm == Algorithm::kEveryN && o.every_n < 1) throw BadInput("--algo every-n needs --every N");
-  request.budget_bytes = budget.bytes;
+  request.budget = budget;
   request.slots = o.slots;
   request.every_n = o.every_n;
   request.threads = o.threads;
@@ -143,20 +146,11 @@ int RunSolve(const SolveOptions& options) {
     if (!in.from_profile && modules.empty()) {
       throw BadInput(o.input + ": --target pytorch needs module paths (a profile, or a chain whose stages name modules)");
     }
-    request.pytorch_modules = &modules;  // gradients: the chain's (LoadPlannerInput), as every target counts them
+    request.pytorch_modules = &modules;  // gradients: the chain's, as every target counts them
   }
 
   const bool json_to_stdout = o.output == "-";
   FILE* human = json_to_stdout ? stderr : stdout;
-  if (in.fixed.total() >= budget.bytes) {
-    int64_t minimum = request.algorithm == Algorithm::kOptimal && request.pytorch_modules == nullptr
-                          ? MinimumOptimalBudget(in.chain, in.fixed, o.slots)
-                          : MakePlan(in.chain, in.fixed, request).min_budget_bytes;
-    throw Error(ExitCode::kInfeasible,
-                Format("budget %s is below the fixed part of the step (%s); the minimum for this %s is %s",
-                       o.budget.c_str(), DescribeFixed(in.fixed, budget.style).c_str(), what.c_str(),
-                       FormatBytesCompact(minimum, budget.style).c_str()));
-  }
   Plan plan;
   {
     ProgressBar bar(Format("solving %d stages", in.chain.length()), StderrIsTerminal(), ProgressDelaySeconds());
@@ -164,14 +158,20 @@ int RunSolve(const SolveOptions& options) {
     plan = MakePlan(in.chain, in.fixed, request);
     request.progress = nullptr;
   }
+  if (plan.budget_below_fixed) {
+    throw Error(ExitCode::kInfeasible,
+                Format("budget %s is below the fixed part of the step (%s); the minimum for this %s is %s",
+                       budget.text.c_str(), DescribeFixed(in.fixed, budget.style).c_str(), what.c_str(),
+                       FormatBytesCompact(plan.min_budget_bytes, budget.style).c_str()));
+  }
   if (!plan.feasible) {
     std::string minimum = PrintableMinimum(plan.min_budget_bytes, budget.style, [&](int64_t value) {
-      PlanRequest check = request;
-      check.budget_bytes = value;
-      check.sweep = false;
       if (request.algorithm == Algorithm::kOptimal && request.pytorch_modules == nullptr) {
         return OptimalBudgetFeasible(in.chain, in.fixed, value, o.slots);
       }
+      PlanRequest check = request;
+      check.budget.bytes = value;
+      check.sweep = false;
       return MakePlan(in.chain, in.fixed, check).feasible;
     });
     std::string algo = request.algorithm == Algorithm::kOptimal ? Format("optimal, %d slots", o.slots)
@@ -187,7 +187,7 @@ int RunSolve(const SolveOptions& options) {
       banded = Format("; that is the banded solver's minimum (%d stages): the exact one is at least %s",
                       in.chain.length(), FormatBytes(plan.min_budget_lower_bytes, budget.style, true).c_str());
     }
-    throw Error(ExitCode::kInfeasible, Format("budget %s is below the minimum %s for this %s (%s)%s", o.budget.c_str(),
+    throw Error(ExitCode::kInfeasible, Format("budget %s is below the minimum %s for this %s (%s)%s", budget.text.c_str(),
                                               minimum.c_str(), what.c_str(), algo.c_str(), banded.c_str()));
   }
 
@@ -196,7 +196,7 @@ int RunSolve(const SolveOptions& options) {
                FormatBytes(budget.bytes, budget.style).c_str());
   if (in.from_profile) {
     std::fprintf(human, "fixed part: %s\nactivation budget: %s\n", DescribeFixed(in.fixed, budget.style).c_str(),
-                 FormatBytes(budget.bytes - in.fixed.total(), budget.style).c_str());
+                 FormatBytes(plan.activation_budget_bytes, budget.style).c_str());
   }
   std::fprintf(human, "%s plan: peak %s, step %s (%s over no checkpointing), %zu of %d stages recomputed\n",
                AlgorithmName(plan.algorithm), FormatBytes(plan.peak_bytes, budget.style).c_str(), FormatMs(plan.time_ms).c_str(),
@@ -262,10 +262,7 @@ int RunSolve(const SolveOptions& options) {
                  FormatTable(curve_rows, {true, true, true}).c_str());
   }
 
-  nlohmann::json plan_json = PlanToJson(plan, in.chain, in.source);
-  // How the user wrote the budget: `ckplan run` prints bytes the same way.
-  plan_json["unit_style"] = UnitStyleName(budget.style);
-  EmitOutput(o.output, plan_json.dump(2) + "\n", human);
+  EmitOutput(o.output, PlanToJson(plan, in.chain, in.source).dump(2) + "\n", human);
   return 0;
 }
 

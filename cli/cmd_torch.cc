@@ -14,7 +14,7 @@
 #include "planner/base/error.h"
 #include "planner/base/json_io.h"
 #include "planner/contracts/plan_document.h"
-#include "planner/cost/stages.h"
+#include "planner/cost/chain_from_profile.h"
 #include "planner/base/units.h"
 #include "planner/cost/cost_model.h"
 #include "planner/cost/gpu_table.h"

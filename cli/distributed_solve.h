@@ -34,7 +34,7 @@ void CheckDistributedOptions(const DistributedOptions& options);
 /// Solves, prints what a person reads to `human`, writes the plan to
 /// `output` (may be empty). Throws Error(kInfeasible) for a budget below the
 /// per-rank minimum, naming it.
-int RunDistributedSolve(const DistributedOptions& options, const PlannerInput& in, const std::string& budget_text,
-                        const ByteQuantity& budget, int slots, const std::string& optimizer, const std::string& output);
+int RunDistributedSolve(const DistributedOptions& options, const PlannerInput& in, const ByteQuantity& budget,
+                        int slots, const std::string& optimizer, const std::string& output);
 
 }  // namespace ckplan

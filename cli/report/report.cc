@@ -32,7 +32,7 @@ Report MakeReport(const PlannerInput& input, const std::string& source, int64_t 
   auto baseline = [&](Algorithm a, int n) {
     PlanRequest request;
     request.algorithm = a;
-    request.budget_bytes = huge;
+    request.budget.bytes = huge;
     request.every_n = n;
     return MakePlan(input.chain, input.fixed, request);
   };
@@ -41,7 +41,7 @@ Report MakeReport(const PlannerInput& input, const std::string& source, int64_t 
   // One DP at the largest budget of interest gives the whole optimal curve,
   // and its plan says the smallest feasible budget.
   PlanRequest sweep;
-  sweep.budget_bytes = std::max(none.peak_bytes, budget_bytes);
+  sweep.budget.bytes = std::max(none.peak_bytes, budget_bytes);
   sweep.slots = slots;
   sweep.sweep = true;
   // The sweep is the first half of the work, the chosen plan the second.
@@ -71,7 +71,7 @@ Report MakeReport(const PlannerInput& input, const std::string& source, int64_t 
   add(Format("sqrt (n=%d)", sqrt_plan.every_n), sqrt_plan);
 
   PlanRequest chosen;
-  chosen.budget_bytes = r.budget_bytes;
+  chosen.budget.bytes = r.budget_bytes;
   chosen.slots = slots;
   if (progress) chosen.progress = [&progress](double f) { progress(0.5 + 0.5 * f); };
   r.chosen = MakePlan(input.chain, input.fixed, chosen);
@@ -79,7 +79,7 @@ Report MakeReport(const PlannerInput& input, const std::string& source, int64_t 
   // miss by a slot; it then takes a little more.
   for (int attempt = 0; chosen_here && !r.chosen.feasible && attempt < 20; ++attempt) {
     r.budget_bytes += std::max<int64_t>(1, r.budget_bytes / 500);
-    chosen.budget_bytes = r.budget_bytes;
+    chosen.budget.bytes = r.budget_bytes;
     r.chosen = MakePlan(input.chain, input.fixed, chosen);
   }
   if (!r.chosen.feasible) {

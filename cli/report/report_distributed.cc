@@ -12,7 +12,7 @@ namespace ckplan {
 
 namespace {
 
-RankMemoryRow RowFrom(const PlanRankFixed& fixed, const std::string& label) {
+RankMemoryRow RowFrom(const FixedMemory& fixed, const std::string& label) {
   RankMemoryRow row;
   row.label = label;
   row.param_bytes = fixed.param_bytes;

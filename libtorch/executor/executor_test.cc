@@ -10,8 +10,8 @@
 #include "planner/base/error.h"
 #include "planner/plan/planner_input.h"
 #include "planner/plan/plan.h"
+#include "planner/plan/plan_to_document.h"
 #include "planner/solvers/modules.h"
-#include "planner/cost/stages.h"
 #include "libtorch/executor/executor.h"
 #include "libtorch/profiler/profiler.h"
 
@@ -57,7 +57,7 @@ const Prepared& Prepare(const std::string& name) {
 nlohmann::json PlanFor(const Prepared& p, Algorithm algorithm, int64_t budget) {
   PlanRequest request;
   request.algorithm = algorithm;
-  request.budget_bytes = budget;
+  request.budget.bytes = budget;
   Plan plan = MakePlan(p.chain, p.fixed, request);
   REQUIRE(plan.feasible);
   return PlanToJson(plan, p.chain, p.source);
@@ -74,7 +74,7 @@ RunReport Run(const std::string& name, const nlohmann::json& plan) {
 int64_t NonePeak(const Prepared& p) {
   PlanRequest none;
   none.algorithm = Algorithm::kNone;
-  none.budget_bytes = 1LL << 50;
+  none.budget.bytes = 1LL << 50;
   return MakePlan(p.chain, p.fixed, none).peak_bytes;
 }
 
@@ -82,7 +82,7 @@ int64_t Halfway(const Prepared& p) {
   int64_t minimum = MinimumOptimalBudget(p.chain, p.fixed, 500);
   PlanRequest none;
   none.algorithm = Algorithm::kNone;
-  none.budget_bytes = 1LL << 50;
+  none.budget.bytes = 1LL << 50;
   int64_t keep_all = MakePlan(p.chain, p.fixed, none).peak_bytes;
   return minimum + (keep_all - minimum) / 2;
 }
@@ -122,7 +122,7 @@ void CheckOk(const std::string& name) {
 // Peaks of the every and none baselines.
 std::pair<int64_t, int64_t> EveryAndNonePeaks(const Prepared& p) {
   PlanRequest request;
-  request.budget_bytes = 1LL << 50;
+  request.budget.bytes = 1LL << 50;
   request.algorithm = Algorithm::kEvery;
   const int64_t every = MakePlan(p.chain, p.fixed, request).peak_bytes;
   request.algorithm = Algorithm::kNone;
@@ -309,10 +309,10 @@ void CheckPytorchTargetOk(const std::string& name) {
   const std::vector<WrappableModule> modules = WrappableModules(p.chain, &p.profile);
   PlanRequest request;
   request.pytorch_modules = &modules;
-  request.budget_bytes = 1LL << 50;
+  request.budget.bytes = 1LL << 50;
   const Plan loose = MakePlan(p.chain, p.fixed, request);
   REQUIRE(loose.feasible);
-  request.budget_bytes = (loose.min_budget_bytes + loose.peak_bytes) / 2;
+  request.budget.bytes = (loose.min_budget_bytes + loose.peak_bytes) / 2;
   const Plan plan = MakePlan(p.chain, p.fixed, request);
   REQUIRE(plan.feasible);
   const nlohmann::json doc = PlanToJson(plan, p.chain, p.source);

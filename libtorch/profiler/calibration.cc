@@ -8,7 +8,7 @@
 
 #include "planner/solvers/baselines.h"
 #include "planner/solvers/modules.h"
-#include "planner/cost/stages.h"
+#include "planner/cost/chain_from_profile.h"
 #include "libtorch/executor/executor.h"
 #include "libtorch/executor/optimizer_step.h"
 #include "libtorch/executor/schedule_runner.h"

@@ -10,7 +10,9 @@
 #include <set>
 
 #include "planner/base/error.h"
-#include "planner/cost/stages.h"
+#include "planner/cost/chain_from_profile.h"
+#include "planner/cost/liveness.h"
+#include "planner/cost/stage_cuts.h"
 #include "libtorch/profiler/profiler.h"
 #include "libtorch/runtime/device.h"
 

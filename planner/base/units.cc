@@ -67,7 +67,7 @@ ByteQuantity ParseBytes(const std::string& text, const std::string& what) {
   double bytes = value * found->factor;
   if (bytes >= 9.2e18) throw fail("too large: at most 9.2e18 bytes (8 EiB)");
   if (bytes < 1) throw fail("less than one byte");
-  return ByteQuantity{static_cast<int64_t>(std::floor(bytes)), found->style};
+  return ByteQuantity{static_cast<int64_t>(std::floor(bytes)), found->style, text};
 }
 
 std::string FormatBytes(int64_t bytes, UnitStyle style, bool round_up) {

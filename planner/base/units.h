@@ -13,6 +13,7 @@ enum class UnitStyle { kDecimal, kBinary };
 struct ByteQuantity {
   int64_t bytes = 0;
   UnitStyle style = UnitStyle::kDecimal;
+  std::string text;  ///< as the user wrote it, for messages; may be empty
 };
 
 /// Parses `24GB` (10^9), `24GiB` (2^30), `512MiB`, `1.5e9`, `1000`, with an

@@ -40,12 +40,6 @@ bool PlanStage::operator==(const PlanStage& o) const {
          first_op == o.first_op && last_op == o.last_op;
 }
 
-bool PlanFixed::operator==(const PlanFixed& o) const {
-  return param_bytes == o.param_bytes && buffer_bytes == o.buffer_bytes && grad_bytes == o.grad_bytes &&
-         optimizer_bytes == o.optimizer_bytes && optimizer == o.optimizer && total_bytes == o.total_bytes &&
-         backward_grad_bytes == o.backward_grad_bytes;
-}
-
 bool PlanPredicted::operator==(const PlanPredicted& o) const {
   return peak_bytes == o.peak_bytes && time_ms == o.time_ms && overhead_pct == o.overhead_pct &&
          no_recompute_ms == o.no_recompute_ms && live_after_forward_bytes == o.live_after_forward_bytes &&
@@ -63,17 +57,6 @@ bool PlanSolver::operator==(const PlanSolver& o) const {
   return method == o.method && proven_optimal == o.proven_optimal && band == o.band &&
          lower_bound_ms == o.lower_bound_ms && gap_bound_pct == o.gap_bound_pct &&
          min_budget_lower_bytes == o.min_budget_lower_bytes;
-}
-
-bool PlanShardUnit::operator==(const PlanShardUnit& o) const {
-  return module == o.module && param_bytes == o.param_bytes && shard_bytes == o.shard_bytes;
-}
-
-bool PlanRankFixed::operator==(const PlanRankFixed& o) const {
-  return shard == o.shard && data_parallel == o.data_parallel && param_bytes == o.param_bytes &&
-         buffer_bytes == o.buffer_bytes && grad_bytes == o.grad_bytes && optimizer_bytes == o.optimizer_bytes &&
-         optimizer == o.optimizer && gathered_bytes == o.gathered_bytes && reduce_bytes == o.reduce_bytes &&
-         total_bytes == o.total_bytes && units == o.units;
 }
 
 bool PlanRank::operator==(const PlanRank& o) const {
@@ -108,19 +91,34 @@ bool PlanDocument::operator==(const PlanDocument& o) const {
 
 namespace {
 
-nlohmann::json RankFixedToJson(const PlanRankFixed& f) {
-  nlohmann::json doc = {{"shard", f.shard}, {"data_parallel", f.data_parallel},
+// The rank form (`distributed.ranks[].fixed`, `pipeline_stage.fixed`).
+nlohmann::json RankFixedToJson(const FixedMemory& f) {
+  nlohmann::json doc = {{"shard", ShardModeName(f.shard)}, {"data_parallel", f.data_parallel},
                         {"param_bytes", f.param_bytes}, {"buffer_bytes", f.buffer_bytes},
                         {"grad_bytes", f.grad_bytes}, {"optimizer_bytes", f.optimizer_bytes},
                         {"optimizer", f.optimizer}, {"gathered_bytes", f.gathered_bytes},
-                        {"reduce_bytes", f.reduce_bytes}, {"total_bytes", f.total_bytes}};
-  if (f.units) {
+                        {"reduce_bytes", f.reduce_bytes}, {"total_bytes", f.total()}};
+  if (f.shard == ShardMode::kFull) {
     nlohmann::json units = nlohmann::json::array();
-    for (const PlanShardUnit& u : *f.units) {
+    for (const ShardUnit& u : f.units) {
       units.push_back({{"module", u.module}, {"param_bytes", u.param_bytes}, {"shard_bytes", u.shard_bytes}});
     }
     doc["units"] = units;
   }
+  return doc;
+}
+
+// The plain form (the plan's `fixed`): a rank's gathered parameters and
+// reduce-scatter buffer counted with its parameters and gradients.
+nlohmann::json FixedToJson(const FixedMemory& f) {
+  nlohmann::json doc = {{"param_bytes", f.param_bytes + f.gathered_bytes},
+                        {"buffer_bytes", f.buffer_bytes},
+                        {"grad_bytes", f.grad_bytes + f.reduce_bytes},
+                        {"optimizer_bytes", f.optimizer_bytes},
+                        {"optimizer", f.optimizer},
+                        {"total_bytes", f.total()}};
+  // Gradients counted as they appear in backward: not in total_bytes.
+  if (f.backward_grad_bytes > 0) doc["backward_grad_bytes"] = f.backward_grad_bytes;
   return doc;
 }
 
@@ -177,13 +175,7 @@ nlohmann::json PlanToJson(const PlanDocument& p) {
     stages.push_back(std::move(stage));
   }
   doc["target"] = p.target;
-  doc["fixed"] = {{"param_bytes", p.fixed.param_bytes},
-                  {"buffer_bytes", p.fixed.buffer_bytes},
-                  {"grad_bytes", p.fixed.grad_bytes},
-                  {"optimizer_bytes", p.fixed.optimizer_bytes},
-                  {"optimizer", p.fixed.optimizer},
-                  {"total_bytes", p.fixed.total_bytes}};
-  if (p.fixed.backward_grad_bytes) doc["fixed"]["backward_grad_bytes"] = *p.fixed.backward_grad_bytes;
+  doc["fixed"] = FixedToJson(p.fixed);
   doc["activation_budget_bytes"] = p.activation_budget_bytes;
   doc["stages"] = std::move(stages);
   doc["checkpointed_stages"] = p.checkpointed_stages;
@@ -239,9 +231,19 @@ std::vector<int64_t> Bytes(const JsonReader& list) {
   return out;
 }
 
-PlanRankFixed RankFixedFromJson(const JsonReader& f) {
-  PlanRankFixed out;
-  out.shard = f.Field("shard").String();
+// `total_bytes`, where present, must be the sum of the parts read.
+void CheckFixedTotal(const JsonReader& f, const FixedMemory& fixed) {
+  if (!f.Has("total_bytes")) return;
+  const int64_t total = f.Field("total_bytes").NonNegativeBytes();
+  if (total != fixed.total()) {
+    f.Field("total_bytes").Fail(std::to_string(total) + " B is not the sum of the fixed part's fields, " +
+                                std::to_string(fixed.total()) + " B");
+  }
+}
+
+FixedMemory RankFixedFromJson(const JsonReader& f) {
+  FixedMemory out;
+  out.shard = ParseShardMode(f.Field("shard").String());
   out.data_parallel = f.Field("data_parallel").IntegerIn(1, 1 << 30);
   out.param_bytes = f.Field("param_bytes").NonNegativeBytes();
   out.buffer_bytes = f.Field("buffer_bytes").NonNegativeBytes();
@@ -250,13 +252,13 @@ PlanRankFixed RankFixedFromJson(const JsonReader& f) {
   out.optimizer = f.Field("optimizer").String();
   out.gathered_bytes = f.Field("gathered_bytes").NonNegativeBytes();
   out.reduce_bytes = f.Field("reduce_bytes").NonNegativeBytes();
-  out.total_bytes = f.Field("total_bytes").NonNegativeBytes();
+  f.Field("total_bytes");  // required in this form
+  CheckFixedTotal(f, out);
   if (f.Has("units")) {
     const JsonReader units = f.Field("units");
-    out.units.emplace();
     for (size_t k = 0; k < units.ArraySize(); ++k) {
       const JsonReader u = units.Item(k);
-      out.units->push_back(
+      out.units.push_back(
           {u.Field("module").String(), u.Field("param_bytes").NonNegativeBytes(), u.Field("shard_bytes").NonNegativeBytes()});
     }
   }
@@ -332,8 +334,8 @@ PlanDocument ReadPlan(const JsonReader& root) {
   if (fixed.Has("buffer_bytes")) p.fixed.buffer_bytes = fixed.Field("buffer_bytes").NonNegativeBytes();
   if (fixed.Has("grad_bytes")) p.fixed.grad_bytes = fixed.Field("grad_bytes").NonNegativeBytes();
   if (fixed.Has("optimizer_bytes")) p.fixed.optimizer_bytes = fixed.Field("optimizer_bytes").NonNegativeBytes();
-  if (fixed.Has("total_bytes")) p.fixed.total_bytes = fixed.Field("total_bytes").NonNegativeBytes();
   if (fixed.Has("backward_grad_bytes")) p.fixed.backward_grad_bytes = fixed.Field("backward_grad_bytes").NonNegativeBytes();
+  CheckFixedTotal(fixed, p.fixed);
   if (root.Has("activation_budget_bytes")) p.activation_budget_bytes = root.Field("activation_budget_bytes").Integer();
 
   JsonReader stages = root.Field("stages");

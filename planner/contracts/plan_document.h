@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "planner/contracts/fixed_memory.h"
 #include "planner/contracts/schedule.h"
 
 namespace ckplan {
@@ -45,20 +46,6 @@ struct PlanStage {
   int first_op = -1;                 ///< -1: first_op/last_op not written
   int last_op = -1;
   bool operator==(const PlanStage& o) const;
-};
-
-/// `fixed`: what the step holds besides the activations.
-struct PlanFixed {
-  int64_t param_bytes = 0;
-  int64_t buffer_bytes = 0;
-  int64_t grad_bytes = 0;
-  int64_t optimizer_bytes = 0;
-  std::string optimizer = "none";
-  int64_t total_bytes = 0;
-  /// `backward_grad_bytes` (optional): gradients counted as they appear in
-  /// backward, part of grad_bytes but not of total_bytes.
-  std::optional<int64_t> backward_grad_bytes;
-  bool operator==(const PlanFixed& o) const;
 };
 
 /// `predicted`: the whole step as the planner predicts it.
@@ -100,34 +87,9 @@ struct PlanSolver {
 
 struct PlanDocument;
 
-/// A unit FSDP shards (`fixed.units[]`, `--shard full`).
-struct PlanShardUnit {
-  std::string module;            ///< empty for the root
-  int64_t param_bytes = 0;
-  int64_t shard_bytes = 0;
-  bool operator==(const PlanShardUnit& o) const;
-};
-
-/// One rank's (or pipeline stage's) fixed part: RankMemory (distributed.h)
-/// as the distributed plans write it.
-struct PlanRankFixed {
-  std::string shard = "none";
-  int data_parallel = 1;
-  int64_t param_bytes = 0;
-  int64_t buffer_bytes = 0;
-  int64_t grad_bytes = 0;
-  int64_t optimizer_bytes = 0;
-  std::string optimizer = "none";
-  int64_t gathered_bytes = 0;
-  int64_t reduce_bytes = 0;
-  int64_t total_bytes = 0;
-  std::optional<std::vector<PlanShardUnit>> units;  ///< `--shard full` only
-  bool operator==(const PlanRankFixed& o) const;
-};
-
 /// `distributed.ranks[]` (data parallel).
 struct PlanRank {
-  PlanRankFixed fixed;
+  FixedMemory fixed;                     ///< the rank's, sharding included
   int64_t activation_budget_bytes = 0;
   int64_t peak_bytes = 0;
   int64_t pytorch_peak_bytes = 0;
@@ -142,7 +104,7 @@ struct PlanPipelineStage {
   int last_chain_stage = 0;
   int in_flight = 1;
   int64_t stored_after_forward_bytes = 0;
-  PlanRankFixed fixed;
+  FixedMemory fixed;                     ///< the stage rank's
   int64_t activation_budget_bytes = 0;
   int64_t peak_bytes = 0;
   int64_t pytorch_saved_bytes = 0;
@@ -175,7 +137,10 @@ struct PlanDocument {
   std::string target = "schedule";      ///< schedule or pytorch
   PlanSource source;
   int64_t budget_bytes = 0;
-  PlanFixed fixed;
+  /// Written in its plain form: parameters, buffers, gradients (with a
+  /// rank's gathered parameters and reduce-scatter buffer counted in them),
+  /// optimizer state, the total, and backward_grad_bytes where some.
+  FixedMemory fixed;
   int64_t activation_budget_bytes = 0;
   std::vector<PlanStage> stages;
   std::vector<int> checkpointed_stages;

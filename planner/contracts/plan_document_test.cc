@@ -10,9 +10,9 @@
 #include "planner/base/error.h"
 #include "planner/plan/planner_input.h"
 #include "planner/plan/plan.h"
+#include "planner/plan/plan_to_document.h"
 #include "planner/solvers/modules.h"
 #include "planner/solvers/recurrence.h"
-#include "planner/cost/stages.h"
 
 using namespace ckplan;
 
@@ -54,14 +54,13 @@ TEST_CASE("plans of every algorithm and target made from a profile round-trip") 
     for (bool pytorch : {false, true}) {
       PlanRequest request;
       request.algorithm = algorithm;
-      request.budget_bytes = budget;
+      request.budget.bytes = budget;
       request.every_n = 3;
       if (pytorch) request.pytorch_modules = &modules;
       Plan plan = MakePlan(in.chain, in.fixed, request);
       CAPTURE(AlgorithmName(algorithm));
       CAPTURE(pytorch);
       nlohmann::json doc = PlanToJson(plan, in.chain, in.source);
-      doc["unit_style"] = "decimal";
       CheckRoundTrip(doc);
       const PlanDocument read = PlanFromJson(doc, "plan.json");
       // The value holds what the planner decided, not a copy of the text.
@@ -71,7 +70,8 @@ TEST_CASE("plans of every algorithm and target made from a profile round-trip") 
       CHECK(read.checkpointed_stages == plan.checkpointed_stages);
       CHECK(read.predicted.peak_bytes == plan.peak_bytes);
       CHECK(read.predicted.time_ms == plan.time_ms);
-      CHECK(read.fixed.total_bytes == in.fixed.total());
+      CHECK(read.fixed.total() == in.fixed.total());
+      CHECK(doc["fixed"]["total_bytes"] == in.fixed.total());
       CHECK(read.pytorch.checkpoint_modules == plan.pytorch.checkpoint_modules);
       CHECK(read.slots.has_value() == (algorithm == Algorithm::kOptimal));
       CHECK(read.unit_style == std::optional<std::string>("decimal"));
@@ -84,7 +84,7 @@ TEST_CASE("plans of every algorithm and target made from a profile round-trip") 
 TEST_CASE("a banded plan, a chain's plan and an infeasible plan round-trip") {
   const Chain long_chain = RandomChain(kExactMaxStages + 20, 7);
   PlanRequest request;
-  request.budget_bytes = MinimumOptimalBudget(long_chain, FixedMemory{}, 200) * 3 / 2;
+  request.budget.bytes = MinimumOptimalBudget(long_chain, FixedMemory{}, 200) * 3 / 2;
   request.slots = 200;
   Plan banded = MakePlan(long_chain, FixedMemory{}, request);
   REQUIRE(banded.feasible);
@@ -95,7 +95,7 @@ TEST_CASE("a banded plan, a chain's plan and an infeasible plan round-trip") {
   CHECK(PlanFromJson(doc, "p").solver->band == banded.band);
 
   const Chain chain = ThreeStageChain();
-  request.budget_bytes = 1;
+  request.budget.bytes = 1;
   Plan infeasible = MakePlan(chain, FixedMemory{}, request);
   REQUIRE(!infeasible.feasible);
   CheckRoundTrip(PlanToJson(infeasible, chain, ChainSource("c.json")));
@@ -104,14 +104,13 @@ TEST_CASE("a banded plan, a chain's plan and an infeasible plan round-trip") {
 TEST_CASE("distributed plans round-trip: a pipeline's top level with its stage documents, a data-parallel rank") {
   const Chain chain = ThreeStageChain();
   PlanRequest request;
-  request.budget_bytes = int64_t{1} << 40;
+  request.budget.bytes = int64_t{1} << 40;
   const Plan plan = MakePlan(chain, FixedMemory{}, request);
-  PlanRankFixed fixed;
-  fixed.shard = "full";
+  FixedMemory fixed;
+  fixed.shard = ShardMode::kFull;
   fixed.data_parallel = 2;
   fixed.param_bytes = 300;
-  fixed.total_bytes = 300;
-  fixed.units = std::vector<PlanShardUnit>{{"", 100, 50}, {"a.b", 400, 200}};
+  fixed.units = {{"", 100, 50}, {"a.b", 400, 200}};
   PlanDocument stage = MakePlanDocument(plan, chain, ChainSource("c"));
   stage.min_budget_bytes.reset();
   PlanPipelineStage& ps = stage.pipeline_stage.emplace();
@@ -166,7 +165,7 @@ TEST_CASE("distributed plans round-trip: a pipeline's top level with its stage d
 TEST_CASE("the plan reader names the file and field it refuses") {
   const Chain chain = ThreeStageChain();
   PlanRequest request;
-  request.budget_bytes = int64_t{1} << 40;
+  request.budget.bytes = int64_t{1} << 40;
   const nlohmann::json good = PlanToJson(MakePlan(chain, FixedMemory{}, request), chain, ChainSource("c"));
   auto refused = [&](const std::function<void(nlohmann::json&)>& mutate) {
     return testing::Refusal(good, mutate, [](const nlohmann::json& doc) { PlanFromJson(doc, "bad.json"); });
@@ -196,7 +195,7 @@ TEST_CASE("a plan's source names the profile's model and passes its inputs throu
   REQUIRE(in.source.inputs);
   CHECK(*in.source.inputs == in.profile.model["inputs"]);
   PlanRequest request;
-  request.budget_bytes = int64_t{1} << 40;
+  request.budget.bytes = int64_t{1} << 40;
   const nlohmann::json doc = PlanToJson(MakePlan(in.chain, in.fixed, request), in.chain, in.source);
   CHECK(PlanFromJson(doc, "plan.json").source == in.source);
   CHECK(doc["source"]["inputs"] == in.profile.model["inputs"]);

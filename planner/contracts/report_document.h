@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "planner/plan/plan.h"
+#include "planner/contracts/sweep_document.h"
 
 namespace ckplan {
 

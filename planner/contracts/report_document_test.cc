@@ -21,10 +21,10 @@ ReportDocument ExampleReport() {
   PlannerInput in = LoadPlannerInput(std::string(CKPLAN_SOURCE_DIR) + "/data/example.profile.json", "adam");
   PlanRequest request;
   request.algorithm = Algorithm::kNone;
-  request.budget_bytes = int64_t{1} << 50;
+  request.budget.bytes = int64_t{1} << 50;
   const Plan none = MakePlan(in.chain, in.fixed, request);
   request.algorithm = Algorithm::kOptimal;
-  request.budget_bytes = none.peak_bytes;
+  request.budget.bytes = none.peak_bytes;
   request.slots = 200;
   request.sweep = true;
   const Plan top = MakePlan(in.chain, in.fixed, request);
@@ -34,7 +34,7 @@ ReportDocument ExampleReport() {
   r.fixed_bytes = in.fixed.total();
   r.no_recompute_ms = none.no_recompute_ms;
   request.sweep = false;
-  request.budget_bytes = r.budget_bytes;
+  request.budget.bytes = r.budget_bytes;
   const Plan optimal = MakePlan(in.chain, in.fixed, request);
   for (const auto& [name, plan] : {std::pair<std::string, const Plan&>{"none", none}, {"optimal", optimal}}) {
     r.strategies.push_back({name, plan.peak_bytes, plan.time_ms, plan.overhead_pct(), plan.peak_bytes <= r.budget_bytes});

@@ -1,7 +1,6 @@
 #include "planner/contracts/sweep_document.h"
 
 #include "planner/base/json_io.h"
-#include "planner/plan/plan.h"
 
 namespace ckplan {
 
@@ -12,19 +11,6 @@ bool SweepPoint::operator==(const SweepPoint& o) const {
 bool SweepDocument::operator==(const SweepDocument& o) const {
   return source == o.source && slots == o.slots && slot_bytes == o.slot_bytes && fixed_bytes == o.fixed_bytes &&
          no_recompute_ms == o.no_recompute_ms && points == o.points;
-}
-
-SweepDocument MakeSweepDocument(const Plan& plan, const PlanSource& source) {
-  SweepDocument sweep;
-  sweep.source = source;
-  sweep.slots = plan.slots;
-  sweep.slot_bytes = plan.slot_bytes;
-  sweep.fixed_bytes = plan.fixed.total();
-  sweep.no_recompute_ms = plan.no_recompute_ms;
-  for (const CurvePoint& point : plan.curve) {
-    sweep.points.push_back({point.budget_bytes, point.time_ms, OverheadPct(point.time_ms, plan.no_recompute_ms)});
-  }
-  return sweep;
 }
 
 nlohmann::json SweepToJson(const SweepDocument& s) {

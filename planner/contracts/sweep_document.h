@@ -13,7 +13,11 @@
 
 namespace ckplan {
 
-struct Plan;
+/// A point of the optimal memory/time curve.
+struct CurvePoint {
+  int64_t budget_bytes;   ///< in a Plan the whole step's (fixed part included); in a ChainSolution the chain's
+  double time_ms;
+};
 
 /// One budget of the curve.
 struct SweepPoint {
@@ -33,8 +37,6 @@ struct SweepDocument {
   bool operator==(const SweepDocument& o) const;
 };
 
-/// The sweep of an optimal plan made with PlanRequest::sweep (its `curve`).
-SweepDocument MakeSweepDocument(const Plan& plan, const PlanSource& source);
 
 /// The `ckplan.sweep/1` document.
 nlohmann::json SweepToJson(const SweepDocument& sweep);

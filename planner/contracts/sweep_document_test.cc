@@ -10,6 +10,7 @@
 #include "planner/base/error.h"
 #include "planner/plan/planner_input.h"
 #include "planner/plan/plan.h"
+#include "planner/plan/plan_to_document.h"
 
 using namespace ckplan;
 
@@ -20,9 +21,9 @@ SweepDocument ExampleSweep(Plan* plan_out = nullptr) {
   PlannerInput in = LoadPlannerInput(std::string(CKPLAN_SOURCE_DIR) + "/data/example.profile.json", "adam");
   PlanRequest none;
   none.algorithm = Algorithm::kNone;
-  none.budget_bytes = int64_t{1} << 50;
+  none.budget.bytes = int64_t{1} << 50;
   PlanRequest request;
-  request.budget_bytes = MakePlan(in.chain, in.fixed, none).peak_bytes;
+  request.budget.bytes = MakePlan(in.chain, in.fixed, none).peak_bytes;
   request.slots = 200;
   request.sweep = true;
   Plan plan = MakePlan(in.chain, in.fixed, request);
@@ -49,7 +50,7 @@ TEST_CASE("a sweep holds the plan's curve, each point's overhead by the one form
   // plan at the largest budget is never slower than it (a baseline that fits
   // in bytes, here no checkpointing, can beat the rounded sizes).
   for (size_t k = 1; k < sweep.points.size(); ++k) CHECK(sweep.points[k].time_ms <= sweep.points[k - 1].time_ms);
-  CHECK(sweep.points.back().budget_bytes <= plan.budget_bytes);
+  CHECK(sweep.points.back().budget_bytes <= plan.budget.bytes);
   CHECK(plan.time_ms <= sweep.points.back().time_ms * (1 + 1e-12));
 }
 

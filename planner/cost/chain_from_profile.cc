@@ -1,46 +1,40 @@
-// Stage costs: from a profile's ops to the chain's per-stage times, bytes
-// and transients.
-
-#include "planner/cost/stages.h"
+#include "planner/cost/chain_from_profile.h"
 
 #include <algorithm>
 #include <map>
 #include <set>
 
 #include "planner/base/error.h"
+#include "planner/cost/backward_replay.h"
+#include "planner/cost/gradients.h"
 #include "planner/cost/liveness.h"
+#include "planner/cost/optimizer_memory.h"
 #include "planner/cost/stage_cuts.h"
 
 namespace ckplan {
+namespace {
 
-BackwardReplay ReplayBackward(const Profile& profile, int first_op, int last_op,
-                              const std::vector<int64_t>* held_after) {
-  BackwardReplay replay;
-  int64_t extra = 0, held = 0;
-  std::set<int> grads;
-  for (int op = last_op; op >= first_op; --op) {
-    const OpRecord& rec = profile.ops[static_cast<size_t>(op)];
-    int64_t input_grads = 0;
-    for (int t : rec.inputs) {
-      const TensorRecord& in = profile.tensors[static_cast<size_t>(t)];
-      if (in.requires_grad && in.producer < first_op && grads.insert(t).second) input_grads += in.nbytes;
-    }
-    replay.peak_bytes = std::max(replay.peak_bytes, extra + rec.bwd_tmp_bytes - input_grads);
-    replay.peak_with_held_bytes = std::max(replay.peak_with_held_bytes, extra + rec.bwd_tmp_bytes - input_grads + held);
-    if (held_after != nullptr) held += (*held_after)[static_cast<size_t>(op)];  // in its own transient, then held
-    for (int t : rec.outputs) {
-      if (grads.erase(t)) extra -= profile.tensors[static_cast<size_t>(t)].nbytes;
-    }
-    for (int t : rec.inputs) {
-      const TensorRecord& in = profile.tensors[static_cast<size_t>(t)];
-      if (in.requires_grad && in.producer >= first_op && grads.insert(t).second) extra += in.nbytes;
-    }
-    extra -= rec.saved_bytes;
+// Sets every stage's parameter gradients (GradientsFromProfile: each
+// parameter once, a tied one at its first gradient) and its backward's
+// peaks, and what torch.utils.checkpoint keeps per wrapped module. A
+// profile without its `parameters` list leaves the chain as it is (the
+// gradients then stay in the step's fixed part).
+void AttachGradients(const Profile& profile, const Liveness& liveness, Chain* chain) {
+  if (profile.parameters.empty()) return;
+  const StageGradients grads = GradientsFromProfile(*chain, profile, liveness);
+  for (size_t i = 0; i < chain->stages.size(); ++i) {
+    Stage& s = chain->stages[i];
+    s.param_grad_bytes = grads.bytes[i];
+    s.param_grad_bwd_bytes = std::min(grads.held_in_bwd[i], grads.bytes[i]);
+    s.bwd_replay_peak_bytes = i < grads.bwd_peak_bytes.size() ? grads.bwd_peak_bytes[i] : -1;
+    s.bwd_run_peak_bytes = i < grads.run_bwd_peak_bytes.size() ? grads.run_bwd_peak_bytes[i] : -1;
   }
-  return replay;
+  chain->checkpoint_state_bytes = grads.checkpoint_state_bytes;
 }
 
-Chain ChainFromProfile(const Profile& profile, const std::string& file) {
+}  // namespace
+
+Chain ChainFromProfile(const Profile& profile, const std::string& file, const std::string& optimizer) {
   if (profile.ops.empty()) throw BadInput("profile has no ops");
   Liveness liveness(profile);
   std::vector<StageCut> cuts = CutStages(profile, liveness);
@@ -202,6 +196,10 @@ Chain ChainFromProfile(const Profile& profile, const std::string& file) {
   }
   chain.checkpoint_call_ms = std::max(0.0, profile.totals.checkpoint_call_ms);
   chain.loss_bwd_tmp_bytes = 0;
+  // Gradients appear during backward, stage by stage (gradients.h); the
+  // optimizer's update runs at the step's end, every gradient made.
+  AttachGradients(profile, liveness, &chain);
+  chain.update_tmp_bytes = UpdateTmpBytes(optimizer, profile.parameters);
   ValidateChain(chain, file, "the chain cut from it");
   return chain;
 }

@@ -11,7 +11,7 @@
 #include "planner/base/error.h"
 #include "planner/base/json_io.h"
 #include "planner/contracts/profile.h"
-#include "planner/cost/stages.h"
+#include "planner/cost/chain_from_profile.h"
 
 using namespace ckplan;
 using ckplan::testing::TwoBlockProfile;

@@ -5,35 +5,9 @@
 #include <nlohmann/json.hpp>
 
 #include "planner/base/error.h"
+#include "planner/cost/optimizer_memory.h"
 
 namespace ckplan {
-
-const char* ShardModeName(ShardMode mode) {
-  switch (mode) {
-    case ShardMode::kNone: return "none";
-    case ShardMode::kOptimizer: return "optimizer";
-    case ShardMode::kGrad: return "grad";
-    case ShardMode::kFull: return "full";
-  }
-  return "none";
-}
-
-ShardMode ParseShardMode(const std::string& name) {
-  for (ShardMode m : {ShardMode::kNone, ShardMode::kOptimizer, ShardMode::kGrad, ShardMode::kFull}) {
-    if (name == ShardModeName(m)) return m;
-  }
-  throw BadInput("unknown --shard '" + name + "' (use none, optimizer, grad or full)");
-}
-
-FixedMemory RankMemory::AsFixed() const {
-  FixedMemory fixed;
-  fixed.param_bytes = param_bytes + gathered_bytes;
-  fixed.buffer_bytes = buffer_bytes;
-  fixed.grad_bytes = grad_bytes + reduce_bytes;
-  fixed.optimizer_bytes = optimizer_bytes;
-  fixed.optimizer = optimizer;
-  return fixed;
-}
 
 int64_t ShardBytes(const ParameterRecord& p, int data_parallel) {
   if (p.shape.empty() || p.shape[0] == 0) return p.shape.empty() ? p.bytes : 0;
@@ -63,9 +37,9 @@ std::vector<ShardUnit> DefaultShardUnits(const Chain& chain, const std::vector<P
   for (const ParameterRecord& p : parameters) {
     size_t best = 0, best_length = 0;
     for (size_t u = 1; u < units.size(); ++u) {
-      if (Prefixes(units[u].name, p.name) && units[u].name.size() >= best_length) {
+      if (Prefixes(units[u].module, p.name) && units[u].module.size() >= best_length) {
         best = u;
-        best_length = units[u].name.size();
+        best_length = units[u].module.size();
       }
     }
     units[best].param_bytes += p.bytes;
@@ -78,13 +52,13 @@ std::vector<ShardUnit> DefaultShardUnits(const Chain& chain, const std::vector<P
   return owning;
 }
 
-RankMemory RankFixedMemory(const Chain& chain, const std::vector<ParameterRecord>& parameters, int64_t param_bytes,
+FixedMemory RankFixedMemory(const Chain& chain, const std::vector<ParameterRecord>& parameters, int64_t param_bytes,
                            int64_t buffer_bytes, const std::string& optimizer, int data_parallel, ShardMode shard,
                            const std::string& file) {
   if (data_parallel < 1) {
     throw BadInput("invalid --data-parallel " + std::to_string(data_parallel) + ": must be at least 1");
   }
-  RankMemory m;
+  FixedMemory m;
   m.shard = shard;
   m.data_parallel = data_parallel;
   m.optimizer = optimizer;
@@ -139,25 +113,6 @@ RankMemory RankFixedMemory(const Chain& chain, const std::vector<ParameterRecord
   }
   if (data_parallel == 1) m.reduce_bytes = 0;
   return m;
-}
-
-PlanRankFixed RankFixedOf(const RankMemory& m) {
-  PlanRankFixed out;
-  out.shard = ShardModeName(m.shard);
-  out.data_parallel = m.data_parallel;
-  out.param_bytes = m.param_bytes;
-  out.buffer_bytes = m.buffer_bytes;
-  out.grad_bytes = m.grad_bytes;
-  out.optimizer_bytes = m.optimizer_bytes;
-  out.optimizer = m.optimizer;
-  out.gathered_bytes = m.gathered_bytes;
-  out.reduce_bytes = m.reduce_bytes;
-  out.total_bytes = m.total();
-  if (m.shard == ShardMode::kFull) {
-    out.units.emplace();
-    for (const ShardUnit& u : m.units) out.units->push_back({u.name, u.param_bytes, u.shard_bytes});
-  }
-  return out;
 }
 
 }  // namespace ckplan

@@ -46,16 +46,16 @@ TEST_CASE("per-rank fixed part: DDP, ZeRO-1, ZeRO-2, FSDP2") {
   const auto params = Parameters();
   const int64_t P = Sum(params);
   const Chain chain = TwoBlockChain();
-  RankMemory ddp = RankFixedMemory(chain, params, P, 100, "adam", 4, ShardMode::kNone, "p.json");
+  FixedMemory ddp = RankFixedMemory(chain, params, P, 100, "adam", 4, ShardMode::kNone, "p.json");
   CHECK(ddp.total() == 100 + 4 * P);
-  RankMemory zero1 = RankFixedMemory(chain, params, P, 100, "adam", 4, ShardMode::kOptimizer, "p.json");
+  FixedMemory zero1 = RankFixedMemory(chain, params, P, 100, "adam", 4, ShardMode::kOptimizer, "p.json");
   CHECK(zero1.param_bytes == P);
   CHECK(zero1.grad_bytes == P);
   CHECK(zero1.optimizer_bytes == 2 * ((P + 3) / 4));
-  RankMemory zero2 = RankFixedMemory(chain, params, P, 100, "adam", 4, ShardMode::kGrad, "p.json");
+  FixedMemory zero2 = RankFixedMemory(chain, params, P, 100, "adam", 4, ShardMode::kGrad, "p.json");
   CHECK(zero2.grad_bytes == (P + 3) / 4);
   CHECK(zero2.reduce_bytes == 128 * 32 * 4);  // the largest unit's gradients before their reduce-scatter
-  RankMemory full = RankFixedMemory(chain, params, P, 100, "adam", 4, ShardMode::kFull, "p.json");
+  FixedMemory full = RankFixedMemory(chain, params, P, 100, "adam", 4, ShardMode::kFull, "p.json");
   int64_t shards = 0;
   for (const auto& p : params) shards += ShardBytes(p, 4);
   CHECK(full.param_bytes == shards);
@@ -63,14 +63,14 @@ TEST_CASE("per-rank fixed part: DDP, ZeRO-1, ZeRO-2, FSDP2") {
   CHECK(full.optimizer_bytes == 2 * shards);
   // Units: root (embed + scale), blocks.0, blocks.1, head.
   REQUIRE(full.units.size() == 4);
-  CHECK(full.units[0].name.empty());
+  CHECK(full.units[0].module.empty());
   CHECK(full.units[0].param_bytes == 100 * 16 * 4 + 4);
   CHECK(full.units[1].param_bytes == 64 * 32 * 4 + 63 * 4);
   // The root gathered throughout, plus blocks.0 running with blocks.1 prefetched.
   CHECK(full.gathered_bytes == 100 * 16 * 4 + 4 + (64 * 32 * 4 + 63 * 4) + 128 * 32 * 4);
   CHECK(full.total() < ddp.total());
   // One rank: nothing is divided or gathered.
-  RankMemory single = RankFixedMemory(chain, params, P, 100, "adam", 1, ShardMode::kFull, "p.json");
+  FixedMemory single = RankFixedMemory(chain, params, P, 100, "adam", 1, ShardMode::kFull, "p.json");
   CHECK(single.total() == ddp.total());
 }
 

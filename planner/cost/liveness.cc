@@ -2,8 +2,6 @@
 
 #include <algorithm>
 
-#include "planner/cost/stages.h"
-
 namespace ckplan {
 
 Liveness::Liveness(const Profile& p) {

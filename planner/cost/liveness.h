@@ -1,7 +1,7 @@
 #pragma once
-// Liveness of a profile's op graph (planner-internal, used by the cutting
-// and the stage costs): for each tensor its last consumer (N for a model
-// output), and for each cut position the storages crossing it.
+/// Liveness of a profile's op graph (the stage cuts, the chain's costs and
+/// its gradients read it): for each tensor its last consumer (N for a model
+/// output), and for each cut position the storages crossing it.
 
 #include <cstdint>
 #include <map>
@@ -32,5 +32,13 @@ class Liveness {
   std::map<int, int> storage_producer_;
   std::map<int, int64_t> storage_bytes_;
 };
+
+/// Live storages crossing the cut just before op `position` (1..N-1), model
+/// inputs excluded: their total bytes and count.
+struct CutLoad {
+  int64_t bytes = 0;
+  int tensors = 0;
+};
+CutLoad CutLoadAt(const Profile& profile, int position);
 
 }  // namespace ckplan

@@ -5,7 +5,7 @@
 
 #include "tests/test_profiles.h"
 #include "planner/contracts/profile.h"
-#include "planner/cost/stages.h"
+#include "planner/cost/liveness.h"
 
 using namespace ckplan;
 using ckplan::testing::TwoBlockProfile;

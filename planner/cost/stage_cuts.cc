@@ -1,12 +1,11 @@
 // Cutting and naming: a profile's ops cut into stages along the module tree.
 
-#include "planner/cost/stages.h"
+#include "planner/cost/stage_cuts.h"
 
 #include <algorithm>
 #include <set>
 
 #include "planner/base/error.h"
-#include "planner/cost/stage_cuts.h"
 
 namespace ckplan {
 namespace {

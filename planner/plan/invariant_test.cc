@@ -12,6 +12,7 @@
 
 #include "tests/test_chains.h"
 #include "planner/plan/planner_input.h"
+#include "planner/cost/optimizer_memory.h"
 #include "planner/plan/plan.h"
 #include "planner/solvers/modules.h"
 
@@ -29,7 +30,7 @@ void CheckInvariant(const Chain& chain, const FixedMemory& fixed, const Target& 
   auto request = [&](Algorithm algorithm, int64_t budget, int every_n) {
     PlanRequest r;
     r.algorithm = algorithm;
-    r.budget_bytes = budget;
+    r.budget.bytes = budget;
     r.every_n = every_n;
     r.pytorch_modules = target.modules;  // baselines too: counted as the target counts
     return r;
@@ -87,7 +88,7 @@ TEST_CASE("optimal against every baseline in one memory model: the example profi
   // so with nothing recomputed the schedule target never peaks lower.
   PlanRequest none;
   none.algorithm = Algorithm::kNone;
-  none.budget_bytes = int64_t{1} << 40;
+  none.budget.bytes = int64_t{1} << 40;
   const Plan schedule_none = MakePlan(in.chain, in.fixed, none);
   none.pytorch_modules = &modules;
   const Plan pytorch_none = MakePlan(in.chain, in.fixed, none);

@@ -1,22 +1,20 @@
 #pragma once
-/// Making a plan for a chain and a budget (any algorithm), and the plan JSON
-/// contract (`ckplan.plan/1`).
+/// Making a plan for a chain and a budget (any algorithm): the thin layer
+/// over the solvers, where the whole step's budget meets the chain's.
 
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json_fwd.hpp>
-
-#include "planner/contracts/chain.h"
-#include "planner/solvers/chain_solver.h"
-#include "planner/contracts/plan_document.h"
-#include "planner/plan/pytorch_export.h"
-#include "planner/contracts/schedule.h"
-#include "planner/cost/simulator.h"
-#include "planner/solvers/modules.h"
 #include "planner/base/units.h"
+#include "planner/contracts/chain.h"
+#include "planner/contracts/fixed_memory.h"
+#include "planner/contracts/schedule.h"
+#include "planner/contracts/sweep_document.h"
+#include "planner/cost/simulator.h"
+#include "planner/cost/wrappable_modules.h"
+#include "planner/plan/pytorch_export.h"
 
 namespace ckplan {
 
@@ -27,37 +25,16 @@ const char* AlgorithmName(Algorithm algorithm);
 /// Throws BadInput quoting `name` if unknown.
 Algorithm ParseAlgorithm(const std::string& name);
 
-/// What the training step holds besides the chain: parameters, buffers,
-/// gradients and optimizer state. Zero for a plain chain.
-struct FixedMemory {
-  int64_t param_bytes = 0;
-  int64_t buffer_bytes = 0;
-  int64_t grad_bytes = 0;
-  int64_t optimizer_bytes = 0;
-  std::string optimizer = "none";
-  /// Time, not memory, but per optimizer like its state: the optimizer's
-  /// update of every parameter, added to every predicted step (0 when
-  /// unknown, as for a plain chain).
-  double optimizer_step_ms = 0;
-  /// Of grad_bytes, those the chain's stages carry (param_grads.h): they
-  /// appear during backward and are counted there, so they are listed but
-  /// not in total(). 0: every gradient held for the whole step.
-  int64_t backward_grad_bytes = 0;
-  int64_t total() const { return param_bytes + buffer_bytes + grad_bytes - backward_grad_bytes + optimizer_bytes; }
-};
-
 /// The overhead of a step of `time_ms` over one of `baseline_ms`, in
 /// percent: the one formula every output uses. 0 for no baseline and for a
 /// difference that is only rounding (the same sum in another order).
 double OverheadPct(double time_ms, double baseline_ms);
 
-/// Optimizer state per parameter byte: none/sgd 0, momentum 1, adam 2.
-/// Throws BadInput for an unknown name.
-FixedMemory FixedMemoryFor(int64_t param_bytes, int64_t buffer_bytes, const std::string& optimizer);
-
 struct PlanRequest {
   Algorithm algorithm = Algorithm::kOptimal;
-  int64_t budget_bytes = 0;
+  /// The whole step's budget, as parsed once from what the user wrote
+  /// (ParseBytes): its bytes, and the unit style the plan records.
+  ByteQuantity budget;
   int slots = 500;
   int every_n = 2;        ///< for kEveryN
   int threads = 1;
@@ -69,22 +46,33 @@ struct PlanRequest {
   const std::vector<WrappableModule>* pytorch_modules = nullptr;
 };
 
+/// A plan. Its memory figures are the whole step's (the fixed part
+/// included) and its times include the optimizer's update, unless a field
+/// says `of the chain`: MakePlan and PlanForSchedule convert the solvers'
+/// chain figures once.
 struct Plan {
   Algorithm algorithm = Algorithm::kOptimal;
   int every_n = 0;                     ///< segment length for every-n / sqrt
-  int64_t budget_bytes = 0;            ///< the whole step
+  ByteQuantity budget;                 ///< the whole step, as the request gave it
   FixedMemory fixed;                   ///< subtracted from the budget
+  int64_t activation_budget_bytes = 0; ///< the budget less the fixed part: what the chain may use
   int slots = 0;                       ///< optimal only
   int64_t slot_bytes = 0;              ///< optimal only
   bool feasible = false;
-  int64_t min_budget_bytes = 0;        ///< smallest budget that works (whole step)
+  /// Infeasible because the fixed part alone takes the budget.
+  bool budget_below_fixed = false;
+  int64_t min_budget_bytes = 0;        ///< smallest budget that works
   Schedule schedule;                   ///< empty when infeasible
   std::vector<int> checkpointed_stages;
   SimulationResult simulation;         ///< of the chain alone, in bytes
-  double time_ms = 0;                  ///< predicted step time, the optimizer's update included
+  double time_ms = 0;                  ///< predicted step time
   double no_recompute_ms = 0;          ///< the same without checkpointing
-  int64_t peak_bytes = 0;              ///< predicted peak of the whole step
-  std::vector<CurvePoint> curve;       ///< optimal with sweep: finite points (step times as time_ms)
+  int64_t peak_bytes = 0;              ///< predicted peak
+  int64_t live_after_forward_bytes = 0;  ///< stored when the loss starts (the simulation's)
+  /// Per operation of the schedule: the simulated peak during it and what
+  /// stays stored after it.
+  std::vector<int64_t> timeline_peak_during_bytes, timeline_stored_after_bytes;
+  std::vector<CurvePoint> curve;       ///< optimal with sweep: finite points
   /// Optimal only: "exact" (the whole table) or "banded" (long chains); for
   /// banded, a proven lower bound on the optimum and whether the plan is it.
   std::string solver;
@@ -101,7 +89,13 @@ struct Plan {
   /// "schedule" (the nested optimum, or a baseline) or "pytorch" (optimal
   /// over sets of wrapped modules: the schedule is what apply_plan does).
   std::string target = "schedule";
-  ModuleExport pytorch;                ///< what apply_plan() in Python does
+  ModuleExport pytorch;                ///< what apply_plan() in Python does, of the chain
+  /// The step as apply_plan runs it, in the PyTorch target's accounting and
+  /// prices (pytorch_export.h): its peak, its time, and its time with
+  /// nothing wrapped.
+  int64_t pytorch_peak_bytes = 0;
+  double pytorch_time_ms = 0;
+  double pytorch_no_recompute_ms = 0;
   double overhead_pct() const;
 };
 
@@ -110,9 +104,15 @@ struct Plan {
 /// slots of floor((budget - fixed) / slots) bytes. The schedule is checked by the
 /// simulator (throws Error(kVerifyFailed) if it fails, which is a bug). An
 /// infeasible budget is not an error: feasible is false and
-/// min_budget_bytes says what would work.
+/// min_budget_bytes says what would work (budget_below_fixed where the
+/// fixed part alone takes the budget).
 Plan MakePlan(const Chain& chain, const FixedMemory& fixed, const PlanRequest& request);
 
+/// The plan that runs `schedule` on `chain` within `budget` with `fixed`
+/// (a pipeline stage's, solved elsewhere): feasible, its figures those of
+/// the simulation, what apply_plan wraps those of ExportForPyTorch.
+Plan PlanForSchedule(const Chain& chain, const FixedMemory& fixed, const Schedule& schedule,
+                     const ByteQuantity& budget);
 
 /// Whether the optimal algorithm with `slots` slots finds a plan within
 /// `budget_bytes` (whole step): the feasibility check alone, no DP table.
@@ -121,14 +121,5 @@ bool OptimalBudgetFeasible(const Chain& chain, const FixedMemory& fixed, int64_t
 /// The smallest budget (whole step) for which the optimal algorithm with
 /// `slots` slots is feasible.
 int64_t MinimumOptimalBudget(const Chain& chain, const FixedMemory& fixed, int slots);
-
-/// The `ckplan.plan/1` document of `plan` (plan_document.h). `source` says
-/// where the chain came from (`{"kind":"chain","path":..}` or, for a profile,
-/// the model's sha256 and inputs, so that `ckplan run` can refuse a plan made
-/// for another model).
-PlanDocument MakePlanDocument(const Plan& plan, const Chain& chain, const PlanSource& source);
-
-/// PlanToJson(MakePlanDocument(plan, chain, source)).
-nlohmann::json PlanToJson(const Plan& plan, const Chain& chain, const PlanSource& source);
 
 }  // namespace ckplan

@@ -1,4 +1,4 @@
-#include "planner/plan/plan.h"
+#include "planner/plan/plan_to_document.h"
 
 #include <nlohmann/json.hpp>
 
@@ -16,49 +16,35 @@ PlanDocument MakePlanDocument(const Plan& plan, const Chain& chain, const PlanSo
   doc.algorithm = AlgorithmName(plan.algorithm);
   doc.target = plan.target;
   doc.source = source;
-  doc.budget_bytes = plan.budget_bytes;
-  doc.fixed.param_bytes = plan.fixed.param_bytes;
-  doc.fixed.buffer_bytes = plan.fixed.buffer_bytes;
-  doc.fixed.grad_bytes = plan.fixed.grad_bytes;
-  doc.fixed.optimizer_bytes = plan.fixed.optimizer_bytes;
-  doc.fixed.optimizer = plan.fixed.optimizer;
-  doc.fixed.total_bytes = plan.fixed.total();
-  // Gradients counted as they appear in backward: not in total_bytes.
-  if (plan.fixed.backward_grad_bytes > 0) doc.fixed.backward_grad_bytes = plan.fixed.backward_grad_bytes;
-  doc.activation_budget_bytes = plan.budget_bytes - plan.fixed.total();
+  doc.budget_bytes = plan.budget.bytes;
+  doc.unit_style = UnitStyleName(plan.budget.style);  // `ckplan run` prints bytes the way the user wrote them
+  doc.fixed = plan.fixed;
+  doc.activation_budget_bytes = plan.activation_budget_bytes;
   doc.checkpointed_stages = plan.checkpointed_stages;
   doc.schedule = plan.schedule;
   doc.predicted.peak_bytes = plan.peak_bytes;
   doc.predicted.time_ms = plan.time_ms;
   doc.predicted.overhead_pct = plan.overhead_pct();
   doc.predicted.no_recompute_ms = plan.no_recompute_ms;
-  doc.predicted.live_after_forward_bytes = plan.fixed.total() + plan.simulation.live_after_forward_bytes;
+  doc.predicted.live_after_forward_bytes = plan.live_after_forward_bytes;
   if (plan.fixed.optimizer_step_ms > 0) doc.predicted.optimizer_step_ms = plan.fixed.optimizer_step_ms;
   doc.min_budget_bytes = plan.min_budget_bytes;
-  // The simulated memory over the schedule, fixed part included: per
-  // operation, the peak during it and what stays stored after it.
-  for (size_t k = 0; k < plan.simulation.peak_during_bytes.size(); ++k) {
-    doc.timeline_peak_during_bytes.push_back(plan.fixed.total() + plan.simulation.peak_during_bytes[k]);
-    doc.timeline_stored_after_bytes.push_back(plan.fixed.total() + plan.simulation.stored_after_bytes[k]);
-  }
+  doc.timeline_peak_during_bytes = plan.timeline_peak_during_bytes;
+  doc.timeline_stored_after_bytes = plan.timeline_stored_after_bytes;
   // For PyTorch training jobs: the modules to wrap, and what that predicts.
   const ModuleExport& e = plan.pytorch;
-  // Priced as the PyTorch target prices it (module_fwd_nograd_ms, a fixed
-  // checkpoint_call_ms per wrapped module), against its own step without
-  // recomputation (run eagerly).
-  const double export_ms = e.time_ms + plan.fixed.optimizer_step_ms;
   doc.checkpoint_modules = e.checkpoint_modules;
   doc.pytorch.checkpoint_modules = e.checkpoint_modules;
   doc.pytorch.skipped_stages = e.skipped_stages;
   doc.pytorch.use_reentrant = false;
   doc.pytorch.preserve_rng_state = true;
-  doc.pytorch.peak_bytes = plan.fixed.total() + e.simulation.peak_bytes;
+  doc.pytorch.peak_bytes = plan.pytorch_peak_bytes;
   // Kept for backward when the loss starts, model inputs excluded: what
   // saved_tensors_hooks see, plus the checkpointed modules' inputs.
   doc.pytorch.held_at_loss_bytes = e.held_at_loss_bytes;
-  doc.pytorch.time_ms = export_ms;
-  doc.pytorch.overhead_pct = OverheadPct(export_ms, chain.ModuleNoRecomputeTimeMs() + plan.fixed.optimizer_step_ms);
-  doc.pytorch.fits_budget = plan.fixed.total() + e.simulation.peak_bytes <= plan.budget_bytes;
+  doc.pytorch.time_ms = plan.pytorch_time_ms;
+  doc.pytorch.overhead_pct = OverheadPct(plan.pytorch_time_ms, plan.pytorch_no_recompute_ms);
+  doc.pytorch.fits_budget = plan.pytorch_peak_bytes <= plan.budget.bytes;
   if (plan.algorithm == Algorithm::kOptimal) {
     doc.slots = plan.slots;
     doc.slot_bytes = plan.slot_bytes;
@@ -75,6 +61,19 @@ PlanDocument MakePlanDocument(const Plan& plan, const Chain& chain, const PlanSo
   }
   if (plan.every_n > 0) doc.every_n = plan.every_n;
   return doc;
+}
+
+SweepDocument MakeSweepDocument(const Plan& plan, const PlanSource& source) {
+  SweepDocument sweep;
+  sweep.source = source;
+  sweep.slots = plan.slots;
+  sweep.slot_bytes = plan.slot_bytes;
+  sweep.fixed_bytes = plan.fixed.total();
+  sweep.no_recompute_ms = plan.no_recompute_ms;
+  for (const CurvePoint& point : plan.curve) {
+    sweep.points.push_back({point.budget_bytes, point.time_ms, OverheadPct(point.time_ms, plan.no_recompute_ms)});
+  }
+  return sweep;
 }
 
 nlohmann::json PlanToJson(const Plan& plan, const Chain& chain, const PlanSource& source) {

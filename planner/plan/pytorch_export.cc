@@ -1,4 +1,4 @@
-#include "planner/plan/plan.h"
+#include "planner/plan/pytorch_export.h"
 
 #include <map>
 #include <set>
@@ -17,6 +17,7 @@ ModuleExport ExportFor(const Chain& chain, const std::vector<WrappableModule>& w
   }
   out.schedule = ModuleSchedule(length, wrapped);
   out.simulation = Simulate(chain, out.schedule);
+  out.peak_bytes = out.simulation.peak_bytes;
   out.time_ms = chain.ModuleNoRecomputeTimeMs();
   for (const WrappableModule& m : wrapped) {
     out.time_ms += chain.checkpoint_call_ms;

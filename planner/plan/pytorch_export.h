@@ -22,6 +22,9 @@ struct ModuleExport {
   std::vector<std::string> skipped_stages; ///< checkpointed in the plan, not whole modules
   Schedule schedule;                       ///< per wrapped module: forward keeping its input, recomputed once
   SimulationResult simulation;
+  /// Its peak, of the chain: the simulation's, or the module solver's (the
+  /// PyTorch target's accounting) where that solver chose the modules.
+  int64_t peak_bytes = 0;
   /// The step as the PyTorch target prices it, the optimizer's update
   /// aside: every stage's forward and backward, per wrapped module its
   /// stages' Stage::ModuleNoGradFwdMs() and Chain::checkpoint_call_ms, and

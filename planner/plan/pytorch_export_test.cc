@@ -9,7 +9,7 @@
 
 #include "tests/test_profiles.h"
 #include "planner/contracts/profile.h"
-#include "planner/cost/stages.h"
+#include "planner/cost/chain_from_profile.h"
 
 using namespace ckplan;
 using ckplan::testing::TwoBlockProfile;

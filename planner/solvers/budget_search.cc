@@ -63,13 +63,12 @@ void CheckStageCount(const Chain& chain) {
   }
 }
 
-bool OptimalBudgetFeasible(const Chain& chain, const FixedMemory& fixed, int64_t budget_bytes, int slots) {
+bool OptimalChainBudgetFeasible(const Chain& chain, int64_t chain_budget_bytes, int slots) {
   CheckStageCount(chain);
-  return OptimalFeasible(chain, budget_bytes - fixed.total(), slots) ||
-         SmallestBaselinePeak(chain) <= budget_bytes - fixed.total();
+  return OptimalFeasible(chain, chain_budget_bytes, slots) || SmallestBaselinePeak(chain) <= chain_budget_bytes;
 }
 
-int64_t MinimumOptimalBudget(const Chain& chain, const FixedMemory& fixed, int slots) {
+int64_t MinimumOptimalChainBudget(const Chain& chain, int slots) {
   // Exact sizes give a lower bound; rounding to slots only adds. Search up
   // from it for the first feasible budget (to 0.01%).
   CheckStageCount(chain);
@@ -81,12 +80,12 @@ int64_t MinimumOptimalBudget(const Chain& chain, const FixedMemory& fixed, int s
   }
   const int64_t baseline = SmallestBaselinePeak(chain);
   int64_t lower = SolverMinimumMemory(Discretize(chain, 1), ChooseSolver(chain.length(), slots));
-  if (lower >= baseline) return fixed.total() + baseline;
-  if (OptimalFeasible(chain, lower, slots)) return fixed.total() + lower;
+  if (lower >= baseline) return baseline;
+  if (OptimalFeasible(chain, lower, slots)) return lower;
   int64_t upper = lower;
   int64_t step = std::max<int64_t>(lower / 64, 1);
   while (!OptimalFeasible(chain, upper, slots)) {
-    if (upper >= baseline) return fixed.total() + baseline;  // a baseline fits where the solver does not
+    if (upper >= baseline) return baseline;  // a baseline fits where the solver does not
     lower = upper;
     upper = std::min(upper + step, baseline);
     step *= 2;
@@ -99,7 +98,7 @@ int64_t MinimumOptimalBudget(const Chain& chain, const FixedMemory& fixed, int s
       lower = middle;
     }
   }
-  return fixed.total() + upper;
+  return upper;
 }
 
 namespace {
@@ -144,14 +143,14 @@ std::vector<SlotGrid> RefinedGrids(const Chain& chain, int64_t chain_budget, int
   return grids;
 }
 
-void RefineSlots(const Chain& chain, int64_t chain_budget, const PlanRequest& request, SlotGrid* grid,
+void RefineSlots(const Chain& chain, int64_t chain_budget, int slots, int threads, SlotGrid* grid,
                  OptimalSolution* solution) {
-  const std::vector<SlotGrid> grids = RefinedGrids(chain, chain_budget, request.slots);
+  const std::vector<SlotGrid> grids = RefinedGrids(chain, chain_budget, slots);
   for (size_t k = 1; k < grids.size(); ++k) {
     if (solution->feasible && RoundingCertified(chain, chain_budget, grids[k - 1], *solution)) return;
     const SlotGrid& finer = grids[k];
     SolverOptions options;
-    options.threads = request.threads;
+    options.threads = threads;
     OptimalSolution next = SolveChain(Discretize(chain, finer.slot_bytes), finer.memory_slots, options);
     if (next.feasible && (!solution->feasible || next.time_ms < solution->time_ms)) {
       *solution = std::move(next);

@@ -7,7 +7,6 @@
 #include "planner/solvers/budget_search.h"
 #include "planner/solvers/baselines.h"
 #include "planner/base/error.h"
-#include "planner/cost/gradients.h"
 #include "planner/cost/simulator.h"
 #include "planner/solvers/recurrence.h"
 
@@ -50,7 +49,7 @@ class Optimal : public ChainSolver {
     DiscreteChain discrete = Discretize(chain, std::max<int64_t>(grid.slot_bytes, 1));
     // Refuse a table that cannot fit before any other work (throws BadInput).
     if (grid.memory_slots >= 0) CheckSolverFits(discrete, grid.memory_slots);
-    out.min_budget_bytes = MinimumOptimalBudget(chain, FixedMemory{}, slots);
+    out.min_budget_bytes = MinimumOptimalChainBudget(chain, slots);
     out.min_budget_lower_bytes = out.min_budget_bytes;
     if (ChooseSolver(chain.length(), slots) == SolverMethod::kBanded) {
       // Sizes in bytes: rounding to slots only adds.
@@ -61,10 +60,7 @@ class Optimal : public ChainSolver {
     solver_options.threads = options_.threads;
     solver_options.progress = options_.progress;
     OptimalSolution solution = SolveChain(discrete, grid.memory_slots, solver_options);
-    PlanRequest refine;
-    refine.slots = slots;
-    refine.threads = options_.threads;
-    RefineSlots(chain, budget_bytes, refine, &grid, &solution);
+    RefineSlots(chain, budget_bytes, slots, options_.threads, &grid, &solution);
     out.memory_slots = static_cast<int>(grid.memory_slots);
     out.slot_bytes = grid.slot_bytes;
     out.method = solution.band > 0 ? "banded" : "exact";
@@ -128,14 +124,13 @@ class Modules : public ChainSolver {
   std::string Name() const override { return "modules"; }
   ChainSolution Solve(const Chain& chain, int64_t budget_bytes) const override {
     CheckStageCount(chain);
-    const StageGradients grads = StageGradientsOf(chain);
     ChainSolution out;
     out.method = "modules";
     out.module_target = true;
     out.min_budget_bytes = out.min_budget_lower_bytes =
-        MinimumModulesMemory(chain, modules_, ModuleAccounting::kPyTorch, grads);
+        MinimumModulesMemory(chain, modules_, ModuleAccounting::kPyTorch);
     if (budget_bytes <= 0) return out;
-    const ModuleSolution solution = SolveModules(chain, modules_, budget_bytes, ModuleAccounting::kPyTorch, grads);
+    const ModuleSolution solution = SolveModules(chain, modules_, budget_bytes, ModuleAccounting::kPyTorch);
     if (!solution.feasible) return out;
     if (solution.peak_bytes > budget_bytes) {
       throw Error(ExitCode::kVerifyFailed, "internal check failed: the module plan peaks at " +
@@ -171,7 +166,7 @@ class ModuleBaseline : public ChainSolver {
         if (single != modules_.end()) wrapped.push_back(*single);
       }
     }
-    const ModuleSolution solution = EvaluateModules(chain, wrapped, ModuleAccounting::kPyTorch, StageGradientsOf(chain));
+    const ModuleSolution solution = EvaluateModules(chain, wrapped, ModuleAccounting::kPyTorch);
     ChainSolution out;
     out.module_target = true;
     out.min_budget_bytes = out.min_budget_lower_bytes = solution.peak_bytes;

@@ -16,16 +16,11 @@
 #include <vector>
 
 #include "planner/contracts/chain.h"
+#include "planner/contracts/sweep_document.h"
 #include "planner/contracts/schedule.h"
 #include "planner/solvers/modules.h"
 
 namespace ckplan {
-
-/// A point of the optimal memory/time curve.
-struct CurvePoint {
-  int64_t budget_bytes;   ///< in a Plan the whole step's (fixed part included); in a ChainSolution the chain's
-  double time_ms;
-};
 
 struct ChainSolution {
   bool feasible = false;

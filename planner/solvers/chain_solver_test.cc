@@ -89,7 +89,7 @@ TEST_CASE("MakePlan solves through the strategy's ChainSolver, on the budget les
       PlanRequest request;
       request.algorithm = c.algorithm;
       request.every_n = c.every_n;
-      request.budget_bytes = budget;
+      request.budget.bytes = budget;
       request.slots = 200;
       const Plan plan = MakePlan(chain, in.fixed, request);
       const ChainSolution s = c.solver->Solve(chain, budget - in.fixed.total());

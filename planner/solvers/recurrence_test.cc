@@ -1,4 +1,5 @@
 #include "planner/solvers/recurrence.h"
+#include "planner/cost/optimizer_memory.h"
 
 #include <algorithm>
 #include <functional>
@@ -194,7 +195,7 @@ TEST_CASE("every optimal plan's simulated peak is within its budget") {
     for (double fraction : {0.0, 0.1, 0.25, 0.5, 0.75, 1.0, 1.2}) {
       int64_t budget = minimum + static_cast<int64_t>(fraction * static_cast<double>(keep_all.peak_bytes - minimum));
       PlanRequest request;
-      request.budget_bytes = budget;
+      request.budget.bytes = budget;
       request.slots = 200;
       Plan plan = MakePlan(chain, none, request);
       CAPTURE(seed);
@@ -207,7 +208,7 @@ TEST_CASE("every optimal plan's simulated peak is within its budget") {
     }
     // Just below the minimum there is no plan.
     PlanRequest below;
-    below.budget_bytes = minimum - std::max<int64_t>(1, minimum / 1000);
+    below.budget.bytes = minimum - std::max<int64_t>(1, minimum / 1000);
     below.slots = 200;
     CHECK_FALSE(MakePlan(chain, none, below).feasible);
   }
@@ -225,7 +226,7 @@ TEST_CASE("the optimal plan is never slower than the baselines that fit the same
       // The DP needs a little more than the baseline's simulated peak: sizes
       // round up to slots, and its base case counts a stage's saved bytes
       // and forward transient together where the simulator takes the larger.
-      optimal.budget_bytes = base.peak_bytes + base.peak_bytes / 10;
+      optimal.budget.bytes = base.peak_bytes + base.peak_bytes / 10;
       optimal.slots = 1000;
       Plan best = MakePlan(chain, none, optimal);
       REQUIRE(best.feasible);
@@ -375,7 +376,7 @@ TEST_CASE("an optimal plan is never slower than a baseline that fits the same bu
     const int64_t keep_all = MakePlan(chain, none, {Algorithm::kNone, 1 << 30}).peak_bytes;
     for (double fraction : {0.0, 0.3, 0.7, 1.0}) {
       PlanRequest request;
-      request.budget_bytes = minimum + static_cast<int64_t>(fraction * static_cast<double>(keep_all - minimum));
+      request.budget.bytes = minimum + static_cast<int64_t>(fraction * static_cast<double>(keep_all - minimum));
       request.slots = 200;
       const Plan optimal = MakePlan(chain, none, request);
       CAPTURE(length);
@@ -411,7 +412,7 @@ TEST_CASE("rounding sizes to slots costs at most 0.5% of the activation budget, 
     for (int step = 0; step <= 10; ++step) {
       const int64_t budget = low + (high - low) * step / 10 + 1;
       PlanRequest request;
-      request.budget_bytes = budget;
+      request.budget.bytes = budget;
       request.slots = 50;
       Plan plan = MakePlan(chain, none, request);
       OptimalSolution exact = SolveOptimal(bytes, static_cast<int64_t>(std::floor(budget * 0.995)));

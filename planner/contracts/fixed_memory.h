@@ -1,0 +1,68 @@
+#pragma once
+/// What a training step holds besides its activations: the `fixed` part of
+/// a plan, one type for a single process and for one rank of a
+/// data-parallel or pipeline job.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ckplan {
+
+/// What data parallelism shards: `none` (DDP: everything replicated),
+/// `optimizer` (ZeRO-1), `grad` (ZeRO-2: gradients and optimizer state),
+/// `full` (FSDP2 fully_shard, ZeRO-3: parameters too).
+enum class ShardMode { kNone, kOptimizer, kGrad, kFull };
+
+const char* ShardModeName(ShardMode mode);
+/// Throws BadInput quoting `name` if unknown.
+ShardMode ParseShardMode(const std::string& name);
+
+/// A module FSDP shards on its own (`fully_shard(module)`): its parameters
+/// are gathered unsharded while it runs. The root unit (empty module) holds
+/// the parameters no unit covers; FSDP2 keeps it unsharded from its forward
+/// to its backward.
+struct ShardUnit {
+  std::string module;          ///< module path; empty for the root
+  int64_t param_bytes = 0;     ///< unsharded
+  int64_t shard_bytes = 0;     ///< this rank's shard (the first dimension padded to a multiple of the ranks)
+  bool operator==(const ShardUnit& o) const;
+};
+
+/// Parameters, buffers, gradients and optimizer state, and for a rank of a
+/// data-parallel job what sharding adds. All zero for a plain chain.
+struct FixedMemory {
+  int64_t param_bytes = 0;      ///< resident parameters (a rank's shard under `--shard full`)
+  int64_t buffer_bytes = 0;     ///< buffers (replicated in every shard mode)
+  int64_t grad_bytes = 0;       ///< gradients kept for the optimizer (sharded under `grad` and `full`)
+  int64_t optimizer_bytes = 0;  ///< optimizer state (sharded unless `none`)
+  std::string optimizer = "none";
+  /// Time, not memory, but per optimizer like its state: the optimizer's
+  /// update of every parameter, added to every predicted step (0 when
+  /// unknown, as for a plain chain).
+  double optimizer_step_ms = 0;
+  /// Of grad_bytes, those the chain's stages carry (planner/cost/gradients.h):
+  /// they appear during backward and are counted there, so they are listed
+  /// but not in total(). 0: every gradient held for the whole step.
+  int64_t backward_grad_bytes = 0;
+  /// A data-parallel rank (`--data-parallel`, `--shard`); `shard` kNone and
+  /// one rank for a single process.
+  ShardMode shard = ShardMode::kNone;
+  int data_parallel = 1;
+  /// `full`: the root unit unsharded, plus the largest two adjacent units
+  /// unsharded (the one running and the one prefetched).
+  int64_t gathered_bytes = 0;
+  /// `full`: the largest unit's unsharded gradient before its reduce-scatter;
+  /// `grad`: the largest gradient bucket before its reduce-scatter (the
+  /// largest unit). 0 for `none` and `optimizer` (DDP with
+  /// gradient_as_bucket_view: its buckets are the gradients).
+  int64_t reduce_bytes = 0;
+  std::vector<ShardUnit> units;  ///< `full`: the units, root first
+  int64_t total() const {
+    return param_bytes + buffer_bytes + grad_bytes - backward_grad_bytes + optimizer_bytes + gathered_bytes +
+           reduce_bytes;
+  }
+  bool operator==(const FixedMemory& o) const;
+};
+
+}  // namespace ckplan

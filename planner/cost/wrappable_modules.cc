@@ -1,0 +1,83 @@
+#include "planner/cost/wrappable_modules.h"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <set>
+#include <string_view>
+
+namespace ckplan {
+
+std::vector<WrappableModule> WrappableModules(const Chain& chain, const Profile* profile) {
+  std::vector<WrappableModule> out;
+  const int length = chain.length();
+  if (profile == nullptr) {
+    for (int i = 0; i < length; ++i) {
+      const Stage& s = chain.stages[static_cast<size_t>(i)];
+      if (s.modules.size() == 1) out.push_back({s.modules[0], i, i});
+    }
+    return out;
+  }
+  // Stage of each cut: op -> stage starting / ending there.
+  std::map<int, int> starts, ends;
+  for (int i = 0; i < length; ++i) {
+    const Stage& s = chain.stages[static_cast<size_t>(i)];
+    if (s.first_op < 0) return WrappableModules(chain, nullptr);
+    starts[s.first_op] = i;
+    ends[s.last_op] = i;
+  }
+  // Every module path (with its ancestors) and the ops in it, as a tree of
+  // path components: each node a prefix of an op's path, found from its
+  // parent by one component, so that a path costs its length once (a copy
+  // of each prefix costs a path of n parts n copies of up to its length).
+  struct Span {
+    int first = std::numeric_limits<int>::max(), last = -1, count = 0;
+    std::string_view path;  // a prefix of an op's module ("": none, the root)
+  };
+  std::vector<Span> spans(1);
+  std::map<std::pair<size_t, std::string_view>, size_t> child;  // (node, component) -> node
+  for (const OpRecord& op : profile->ops) {
+    const std::string_view module = op.module;
+    size_t node = 0, start = 0;
+    while (!module.empty()) {
+      const size_t dot = std::min(module.find('.', start), module.size());
+      auto [it, added] = child.emplace(std::make_pair(node, module.substr(start, dot - start)), spans.size());
+      if (added) spans.push_back({std::numeric_limits<int>::max(), -1, 0, module.substr(0, dot)});
+      node = it->second;
+      Span& span = spans[node];
+      if (!span.path.empty()) {  // ".a" has no ancestor "": an empty path is no module
+        span.first = std::min(span.first, op.id);
+        span.last = std::max(span.last, op.id);
+        span.count++;
+      }
+      if (dot == module.size()) break;
+      start = dot + 1;
+    }
+  }
+  // Containers the forward never calls (the profile's model.containers:
+  // nn.ModuleList, nn.ModuleDict): PyTorch runs their children, never them,
+  // so wrapping one would checkpoint nothing.
+  std::set<std::string, std::less<>> containers;
+  if (profile->model.is_object() && profile->model.contains("containers") &&
+      profile->model["containers"].is_array()) {
+    for (const auto& c : profile->model["containers"]) {
+      if (c.is_string()) containers.insert(c.get<std::string>());
+    }
+  }
+  std::map<std::pair<int, int>, std::string_view> by_range;
+  for (const Span& span : spans) {
+    if (span.count == 0 || span.last - span.first + 1 != span.count) continue;  // not one contiguous run
+    if (containers.count(span.path) != 0) continue;
+    auto a = starts.find(span.first);
+    auto b = ends.find(span.last);
+    if (a == starts.end() || b == ends.end() || a->second > b->second) continue;
+    auto key = std::make_pair(a->second, b->second);
+    auto it = by_range.find(key);
+    // The outermost: a range's paths are the same ops, each path a prefix of the others.
+    if (it == by_range.end() || span.path.size() < it->second.size()) by_range[key] = span.path;
+  }
+  for (const auto& [range, path] : by_range) out.push_back({std::string(path), range.first, range.second});
+  return out;
+}
+
+}  // namespace ckplan
