@@ -8,7 +8,7 @@ without per-op timers, no optimizer step); the prediction is the ops' forward
 and backward plus the loss (`time_model.predicted_loss_ms`) plus the gradients
 outside the ops (`predicted_accumulate_grad_ms`: each delivered to its `.grad`,
 the engine's sums). Prints a Markdown
-table (README, "Meta-device profiling and the cost model").
+table (docs/measurements.md).
 
     .venv/bin/python bench/cost_model_table.py [--ckplan build/ckplan] [--models build/test_models]
 """

@@ -2,7 +2,7 @@
 # Llama-3-8B (seq 2048, batch 4, bf16) and GPT-2 small (seq 1024, batch 8),
 # built on the meta device from transformers configs (offline), exported
 # shapes-only, profiled with --device meta (memory and time measured with
-# /usr/bin/time -v), solved and reported. Prints the figures the README quotes.
+# /usr/bin/time -v), solved and reported. Prints the figures docs/measurements.md quotes.
 #   bash bench/llama8b_meta.sh [OUT_DIR]    (default out/meta)
 set -euo pipefail
 cd "$(dirname "$0")/.."

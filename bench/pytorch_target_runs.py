@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The PyTorch-target plans under `ckplan run`, for the README: on each test
+"""The PyTorch-target plans under `ckplan run`, for docs/measurements.md: on each test
 model, the plan `ckplan solve` writes for a profile by default (modules to
 wrap with torch.utils.checkpoint) at the budget halfway between the target's
 smallest and its peak with nothing wrapped (adam), run by `ckplan run` (which

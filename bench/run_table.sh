@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The executor's table for the README: on the test models, the optimal plan
+# The executor's table for docs/measurements.md: on the test models, the optimal plan
 # (--target schedule: the nested schedule ckplan run executes; the default for
 # a profile, pytorch, counts memory as PyTorch's checkpoint wrappers hold it) at
 # the budget halfway between the smallest feasible one and no checkpointing,

@@ -66,7 +66,7 @@ void PrintStages(const PlannerInput& in, UnitStyle style) {
       {"#", "stage", "ops", "fwd", "bwd", "out", "saved", "fwd tmp", "bwd tmp"}};
   for (int i = 0; i < c.length(); ++i) {
     const Stage& s = c.stages[static_cast<size_t>(i)];
-    std::string ops = s.first_op >= 0 ? Format("%d-%d", s.first_op, s.last_op) : "";
+    std::string ops = s.ops ? Format("%d-%d", s.ops->first, s.ops->last) : "";
     rows.push_back({std::to_string(i), s.name, ops, FormatMs(s.fwd_ms), FormatMs(s.bwd_ms), bytes(s.out_bytes),
                     bytes(s.saved_bytes), bytes(s.fwd_tmp_bytes), bytes(s.bwd_tmp_bytes)});
   }

@@ -68,7 +68,7 @@ void PrintProfileSummary(const Profile& p, FILE* out, int top) {
   std::vector<std::vector<std::string>> rows = {{"#", "stage", "ops", "fwd", "bwd", "out", "saved"}};
   for (int i = 0; i < chain.length(); ++i) {
     const Stage& s = chain.stages[static_cast<size_t>(i)];
-    rows.push_back({std::to_string(i), s.name, Format("%d-%d", s.first_op, s.last_op), FormatMs(s.fwd_ms),
+    rows.push_back({std::to_string(i), s.name, Format("%d-%d", s.ops->first, s.ops->last), FormatMs(s.fwd_ms),
                     FormatMs(s.bwd_ms), FormatBytes(s.out_bytes), FormatBytes(s.saved_bytes)});
   }
   std::fprintf(out, "\n%zu ops in %d stages:\n%s", p.ops.size(), chain.length(),

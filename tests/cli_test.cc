@@ -343,7 +343,7 @@ TEST_CASE("a plan's predicted step prices recomputation at the no-grad forward a
   // the same without recomputation; every recomputes each stage once, at its
   // no-grad forward.
   double recompute = 0;
-  for (const Stage& s : chain.stages) recompute += s.fwd_nograd_ms;
+  for (const Stage& s : chain.stages) recompute += s.NoGradFwdMs();
   const double chain_ms = Simulate(chain, schedule).time_ms;
   CHECK(chain_ms == doctest::Approx(chain.NoRecomputeTimeMs() + recompute));
   CHECK(adam["predicted"]["time_ms"].get<double>() == doctest::Approx(chain_ms + 5.0));
@@ -359,7 +359,7 @@ TEST_CASE("a plan's predicted step prices recomputation at the no-grad forward a
   Chain old_chain = ChainFromJson(nlohmann::json::parse(ReadAll(dir + "/chain.json")), "chain.json");
   double forwards = 0;
   for (const Stage& s : old_chain.stages) {
-    CHECK(s.fwd_nograd_ms < 0);
+    CHECK(!s.fwd_nograd_ms);
     forwards += s.fwd_ms;
   }
   CHECK(old["predicted"]["time_ms"].get<double>() == doctest::Approx(old_chain.NoRecomputeTimeMs() + forwards));

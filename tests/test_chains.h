@@ -103,7 +103,7 @@ inline Chain WithParamGrads(Chain c, uint32_t seed, int64_t scale = 1) {
 }
 
 // The same chain with each stage's backward replayed as the executor runs it
-// (bwd_run_peak_bytes, as a chain cut from a profile carries it) on about two stages in three,
+// (executor_bwd_peak_bytes, as a chain cut from a profile carries it) on about two stages in three,
 // drawn with their own seed from 20% to 120% of the bound the stage gets
 // without it (x_i + x_{i+1} + bwd_tmp_bytes + its gradients at that peak):
 // a replay below that bound (its gradients and transients never all at
@@ -114,8 +114,8 @@ inline Chain WithBackwardReplays(Chain c, uint32_t seed) {
   for (int i = 0; i < c.length(); ++i) {
     Stage& s = c.stages[static_cast<size_t>(i)];
     if (pick(rng) == 0) continue;
-    const int64_t bound = c.StageInputBytes(i) + c.StageInputBytes(i + 1) + s.bwd_tmp_bytes + c.BwdGradBytes(i);
-    s.bwd_run_peak_bytes = bound * percent(rng) / 100;
+    const int64_t bound = c.StageInputBytes(i) + c.StageInputBytes(i + 1) + s.bwd_tmp_bytes + c.GradsAtBackwardPeakBytes(i);
+    s.executor_bwd_peak_bytes = bound * percent(rng) / 100;
   }
   return c;
 }

@@ -161,13 +161,14 @@ class Executor {
     for (size_t s = 0; s < doc.stages.size(); ++s) {
       const PlanStage& stage = doc.stages[s];
       JsonReader field = root.Field("stages").Item(s);
-      if (stage.first_op < 0) field.Field("first_op");  // throws: missing
-      if (stage.last_op < 0) field.Field("last_op");
-      if (stage.first_op != next || stage.last_op < stage.first_op) field.Fail("op ranges must follow one another from op 0");
-      op_ranges_.push_back({stage.first_op, stage.last_op});
+      if (!stage.ops) field.Field("first_op");  // throws: missing
+      if (stage.ops->first != next || stage.ops->last < stage.ops->first) {
+        field.Fail("op ranges must follow one another from op 0");
+      }
+      op_ranges_.push_back({stage.ops->first, stage.ops->last});
       stage_modules_.push_back(stage.modules);
       stage_names_.push_back(stage.name);
-      next = stage.last_op + 1;
+      next = stage.ops->last + 1;
     }
     if (op_ranges_.empty()) root.Field("stages").Fail("no stages");
     num_ops_ = next;

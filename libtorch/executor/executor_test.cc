@@ -360,7 +360,7 @@ TEST_CASE("run: ConvNeXt (layer scales and constants fetched before the ops usin
 }
 
 TEST_CASE("run: each stage's backward replayed as the executor runs it: the schedule's peak predicted within 1%, never below") {
-  // The simulator takes each stage's backward replay (Stage::bwd_run_peak_bytes)
+  // The simulator takes each stage's backward replay (Stage::executor_bwd_peak_bytes)
   // in place of its boundary gradients and transient each at their maximum.
   // recurrent: its LSTM and GRU are one op each, their layers replayed as one
   // (OpRecord::bwd_span_peak_bytes).

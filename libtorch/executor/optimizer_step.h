@@ -1,7 +1,7 @@
 #pragma once
 // The optimizer update `ckplan run` applies after each step, and that the
 // profiler times for the plan's prediction: one implementation for both.
-// Internal header (includes ATen).
+// Part of the executor (includes ATen).
 
 #include <ATen/core/Tensor.h>
 

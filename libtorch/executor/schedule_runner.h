@@ -1,5 +1,5 @@
 #pragma once
-// The schedule runner (profiler-internal, torch): one training step of a
+// The schedule runner (the executor, torch): one training step of a
 // staged program, node by node or under a schedule, its peak and time
 // measured.
 
@@ -66,7 +66,7 @@ class ScheduleRunner {
   /// forward without autograd runs (`recompute`: as a recomputation, the
   /// random state and the buffers restored around each stage; else as a
   /// stage's first run, which must come first): its time in ms (thread CPU
-  /// time on the CPU). For the profile's stage_run_ms (stage_run_cost.h).
+  /// time on the CPU). For the profile's stage_run_ms (libtorch/profiler/calibration.h).
   double TimeNoGradForward(const std::vector<at::Tensor>& inputs, bool recompute);
 
   /// The optimizer step of the mode measured (nullptr: none, as in the gradient check).

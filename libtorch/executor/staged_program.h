@@ -1,5 +1,5 @@
 #pragma once
-// The staged program (profiler-internal, torch): the forward graph of a
+// The staged program (the executor, torch): the forward graph of a
 // TorchScript model cut into a plan's stages.
 
 #include <torch/script.h>

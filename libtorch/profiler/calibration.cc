@@ -24,10 +24,10 @@ RecomputeCost MeasureRecomputeCost(const Profile& profile, GraphProgram& program
   std::vector<std::pair<int, int>> ranges;
   std::vector<std::string> names;
   for (const Stage& s : chain.stages) {
-    ranges.push_back({s.first_op, s.last_op});
+    ranges.push_back({s.ops->first, s.ops->last});
     names.push_back(s.name);
   }
-  StagedProgram staged(program, ranges), whole(program, {{0, chain.stages.back().last_op}});
+  StagedProgram staged(program, ranges), whole(program, {{0, chain.stages.back().ops->last}});
   // The parameters and buffers as the executor lists them (each once).
   auto [params, buffers] = UniqueModuleTensors(module);
   RunOptions options;
@@ -85,7 +85,7 @@ RecomputeCost MeasureRecomputeCost(const Profile& profile, GraphProgram& program
       wrap_count[mode] += 1;
       for (int i = m.first_stage; i <= m.last_stage; ++i) {
         const Stage& stage = chain.stages[static_cast<size_t>(i)];
-        for (int op = stage.first_op; op <= stage.last_op; ++op) {
+        for (int op = stage.ops->first; op <= stage.ops->last; ++op) {
           wrap_ops_ms[mode] += std::max(0.0, profile.ops[static_cast<size_t>(op)].fwd_nograd_ms);
         }
       }

@@ -1,5 +1,5 @@
 #pragma once
-// What a recomputation costs as `ckplan run` runs it (profiler-internal,
+// What a recomputation costs as `ckplan run` runs it (the profiler,
 // torch): a stage run of the executor costs more than its ops' forward
 // without autograd as the profile times it, op by op right after another
 // forward. It binds the values at its cut and restores the random state and

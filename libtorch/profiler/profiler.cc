@@ -151,7 +151,7 @@ const void* StorageData(const at::Tensor& t) {
 // without per-op timers (each rep times the ops).
 constexpr int kSecondaryReps = 3;
 // Forwards without autograd, cut and whole, each after a step, timed in turn
-// for what a recomputation costs in a step (stage_run_cost.h).
+// for what a recomputation costs in a step (calibration.h).
 constexpr int kRecomputePairs = 3;
 
 // The value of a node's argument named `dropout_p` (scaled dot-product

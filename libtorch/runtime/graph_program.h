@@ -1,6 +1,6 @@
 #pragma once
 // Executing a TorchScript model's forward graph node by node: the ground the
-// profiler and the executor stand on. Internal header (includes LibTorch).
+// profiler and the executor stand on. Part of the runtime (includes LibTorch).
 
 #include <torch/script.h>
 

@@ -1,7 +1,7 @@
 #pragma once
 // How much memory a profile or run may allocate before it is refused (a
 // one-line error, exit 2) instead of being killed by the system. Torch-free.
-// Internal header.
+// Part of the runtime.
 
 #include <cstdint>
 #include <string>

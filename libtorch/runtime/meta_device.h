@@ -5,7 +5,7 @@
 // that hands out no memory but counts every allocation and free in the
 // tracking ledger (tracking_allocator.h), exactly as the CPU allocator does,
 // so saved bytes, outputs, transients and the step's peak come from the same
-// mechanism as on real tensors. Internal header of the profiler (LibTorch).
+// mechanism as on real tensors. Part of the runtime (LibTorch).
 
 #include <torch/script.h>
 

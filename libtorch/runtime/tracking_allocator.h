@@ -4,7 +4,7 @@
 // thread-local owner set by the profiler or executor). It refuses to go past
 // the step's memory limit (memory_limit.h): the allocation that would throws
 // ckplan::Error (bad input) saying what the step had and asked for, instead of
-// the system killing the process. Internal header.
+// the system killing the process. Part of the runtime.
 
 #include <c10/core/Allocator.h>
 

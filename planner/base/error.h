@@ -6,7 +6,7 @@
 
 namespace ckplan {
 
-/// Exit codes, one per kind of failure (documented in the README).
+/// Exit codes, one per kind of failure (documented in the README and docs/commands.md).
 enum class ExitCode : int {
   kOk = 0,
   kInternal = 1,       ///< a bug or an unexpected failure

@@ -20,33 +20,33 @@ int64_t Chain::StageInputBytes(int k) const {
 bool Chain::has_storages() const {
   if (stages.empty() || input_storages.empty()) return false;
   for (const Stage& s : stages) {
-    if (s.private_saved_bytes < 0) return false;
+    if (!s.private_saved_bytes) return false;
   }
   return true;
 }
 
-int64_t Stage::BwdParamGradBytes() const {
-  const int64_t held = param_grad_bwd_bytes >= 0 ? param_grad_bwd_bytes : param_grad_bytes;
+int64_t Stage::GradsAtBackwardPeakBytes() const {
+  const int64_t held = param_grad_bwd_bytes.value_or(param_grad_bytes);
   // After the backward the stage's gradients stay while what it saved and its
   // output's gradient are gone: never more than its peak.
   return std::max(held, param_grad_bytes - saved_bytes - out_bytes - bwd_tmp_bytes);
 }
 
-int64_t Chain::BwdGradBytes(int i) const {
+int64_t Chain::GradsAtBackwardPeakBytes(int i) const {
   const Stage& s = stages[static_cast<size_t>(i)];
-  if (i != 0 || update_tmp_bytes == 0) return s.BwdParamGradBytes();
-  return std::max(s.BwdParamGradBytes(),
+  if (i != 0 || update_tmp_bytes == 0) return s.GradsAtBackwardPeakBytes();
+  return std::max(s.GradsAtBackwardPeakBytes(),
                   s.param_grad_bytes + update_tmp_bytes - s.saved_bytes - s.out_bytes - s.bwd_tmp_bytes);
 }
 
-int64_t Chain::BwdReplayBytes(int i) const {
+int64_t Chain::ExecutorBackwardBytes(int i) const {
   const Stage& s = stages[static_cast<size_t>(i)];
-  if (s.bwd_run_peak_bytes < 0) return -1;
+  if (!s.executor_bwd_peak_bytes) return -1;
   // What stays after the backward: the input's gradient and the stage's own
   // parameter gradients made, what it saved (its output in it) freed.
   int64_t after = StageInputBytes(i) + s.param_grad_bytes - s.saved_bytes;
   if (i == 0) after += update_tmp_bytes;  // the step's end: the update runs
-  return std::max({s.bwd_run_peak_bytes, after, int64_t{0}});
+  return std::max({*s.executor_bwd_peak_bytes, after, int64_t{0}});
 }
 
 bool Chain::has_param_grads() const {
@@ -93,8 +93,8 @@ void ValidateChain(const Chain& chain, const std::string& file, const std::strin
   int64_t total = SaturatingAdd(SaturatingAdd(chain.input_bytes, chain.loss_bwd_tmp_bytes), chain.update_tmp_bytes);
   for (const auto& entry : chain.input_storages) total = SaturatingAdd(total, entry.second);
   for (const Stage& s : chain.stages) {
-    for (int64_t bytes : {s.out_bytes, s.saved_bytes, s.fwd_tmp_bytes, s.bwd_tmp_bytes, s.private_saved_bytes,
-                          s.param_grad_bytes, s.bwd_replay_peak_bytes, s.bwd_run_peak_bytes}) {
+    for (int64_t bytes : {s.out_bytes, s.saved_bytes, s.fwd_tmp_bytes, s.bwd_tmp_bytes, s.private_saved_bytes.value_or(0),
+                          s.param_grad_bytes, s.pytorch_bwd_peak_bytes.value_or(0), s.executor_bwd_peak_bytes.value_or(0)}) {
       total = SaturatingAdd(total, std::max<int64_t>(bytes, 0));
     }
     for (const auto& entry : s.out_storages) total = SaturatingAdd(total, entry.second);
@@ -131,10 +131,10 @@ void ValidateChain(const Chain& chain, const std::string& file, const std::strin
     const Stage& s = chain.stages[i];
     const std::string prefix = "stages[" + std::to_string(i) + "].";
     check_cut(s.out_storages, prefix + "out_storages", s.out_bytes, "out_bytes");
-    if (s.param_grad_bwd_bytes > s.param_grad_bytes) {
+    if (s.param_grad_bwd_bytes && *s.param_grad_bwd_bytes > s.param_grad_bytes) {
       fail(prefix + "param_grad_bwd_bytes", "is above param_grad_bytes " + std::to_string(s.param_grad_bytes));
     }
-    if (s.private_saved_bytes > s.saved_bytes) {
+    if (s.private_saved_bytes && *s.private_saved_bytes > s.saved_bytes) {
       fail(prefix + "private_saved_bytes", "is above saved_bytes " + std::to_string(s.saved_bytes));
     }
     // Run with autograd, the stage keeps its own part and the storages it
@@ -148,9 +148,9 @@ void ValidateChain(const Chain& chain, const std::string& file, const std::strin
       for (const auto& [id, bytes] : s.out_storages) {
         if (!carried.count(id)) made += bytes;
       }
-      if (s.private_saved_bytes + made > s.saved_bytes) {
+      if (*s.private_saved_bytes + made > s.saved_bytes) {
         fail(prefix + "saved_bytes", std::to_string(s.saved_bytes) + " B is less than the stage's own part " +
-                                         std::to_string(s.private_saved_bytes) + " B and the storages it makes " +
+                                         std::to_string(*s.private_saved_bytes) + " B and the storages it makes " +
                                          std::to_string(made) + " B");
       }
     }
@@ -193,8 +193,8 @@ Chain ChainFromJson(const nlohmann::json& doc, const std::string& file) {
     stage.bwd_tmp_bytes = s.Field("bwd_tmp_bytes").NonNegativeBytes();
     if (s.Has("param_grad_bytes")) stage.param_grad_bytes = s.Field("param_grad_bytes").NonNegativeBytes();
     if (s.Has("param_grad_bwd_bytes")) stage.param_grad_bwd_bytes = s.Field("param_grad_bwd_bytes").NonNegativeBytes();
-    if (s.Has("bwd_replay_peak_bytes")) stage.bwd_replay_peak_bytes = s.Field("bwd_replay_peak_bytes").NonNegativeBytes();
-    if (s.Has("bwd_run_peak_bytes")) stage.bwd_run_peak_bytes = s.Field("bwd_run_peak_bytes").NonNegativeBytes();
+    if (s.Has("bwd_replay_peak_bytes")) stage.pytorch_bwd_peak_bytes = s.Field("bwd_replay_peak_bytes").NonNegativeBytes();
+    if (s.Has("bwd_run_peak_bytes")) stage.executor_bwd_peak_bytes = s.Field("bwd_run_peak_bytes").NonNegativeBytes();
     if (s.Has("modules")) {
       JsonReader modules = s.Field("modules");
       for (size_t k = 0; k < modules.ArraySize(); ++k) stage.modules.push_back(modules.Item(k).String());
@@ -209,8 +209,8 @@ Chain ChainFromJson(const nlohmann::json& doc, const std::string& file) {
       }
     }
     if (s.Has("first_op") || s.Has("last_op")) {
-      stage.first_op = s.Field("first_op").IntegerIn(0, INT32_MAX);
-      stage.last_op = s.Field("last_op").IntegerIn(stage.first_op, INT32_MAX);
+      const int first = s.Field("first_op").IntegerIn(0, INT32_MAX);
+      stage.ops = OpRange{first, s.Field("last_op").IntegerIn(first, INT32_MAX)};
     }
     chain.stages.push_back(std::move(stage));
   }
@@ -246,22 +246,22 @@ nlohmann::json ChainToJson(const Chain& chain) {
                         {"saved_bytes", s.saved_bytes},
                         {"fwd_tmp_bytes", s.fwd_tmp_bytes},
                         {"bwd_tmp_bytes", s.bwd_tmp_bytes}};
-    if (s.fwd_nograd_ms >= 0) j["fwd_nograd_ms"] = s.fwd_nograd_ms;
-    if (s.module_fwd_nograd_ms >= 0) j["module_fwd_nograd_ms"] = s.module_fwd_nograd_ms;
+    if (s.fwd_nograd_ms) j["fwd_nograd_ms"] = *s.fwd_nograd_ms;
+    if (s.module_fwd_nograd_ms) j["module_fwd_nograd_ms"] = *s.module_fwd_nograd_ms;
     if (s.param_grad_bytes > 0) {
       j["param_grad_bytes"] = s.param_grad_bytes;
-      if (s.param_grad_bwd_bytes >= 0) j["param_grad_bwd_bytes"] = s.param_grad_bwd_bytes;
+      if (s.param_grad_bwd_bytes) j["param_grad_bwd_bytes"] = *s.param_grad_bwd_bytes;
     }
-    if (s.bwd_replay_peak_bytes >= 0) j["bwd_replay_peak_bytes"] = s.bwd_replay_peak_bytes;
-    if (s.bwd_run_peak_bytes >= 0) j["bwd_run_peak_bytes"] = s.bwd_run_peak_bytes;
+    if (s.pytorch_bwd_peak_bytes) j["bwd_replay_peak_bytes"] = *s.pytorch_bwd_peak_bytes;
+    if (s.executor_bwd_peak_bytes) j["bwd_run_peak_bytes"] = *s.executor_bwd_peak_bytes;
     if (!s.modules.empty()) j["modules"] = s.modules;
-    if (s.first_op >= 0) {
-      j["first_op"] = s.first_op;
-      j["last_op"] = s.last_op;
+    if (s.ops) {
+      j["first_op"] = s.ops->first;
+      j["last_op"] = s.ops->last;
     }
-    if (s.private_saved_bytes >= 0) {
+    if (s.private_saved_bytes) {
       j["out_storages"] = s.out_storages;
-      j["private_saved_bytes"] = s.private_saved_bytes;
+      j["private_saved_bytes"] = *s.private_saved_bytes;
       j["kept_out_storages"] = s.kept_out_storages;
     }
     stages.push_back(std::move(j));

@@ -15,6 +15,12 @@
 
 namespace ckplan {
 
+/// A range of a profile's ops, [first, last].
+struct OpRange {
+  int first = 0;
+  int last = 0;
+};
+
 struct Stage {
   std::string name;
   double fwd_ms = 0;            ///< forward time with autograd (recording what backward needs)
@@ -24,26 +30,25 @@ struct Stage {
   int64_t fwd_tmp_bytes = 0;    ///< transient peak above input and output during forward
   int64_t bwd_tmp_bytes = 0;    ///< transient peak above what backward holds and makes
   /// Optional: forward time without autograd (what a checkpointed forward or
-  /// a recomputation costs); -1 when unknown, then fwd_ms stands for it.
-  double fwd_nograd_ms = -1;
-  double NoGradFwdMs() const { return fwd_nograd_ms >= 0 ? fwd_nograd_ms : fwd_ms; }
+  /// a recomputation costs); fwd_ms stands for it when unknown.
+  std::optional<double> fwd_nograd_ms;
+  double NoGradFwdMs() const { return fwd_nograd_ms.value_or(fwd_ms); }
   /// Optional, for the PyTorch target: the stage's forward without autograd
   /// inside a module wrapped in torch.utils.checkpoint, as `ckplan run` runs
-  /// it eagerly (Chain::checkpoint_call_ms aside); -1 when unknown, then
-  /// NoGradFwdMs() stands for it.
-  double module_fwd_nograd_ms = -1;
-  double ModuleNoGradFwdMs() const { return module_fwd_nograd_ms >= 0 ? module_fwd_nograd_ms : NoGradFwdMs(); }
+  /// it eagerly (Chain::checkpoint_call_ms aside); NoGradFwdMs() stands for
+  /// it when unknown.
+  std::optional<double> module_fwd_nograd_ms;
+  double ModuleNoGradFwdMs() const { return module_fwd_nograd_ms.value_or(NoGradFwdMs()); }
   /// For a chain cut from a profile: the module paths the stage covers and
-  /// its op range [first_op, last_op]; empty / -1 for a plain chain.
+  /// its ops; empty / unset for a plain chain.
   std::vector<std::string> modules;
-  int first_op = -1;
-  int last_op = -1;
+  std::optional<OpRange> ops;
   /// Optional, for a chain cut from a profile: the storages (id, bytes) that
   /// cross the cut after this stage (skip connections are shared between
   /// cuts), and the part of saved_bytes that is the stage's own (not those).
-  /// The simulator then counts each storage once. Empty / -1 when unknown.
+  /// The simulator then counts each storage once. Empty / unset when unknown.
   std::vector<std::pair<int64_t, int64_t>> out_storages;
-  int64_t private_saved_bytes = -1;
+  std::optional<int64_t> private_saved_bytes;
   /// Those of out_storages made by this stage that backward needs anyway
   /// (saved by an op), as opposed to ones the model frees after their next use.
   std::vector<int64_t> kept_out_storages;
@@ -54,24 +59,24 @@ struct Stage {
   int64_t param_grad_bytes = 0;
   /// Optional: of those, the bytes held at the backward's peak on top of
   /// bwd_tmp_bytes (an op's measured transient already counts the gradients
-  /// it makes); -1 when unknown: all of them.
-  int64_t param_grad_bwd_bytes = -1;
+  /// it makes); all of them when unknown.
+  std::optional<int64_t> param_grad_bwd_bytes;
   /// What the memory model adds to the backward's peak for the stage's own
   /// gradients: param_grad_bwd_bytes (param_grad_bytes when unknown), at
   /// least what keeps the state after the backward (its gradients made,
   /// saved values and the output's gradient freed) within that peak.
-  int64_t BwdParamGradBytes() const;
+  int64_t GradsAtBackwardPeakBytes() const;
   /// Optional: the stage's backward peak as PyTorch runs it, above what it
   /// keeps and the gradients of later stages' parameters (its ops' backward
-  /// replayed op by op: StageGradients::bwd_peak_bytes); the PyTorch target
-  /// takes it in place of its boundary gradients, transient and gradients
-  /// each at their maximum over the stage. -1 when unknown.
-  int64_t bwd_replay_peak_bytes = -1;
+  /// replayed op by op: planner/cost/gradients.h); the PyTorch target takes
+  /// it in place of its boundary gradients, transient and gradients each at
+  /// their maximum over the stage. The chain file's `bwd_replay_peak_bytes`.
+  std::optional<int64_t> pytorch_bwd_peak_bytes;
   /// Optional: the same replay as `ckplan run`'s executor runs the stage
-  /// (StageGradients::run_bwd_peak_bytes: the values of the stage's cuts and
-  /// its output's gradient held to its end); the simulator and the schedule
-  /// DPs take it (Chain::BwdReplayBytes). -1 when unknown.
-  int64_t bwd_run_peak_bytes = -1;
+  /// (the values of the stage's cuts and its output's gradient held to its
+  /// end); the simulator and the schedule DPs take it
+  /// (Chain::ExecutorBackwardBytes). The chain file's `bwd_run_peak_bytes`.
+  std::optional<int64_t> executor_bwd_peak_bytes;
 };
 
 struct Chain {
@@ -112,14 +117,14 @@ struct Chain {
   /// Parameter gradient bytes of all stages.
   int64_t ParamGradBytes() const;
   /// What stage i's own gradients add to its backward's peak:
-  /// Stage::BwdParamGradBytes, and for stage 0 (the step's last backward) at
+  /// Stage::GradsAtBackwardPeakBytes, and for stage 0 (the step's last backward) at
   /// least what keeps the step's end, the update's temporary included,
   /// within that peak.
-  int64_t BwdGradBytes(int i) const;
+  int64_t GradsAtBackwardPeakBytes(int i) const;
   /// Stage i's backward priced by its replay as the executor runs it
-  /// (Stage::bwd_run_peak_bytes), for the simulator and the schedule DPs;
+  /// (Stage::executor_bwd_peak_bytes), for the simulator and the schedule DPs;
   /// -1 when the stage has none
-  /// (they then charge x_i + x_{i+1} + bwd_tmp_bytes + BwdGradBytes(i)).
+  /// (they then charge x_i + x_{i+1} + bwd_tmp_bytes + GradsAtBackwardPeakBytes(i)).
   /// What the backward adds at its peak above the stage's saved values (its
   /// output included), its input and the later stages' gradients: the
   /// gradient of its output (held when it starts), its input's and its own
@@ -127,7 +132,7 @@ struct Chain {
   /// replay counts them; at least what stays after it (x_i + the stage's
   /// parameter gradients, less its saved values; for stage 0 the update's
   /// temporary too) and at least 0.
-  int64_t BwdReplayBytes(int i) const;
+  int64_t ExecutorBackwardBytes(int i) const;
   /// Time of one forward and one backward of every stage, plus the loss:
   /// the time of a step without recomputation.
   double NoRecomputeTimeMs() const;

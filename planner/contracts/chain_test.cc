@@ -60,8 +60,11 @@ TEST_CASE("chains, plain and cut from a profile with storages, round-trip both w
       CHECK(a.fwd_tmp_bytes == b.fwd_tmp_bytes);
       CHECK(a.bwd_tmp_bytes == b.bwd_tmp_bytes);
       CHECK(a.modules == b.modules);
-      CHECK(a.first_op == b.first_op);
-      CHECK(a.last_op == b.last_op);
+      CHECK(a.ops.has_value() == b.ops.has_value());
+      if (a.ops && b.ops) {
+        CHECK(a.ops->first == b.ops->first);
+        CHECK(a.ops->last == b.ops->last);
+      }
       CHECK(a.out_storages == b.out_storages);
       CHECK(a.private_saved_bytes == b.private_saved_bytes);
       CHECK(a.kept_out_storages == b.kept_out_storages);
@@ -166,7 +169,7 @@ TEST_CASE("the PyTorch target's prices round-trip (absent: the schedule's stand 
   CHECK(!plain.contains("checkpoint_call_ms"));
   CHECK(!plain["loss"].contains("module_bwd_ms"));
   const Chain read_plain = ChainFromJson(plain, "c.json");
-  CHECK(read_plain.stages[1].module_fwd_nograd_ms == -1);
+  CHECK(!read_plain.stages[1].module_fwd_nograd_ms);
   CHECK(read_plain.stages[1].ModuleNoGradFwdMs() == read_plain.stages[1].NoGradFwdMs());
   CHECK(read_plain.checkpoint_call_ms == 0);
   CHECK(read_plain.ModuleLossBwdMs() == read_plain.loss_bwd_ms);
@@ -178,7 +181,7 @@ TEST_CASE("the PyTorch target's prices round-trip (absent: the schedule's stand 
   CHECK(ChainToJson(read) == written);
   CHECK(read.stages[1].module_fwd_nograd_ms == 0.375);
   CHECK(read.stages[1].ModuleNoGradFwdMs() == 0.375);
-  CHECK(read.stages[0].module_fwd_nograd_ms == -1);
+  CHECK(!read.stages[0].module_fwd_nograd_ms);
   CHECK(read.checkpoint_call_ms == 0.0625);
   CHECK(read.module_loss_bwd_ms == 1.25);
   // Negative (the ops timed one by one slower than the eager step), as long

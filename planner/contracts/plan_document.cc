@@ -37,7 +37,7 @@ PlanSource PlanSourceFromJson(const nlohmann::json& node, const std::string& fil
 
 bool PlanStage::operator==(const PlanStage& o) const {
   return index == o.index && name == o.name && checkpointed == o.checkpointed && modules == o.modules &&
-         first_op == o.first_op && last_op == o.last_op;
+         ops.has_value() == o.ops.has_value() && (!ops || (ops->first == o.ops->first && ops->last == o.ops->last));
 }
 
 bool PlanPredicted::operator==(const PlanPredicted& o) const {
@@ -168,9 +168,9 @@ nlohmann::json PlanToJson(const PlanDocument& p) {
   for (const PlanStage& s : p.stages) {
     nlohmann::json stage = {{"index", s.index}, {"name", s.name}, {"checkpointed", s.checkpointed}};
     if (!s.modules.empty()) stage["modules"] = s.modules;
-    if (s.first_op >= 0) {
-      stage["first_op"] = s.first_op;
-      stage["last_op"] = s.last_op;
+    if (s.ops) {
+      stage["first_op"] = s.ops->first;
+      stage["last_op"] = s.ops->last;
     }
     stages.push_back(std::move(stage));
   }
@@ -346,8 +346,9 @@ PlanDocument ReadPlan(const JsonReader& root) {
     out.name = stage.Field("name").String();
     if (stage.Has("checkpointed")) out.checkpointed = stage.Field("checkpointed").Bool();
     if (stage.Has("modules")) out.modules = Strings(stage.Field("modules"));
-    if (stage.Has("first_op")) out.first_op = stage.Field("first_op").IntegerIn(0, INT_MAX);
-    if (stage.Has("last_op")) out.last_op = stage.Field("last_op").IntegerIn(0, INT_MAX);
+    if (stage.Has("first_op") || stage.Has("last_op")) {
+      out.ops = OpRange{stage.Field("first_op").IntegerIn(0, INT_MAX), stage.Field("last_op").IntegerIn(0, INT_MAX)};
+    }
     p.stages.push_back(std::move(out));
   }
   if (root.Has("checkpointed_stages")) {

@@ -1,7 +1,7 @@
 #pragma once
 /// The plan contract, `ckplan.plan/1`, as one value: what `ckplan solve`
 /// writes (PlanToJson) and `ckplan run` reads (PlanFromJson). Torch-free.
-/// The README's "Plan" section documents every field.
+/// docs/contracts.md ("Plan") documents every field.
 
 #include <cstdint>
 #include <optional>
@@ -10,12 +10,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "planner/contracts/chain.h"
 #include "planner/contracts/fixed_memory.h"
 #include "planner/contracts/schedule.h"
 
 namespace ckplan {
 
-/// `source`: where the chain came from (ProfileSource in input.h makes it
+/// `source`: where the chain came from (ProfileSource in planner/plan/planner_input.h makes it
 /// for a profile). Also the sweep's `source` (sweep_document.h).
 struct PlanSource {
   std::string kind;                         ///< `chain` or `profile`
@@ -43,8 +44,7 @@ struct PlanStage {
   std::string name;
   bool checkpointed = false;
   std::vector<std::string> modules;  ///< empty: not written (a plain chain)
-  int first_op = -1;                 ///< -1: first_op/last_op not written
-  int last_op = -1;
+  std::optional<OpRange> ops;        ///< `first_op`, `last_op`; unset: not written (a plain chain)
   bool operator==(const PlanStage& o) const;
 };
 

@@ -25,9 +25,10 @@ void AttachGradients(const Profile& profile, const Liveness& liveness, Chain* ch
   for (size_t i = 0; i < chain->stages.size(); ++i) {
     Stage& s = chain->stages[i];
     s.param_grad_bytes = grads.bytes[i];
-    s.param_grad_bwd_bytes = std::min(grads.held_in_bwd[i], grads.bytes[i]);
-    s.bwd_replay_peak_bytes = i < grads.bwd_peak_bytes.size() ? grads.bwd_peak_bytes[i] : -1;
-    s.bwd_run_peak_bytes = i < grads.run_bwd_peak_bytes.size() ? grads.run_bwd_peak_bytes[i] : -1;
+    s.param_grad_bwd_bytes = std::min(grads.held_at_bwd_peak_bytes[i], grads.bytes[i]);
+    // -1 where the stage's backward could not be replayed.
+    if (grads.pytorch_bwd_peak_bytes[i] >= 0) s.pytorch_bwd_peak_bytes = grads.pytorch_bwd_peak_bytes[i];
+    if (grads.executor_bwd_peak_bytes[i] >= 0) s.executor_bwd_peak_bytes = grads.executor_bwd_peak_bytes[i];
   }
   chain->checkpoint_state_bytes = grads.checkpoint_state_bytes;
 }
@@ -63,8 +64,7 @@ Chain ChainFromProfile(const Profile& profile, const std::string& file, const st
     Stage stage;
     stage.name = cut.name;
     stage.modules = cut.modules;
-    stage.first_op = cut.first_op;
-    stage.last_op = cut.last_op;
+    stage.ops = OpRange{cut.first_op, cut.last_op};
     std::set<int> out;
     if (cut.last_op + 1 < n) {
       out = liveness.Crossing(cut.last_op + 1);
@@ -129,7 +129,7 @@ Chain ChainFromProfile(const Profile& profile, const std::string& file, const st
       for (const auto& [id, bytes] : stage.out_storages) {
         if (!carried.count(id)) made += bytes;
       }
-      stage.saved_bytes = std::max(stage.saved_bytes, stage.private_saved_bytes + made);
+      stage.saved_bytes = std::max(stage.saved_bytes, *stage.private_saved_bytes + made);
     }
 
     // Transient peaks, replaying the stage's tensors' lifetimes: without

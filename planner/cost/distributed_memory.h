@@ -2,8 +2,8 @@
 /// What one rank of a data-parallel job holds besides its activations: the
 /// parameters, gradients and optimizer state as each sharding mode divides
 /// them (DDP, ZeRO-1, ZeRO-2, FSDP2 / ZeRO-3), plus what FSDP gathers
-/// unsharded while a unit runs. Torch-free; see the README ("Distributed
-/// plans") for the model and its sources.
+/// unsharded while a unit runs. Torch-free; docs/memory-model.md gives the
+/// model and its sources.
 
 #include <cstdint>
 #include <string>

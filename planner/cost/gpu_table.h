@@ -1,7 +1,7 @@
 #pragma once
 /// Named devices for the cost model (`--gpu NAME`): peak dense throughput per
 /// dtype, memory bandwidth and memory size, from the vendors' datasheets
-/// (README, "Cost model"). Torch-free.
+/// (docs/cost-model.md). Torch-free.
 
 #include <cstdint>
 #include <map>

@@ -19,7 +19,7 @@ struct GradientViews {
 };
 
 // The backward of stage `index` as PyTorch runs it (StageGradients::
-// bwd_peak_bytes): its ops in reverse, each at its measured transient on top
+// pytorch_bwd_peak_bytes): its ops in reverse, each at its measured transient on top
 // of the gradients alive and the parameter gradients already made, less the
 // saved storages already released. `storage_producer`: the op that made
 // each activation storage.
@@ -29,7 +29,7 @@ struct GradientViews {
 // later stages frees, gone before its own starts. `grad_views`: the
 // gradients that are views of another's (ViewsOfGradients).
 // `executor`: as `ckplan run`'s executor runs it (StageGradients::
-// run_bwd_peak_bytes): the gradient of the output held to the stage's end,
+// executor_bwd_peak_bytes): the gradient of the output held to the stage's end,
 // the model output held (the caller passes `released` without the storages
 // of the cuts, and no `released_later`).
 int64_t StageBackwardPeak(const Chain& chain, const Profile& profile, int index,
@@ -38,6 +38,7 @@ int64_t StageBackwardPeak(const Chain& chain, const Profile& profile, int index,
                           const Liveness& liveness, const GradientViews& grad_views, bool executor = false,
                           const std::vector<int64_t>* cut_released = nullptr) {
   const Stage& stage = chain.stages[static_cast<size_t>(index)];
+  const int first_op = stage.ops->first, last_op = stage.ops->last;
   // Gradients that are views of a larger one: alive per root, the bytes
   // of the root's beyond those of its views alive (counted as their own),
   // while the root's own gradient is gone and some view of it is not.
@@ -46,8 +47,8 @@ int64_t StageBackwardPeak(const Chain& chain, const Profile& profile, int index,
   auto nbytes = [&](int t) { return profile.tensors[static_cast<size_t>(t)].nbytes; };
   for (size_t t = 0; t < profile.tensors.size(); ++t) {
     const TensorRecord& rec = profile.tensors[t];
-    if (grad_views.root[t] < 0 || !rec.requires_grad || rec.producer > stage.last_op) continue;
-    if (liveness.LastUse(static_cast<int>(t)) > stage.last_op && grad_views.until[t] <= stage.last_op) {
+    if (grad_views.root[t] < 0 || !rec.requires_grad || rec.producer > last_op) continue;
+    if (liveness.LastUse(static_cast<int>(t)) > last_op && grad_views.until[t] <= last_op) {
       views[grad_views.root[t]].insert(static_cast<int>(t));
     }
   }
@@ -65,7 +66,7 @@ int64_t StageBackwardPeak(const Chain& chain, const Profile& profile, int index,
     }
     return total;
   };
-  int64_t beyond = beyond_views(stage.last_op, stage.last_op + 1);
+  int64_t beyond = beyond_views(last_op, last_op + 1);
   const bool last = index + 1 == chain.length();
   // The gradients of the stage's output storages: those it made are
   // consumed by the op that made them; those passed through (a skip
@@ -75,7 +76,7 @@ int64_t StageBackwardPeak(const Chain& chain, const Profile& profile, int index,
   int64_t extra = -released_later;
   for (const auto& [id, bytes] : stage.out_storages) {
     auto it = storage_producer.find(static_cast<int>(id));
-    if (it == storage_producer.end() || it->second < stage.first_op || it->second > stage.last_op) continue;
+    if (it == storage_producer.end() || it->second < first_op || it->second > last_op) continue;
     made_out[static_cast<int>(id)] = bytes;
     // The loss held the model's output until its own backward: released
     // then unless an op saves it.
@@ -86,7 +87,7 @@ int64_t StageBackwardPeak(const Chain& chain, const Profile& profile, int index,
   int64_t boundary = chain.StageInputBytes(index + 1), held = 0;
   int64_t peak = boundary + extra + beyond;
   std::set<int> grads;
-  for (int op = stage.last_op; op >= stage.first_op; --op) {
+  for (int op = last_op; op >= first_op; --op) {
     const OpRecord& rec = profile.ops[static_cast<size_t>(op)];
     // The executor's replay, where the profile measured the op's backward
     // over all its autograd nodes (OpRecord::bwd_span_peak_bytes): from the
@@ -117,10 +118,10 @@ int64_t StageBackwardPeak(const Chain& chain, const Profile& profile, int index,
       // The gradient of a value read after the stage (or passed through
       // it) is held from the start; one an in-place op then overwrote
       // (conv's output under relu_) has its own.
-      const bool read_after = liveness.LastUse(t) > stage.last_op;
-      if (out_ids.count(in.storage) != 0 && (read_after || in.producer < stage.first_op)) continue;
+      const bool read_after = liveness.LastUse(t) > last_op;
+      if (out_ids.count(in.storage) != 0 && (read_after || in.producer < first_op)) continue;
       if (!grads.insert(t).second) continue;
-      if (in.producer < stage.first_op) {
+      if (in.producer < first_op) {
         boundary += in.nbytes;  // the stage input's: held from now on
       } else {
         extra += in.nbytes;
@@ -207,12 +208,13 @@ StageGradients GradientsFromProfile(const Chain& chain, const Profile& profile, 
   const int length = chain.length();
   StageGradients out;
   out.bytes.assign(static_cast<size_t>(length), 0);
-  out.held_in_bwd.assign(static_cast<size_t>(length), 0);
+  out.held_at_bwd_peak_bytes.assign(static_cast<size_t>(length), 0);
   if (length == 0) return out;
   std::vector<int> stage_of(profile.ops.size(), -1);
   for (int i = 0; i < length; ++i) {
     const Stage& s = chain.stages[static_cast<size_t>(i)];
-    for (int op = std::max(s.first_op, 0); op <= s.last_op && op < static_cast<int>(stage_of.size()); ++op) {
+    if (!s.ops) continue;
+    for (int op = std::max(s.ops->first, 0); op <= s.ops->last && op < static_cast<int>(stage_of.size()); ++op) {
       stage_of[static_cast<size_t>(op)] = i;
     }
   }
@@ -277,7 +279,7 @@ StageGradients GradientsFromProfile(const Chain& chain, const Profile& profile, 
     if (op >= 0) {
       op_grads[static_cast<size_t>(op)] += profile.parameters[q].bytes;
     } else {
-      out.held_in_bwd[static_cast<size_t>(at)] += profile.parameters[q].bytes;  // for its whole backward
+      out.held_at_bwd_peak_bytes[static_cast<size_t>(at)] += profile.parameters[q].bytes;  // for its whole backward
       unused_grads[static_cast<size_t>(at)] += profile.parameters[q].bytes;
     }
   }
@@ -286,9 +288,9 @@ StageGradients GradientsFromProfile(const Chain& chain, const Profile& profile, 
   // held: what that adds to the stage's peak.
   for (int i = 0; i < length; ++i) {
     const Stage& stage = chain.stages[static_cast<size_t>(i)];
-    if (stage.first_op < 0 || stage.last_op >= static_cast<int>(profile.ops.size())) continue;
-    const BackwardReplay replay = ReplayBackward(profile, stage.first_op, stage.last_op, &op_grads);
-    out.held_in_bwd[static_cast<size_t>(i)] +=
+    if (!stage.ops || stage.ops->last >= static_cast<int>(profile.ops.size())) continue;
+    const BackwardReplay replay = ReplayBackward(profile, stage.ops->first, stage.ops->last, &op_grads);
+    out.held_at_bwd_peak_bytes[static_cast<size_t>(i)] +=
         std::max<int64_t>(0, replay.peak_with_held_bytes) - std::max<int64_t>(0, replay.peak_bytes);
   }
   std::map<int, int> storage_producer;
@@ -332,7 +334,7 @@ StageGradients GradientsFromProfile(const Chain& chain, const Profile& profile, 
       auto made = storage_producer.find(t.storage);
       if (made == storage_producer.end()) continue;
       const int at = stage_of[static_cast<size_t>(made->second)];
-      if (at >= 0 && t.released_by > chain.stages[static_cast<size_t>(at)].last_op) {
+      if (at >= 0 && t.released_by > chain.stages[static_cast<size_t>(at)].ops->last) {
         released_later[static_cast<size_t>(at)] += t.bytes;
       }
     }
@@ -345,21 +347,21 @@ StageGradients GradientsFromProfile(const Chain& chain, const Profile& profile, 
                                  : "cpu";
   out.checkpoint_state_bytes = kCpuRngStateBytes + (device.rfind("cuda", 0) == 0 ? kCudaRngStateBytes : 0);
   const GradientViews grad_views = ViewsOfGradients(profile);
-  out.bwd_peak_bytes.assign(static_cast<size_t>(length), -1);
-  out.run_bwd_peak_bytes.assign(static_cast<size_t>(length), -1);
+  out.pytorch_bwd_peak_bytes.assign(static_cast<size_t>(length), -1);
+  out.executor_bwd_peak_bytes.assign(static_cast<size_t>(length), -1);
   // Per op: the cuts' storages it released in the profiled step (the executor holds them).
   std::vector<int64_t> cut_released(profile.ops.size(), 0);
   for (size_t op = 0; measured && op < profile.ops.size(); ++op) cut_released[op] = released[op] - released_by_run[op];
   for (int i = 0; i < length; ++i) {
     const Stage& stage = chain.stages[static_cast<size_t>(i)];
-    if (stage.first_op < 0 || stage.last_op >= static_cast<int>(profile.ops.size())) continue;
-    out.bwd_peak_bytes[static_cast<size_t>(i)] =
+    if (!stage.ops || stage.ops->last >= static_cast<int>(profile.ops.size())) continue;
+    out.pytorch_bwd_peak_bytes[static_cast<size_t>(i)] =
         StageBackwardPeak(chain, profile, i, storage_producer, op_grads, released,
                           released_later[static_cast<size_t>(i)], liveness, grad_views) +
         unused_grads[static_cast<size_t>(i)];
     // Releases not measured (an older profile): each op's saved bytes at
     // its backward, as for PyTorch.
-    out.run_bwd_peak_bytes[static_cast<size_t>(i)] =
+    out.executor_bwd_peak_bytes[static_cast<size_t>(i)] =
         StageBackwardPeak(chain, profile, i, storage_producer, op_grads, measured ? released_by_run : released, 0,
                           liveness, grad_views, /*executor=*/true, &cut_released) +
         unused_grads[static_cast<size_t>(i)];
@@ -370,9 +372,9 @@ StageGradients GradientsFromProfile(const Chain& chain, const Profile& profile, 
 Chain WithoutParamGrads(Chain chain) {
   for (Stage& s : chain.stages) {
     s.param_grad_bytes = 0;
-    s.param_grad_bwd_bytes = -1;
-    s.bwd_replay_peak_bytes = -1;  // they count the stage's gradients
-    s.bwd_run_peak_bytes = -1;
+    s.param_grad_bwd_bytes.reset();
+    s.pytorch_bwd_peak_bytes.reset();  // they count the stage's gradients
+    s.executor_bwd_peak_bytes.reset();
   }
   return chain;
 }

@@ -52,8 +52,7 @@ TEST_CASE("each parameter's gradient goes to the last stage that uses it, a tied
   for (int i = 0; i < 4; ++i) chain.stages.push_back(Stage{});
   const int ranges[4][2] = {{0, 0}, {1, 1}, {2, 3}, {4, 4}};
   for (int i = 0; i < 4; ++i) {
-    chain.stages[static_cast<size_t>(i)].first_op = ranges[i][0];
-    chain.stages[static_cast<size_t>(i)].last_op = ranges[i][1];
+    chain.stages[static_cast<size_t>(i)].ops = OpRange{ranges[i][0], ranges[i][1]};
   }
   const StageGradients grads = Gradients(chain, profile);
   // wte's weight is used last by lm_head (stage 3); `scale` by the root's op
@@ -61,7 +60,7 @@ TEST_CASE("each parameter's gradient goes to the last stage that uses it, a tied
   CHECK(grads.bytes == std::vector<int64_t>{0, 288, 288 + 32, 3200 + 12});
   // Held on top of a stage's measured backward transient: in stage 2, h.1.fc's
   // op runs its backward with `scale`'s gradient made; the unused one throughout.
-  CHECK(grads.held_in_bwd == std::vector<int64_t>{0, 0, 32, 12});
+  CHECK(grads.held_at_bwd_peak_bytes == std::vector<int64_t>{0, 0, 32, 12});
 }
 
 TEST_CASE("a stage's backward as PyTorch runs it: boundary gradients as they live, saved storages as released") {
@@ -92,12 +91,11 @@ TEST_CASE("a stage's backward as PyTorch runs it: boundary gradients as they liv
   Chain chain;
   chain.input_bytes = 40;
   chain.stages.resize(2);
-  chain.stages[0].first_op = chain.stages[0].last_op = 0;
+  chain.stages[0].ops = OpRange{0, 0};
   chain.stages[0].out_bytes = 100;
   chain.stages[0].out_storages = {{1, 100}};
   chain.stages[0].kept_out_storages = {1};
-  chain.stages[1].first_op = 1;
-  chain.stages[1].last_op = 2;
+  chain.stages[1].ops = OpRange{1, 2};
   chain.stages[1].out_bytes = 50;
   chain.stages[1].out_storages = {{3, 50}};
   // Above what the stage keeps (t3, 50 B, held by the loss until its
@@ -107,26 +105,26 @@ TEST_CASE("a stage's backward as PyTorch runs it: boundary gradients as they liv
   // -50 + 60 - 8 + 100 = 102 (the old bound: 50 + 100 + 60 + 8 = 218). Stage 0:
   // t1's gradient (100) until op 0 has back-propagated; t1 itself is in
   // stage 0's keep.
-  CHECK(Gradients(chain, profile).bwd_peak_bytes == std::vector<int64_t>{100, 102});
+  CHECK(Gradients(chain, profile).pytorch_bwd_peak_bytes == std::vector<int64_t>{100, 102});
   // Measured: op 1's backward released t1 (it saved it), so stage 0's
   // backward starts without it: its gradient alone, less its keep.
   profile.tensors[1].released_by = 1;
-  CHECK(Gradients(chain, profile).bwd_peak_bytes == std::vector<int64_t>{0, 102});
+  CHECK(Gradients(chain, profile).pytorch_bwd_peak_bytes == std::vector<int64_t>{0, 102});
 
-  // As `ckplan run`'s executor runs it (run_bwd_peak_bytes): it holds the
+  // As `ckplan run`'s executor runs it (executor_bwd_peak_bytes): it holds the
   // cuts' values (t1, stage 0's output, though op 1 released it), the model
   // output t3 and its gradient (50 + 50 more for stage 1: 202).
-  CHECK(Gradients(chain, profile).run_bwd_peak_bytes == std::vector<int64_t>{100, 202});
+  CHECK(Gradients(chain, profile).executor_bwd_peak_bytes == std::vector<int64_t>{100, 202});
   // Op 1's backward measured over all its nodes (bwd_span_peak_bytes): 30 B
   // above what is live when it starts, plus t1 (a cut's storage the profiled
   // step released during it, which the executor holds), 232, above the
   // node-by-node bound: that counts. Without the release measured, 102 + 30
   // is below it: 132. PyTorch's replay does not take it.
   profile.ops[1].bwd_span_peak_bytes = 30;
-  CHECK(Gradients(chain, profile).run_bwd_peak_bytes == std::vector<int64_t>{100, 202});
+  CHECK(Gradients(chain, profile).executor_bwd_peak_bytes == std::vector<int64_t>{100, 202});
   profile.tensors[1].released_by = -1;
-  CHECK(Gradients(chain, profile).run_bwd_peak_bytes == std::vector<int64_t>{100, 132});
-  CHECK(Gradients(chain, profile).bwd_peak_bytes == std::vector<int64_t>{100, 102});
+  CHECK(Gradients(chain, profile).executor_bwd_peak_bytes == std::vector<int64_t>{100, 132});
+  CHECK(Gradients(chain, profile).pytorch_bwd_peak_bytes == std::vector<int64_t>{100, 102});
 }
 
 TEST_CASE("a submodule's parameter used by its parent's op goes to that op, not to every layer's") {
@@ -143,7 +141,7 @@ TEST_CASE("a submodule's parameter used by its parent's op goes to that op, not 
   profile.parameters = {{"h.0.attn.out_proj.weight", {8, 8}, 256}, {"h.1.attn.out_proj.weight", {8, 8}, 256}};
   Chain chain;
   chain.stages.resize(2);
-  for (int i = 0; i < 2; ++i) chain.stages[static_cast<size_t>(i)].first_op = chain.stages[static_cast<size_t>(i)].last_op = i;
+  for (int i = 0; i < 2; ++i) chain.stages[static_cast<size_t>(i)].ops = OpRange{i, i};
   CHECK(Gradients(chain, profile).bytes == std::vector<int64_t>{256, 256});
 }
 
@@ -175,15 +173,14 @@ TEST_CASE("a stage's backward: the input of an in-place op has a gradient of its
   Chain chain;
   chain.input_bytes = 40;
   chain.stages.resize(2);
-  chain.stages[0].first_op = 0;
-  chain.stages[0].last_op = 1;
+  chain.stages[0].ops = OpRange{0, 1};
   chain.stages[0].out_bytes = 100;
   chain.stages[0].out_storages = {{1, 100}};
   chain.stages[0].kept_out_storages = {1};
-  chain.stages[1].first_op = chain.stages[1].last_op = 2;
+  chain.stages[1].ops = OpRange{2, 2};
   chain.stages[1].out_bytes = 50;
   chain.stages[1].out_storages = {{3, 50}};
-  CHECK(Gradients(chain, profile).bwd_peak_bytes[0] == 250);
+  CHECK(Gradients(chain, profile).pytorch_bwd_peak_bytes[0] == 250);
 }
 
 TEST_CASE("a stage's backward: a gradient cat's backward narrows holds the whole of its output's") {
@@ -216,18 +213,17 @@ TEST_CASE("a stage's backward: a gradient cat's backward narrows holds the whole
   Chain chain;
   chain.input_bytes = 40;
   chain.stages.resize(3);
-  chain.stages[0].first_op = chain.stages[0].last_op = 0;
+  chain.stages[0].ops = OpRange{0, 0};
   chain.stages[0].out_bytes = 100;
   chain.stages[0].out_storages = {{1, 100}};
-  chain.stages[1].first_op = 1;
-  chain.stages[1].last_op = 2;
+  chain.stages[1].ops = OpRange{1, 2};
   chain.stages[1].out_bytes = 120;
   chain.stages[1].out_storages = {{3, 120}};
-  chain.stages[2].first_op = chain.stages[2].last_op = 3;
+  chain.stages[2].ops = OpRange{3, 3};
   chain.stages[2].out_bytes = 120;
   chain.stages[2].out_storages = {{4, 120}};
-  CHECK(Gradients(chain, profile).bwd_peak_bytes[0] == 150);
+  CHECK(Gradients(chain, profile).pytorch_bwd_peak_bytes[0] == 150);
   // Read by another op too, t1's gradient is a sum of its own: 130.
   profile.ops[1].inputs = {1};
-  CHECK(Gradients(chain, profile).bwd_peak_bytes[0] == 130);
+  CHECK(Gradients(chain, profile).pytorch_bwd_peak_bytes[0] == 130);
 }

@@ -116,8 +116,8 @@ SimulationResult Simulate(const Chain& chain, const Schedule& schedule) {
         saved[u] = true;
         if (shared) {
           const int64_t fresh = storages.NewBytes(i + 1);
-          peak = stored + std::max(s.private_saved_bytes + fresh, fresh + s.fwd_tmp_bytes);
-          stored += s.private_saved_bytes + storages.Hold(i + 1);
+          peak = stored + std::max(*s.private_saved_bytes + fresh, fresh + s.fwd_tmp_bytes);
+          stored += *s.private_saved_bytes + storages.Hold(i + 1);
           break;
         }
         peak = stored + std::max(s.saved_bytes, s.out_bytes + s.fwd_tmp_bytes);
@@ -148,11 +148,11 @@ SimulationResult Simulate(const Chain& chain, const Schedule& schedule) {
         // The stage's parameter gradients appear in its backward and stay.
         // With the stage's replay: what it adds above what is stored less
         // its output's gradient (which the replay counts).
-        const int64_t replay = chain.BwdReplayBytes(i);
-        peak = replay >= 0 ? stored - x(i + 1) + replay : stored + x(i) + s.bwd_tmp_bytes + chain.BwdGradBytes(i);
+        const int64_t replay = chain.ExecutorBackwardBytes(i);
+        peak = replay >= 0 ? stored - x(i + 1) + replay : stored + x(i) + s.bwd_tmp_bytes + chain.GradsAtBackwardPeakBytes(i);
         stored += s.param_grad_bytes;
         saved[u] = false;
-        stored -= shared ? s.private_saved_bytes + storages.Release(i + 1) : s.saved_bytes;
+        stored -= shared ? *s.private_saved_bytes + storages.Release(i + 1) : s.saved_bytes;
         grad[u + 1] = false;
         stored -= x(i + 1);
         if (act[u]) {

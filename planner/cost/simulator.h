@@ -14,8 +14,8 @@
 ///   drops act[L].
 /// - bwd i: needs saved[i], grad[i+1] and act[i]; peak = stored + x_i +
 ///   bwd_tmp_i + the stage's own parameter gradients held at that peak
-///   (Chain::BwdGradBytes), or, where the chain carries the stage's
-///   backward replay, stored - x_{i+1} + Chain::BwdReplayBytes(i) (the
+///   (Chain::GradsAtBackwardPeakBytes), or, where the chain carries the stage's
+///   backward replay, stored - x_{i+1} + Chain::ExecutorBackwardBytes(i) (the
 ///   replay counts the output's gradient, the input's, the stage's
 ///   gradients and transients); drops saved[i], grad[i+1], act[i]; adds grad[i]
 ///   and the stage's parameter gradients (param_grad_bytes), which stay to

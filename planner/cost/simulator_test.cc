@@ -85,8 +85,8 @@ TEST_CASE("a forward without autograd costs the stage's no-grad time, one with a
 
 TEST_CASE("a stage's backward replay takes the place of its boundary gradients and transient at their maxima") {
   Chain c = testing::ThreeStageChain();
-  c.stages[2].bwd_run_peak_bytes = 9;   // below its bound, 8 + 5 + 7 = 20
-  c.stages[1].bwd_run_peak_bytes = 30;  // above its bound, 5 + 20 + 0 = 25
+  c.stages[2].executor_bwd_peak_bytes = 9;   // below its bound, 8 + 5 + 7 = 20
+  c.stages[1].executor_bwd_peak_bytes = 30;  // above its bound, 5 + 20 + 0 = 25
   SimulationResult r = Simulate(c, NoCheckpointSchedule(3));
   // B2: stored 75 less its output's gradient 8 (the replay counts it), plus
   // 9; B1: 60 - 5 + 30; B0 as without a replay.
@@ -94,10 +94,10 @@ TEST_CASE("a stage's backward replay takes the place of its boundary gradients a
   CHECK(r.peak_bytes == 85);
   // What stays after the backward (stage 1's 40 B of gradients, its input's
   // gradient, its saved values freed) is within its peak.
-  c.stages[1].bwd_run_peak_bytes = 0;
+  c.stages[1].executor_bwd_peak_bytes = 0;
   c.stages[1].param_grad_bytes = 40;
-  CHECK(c.BwdReplayBytes(1) == 20 + 40 - 15);
-  CHECK(c.BwdReplayBytes(0) == -1);  // no replay: the bound
+  CHECK(c.ExecutorBackwardBytes(1) == 20 + 40 - 15);
+  CHECK(c.ExecutorBackwardBytes(0) == -1);  // no replay: the bound
   r = Simulate(c, NoCheckpointSchedule(3));
   CHECK(r.peak_during_bytes[5] == 100);
   CHECK(r.stored_after_bytes[5] == 100);

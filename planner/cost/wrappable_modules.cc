@@ -22,9 +22,9 @@ std::vector<WrappableModule> WrappableModules(const Chain& chain, const Profile*
   std::map<int, int> starts, ends;
   for (int i = 0; i < length; ++i) {
     const Stage& s = chain.stages[static_cast<size_t>(i)];
-    if (s.first_op < 0) return WrappableModules(chain, nullptr);
-    starts[s.first_op] = i;
-    ends[s.last_op] = i;
+    if (!s.ops) return WrappableModules(chain, nullptr);
+    starts[s.ops->first] = i;
+    ends[s.ops->last] = i;
   }
   // Every module path (with its ancestors) and the ops in it, as a tree of
   // path components: each node a prefix of an op's path, found from its

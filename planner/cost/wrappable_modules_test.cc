@@ -20,7 +20,7 @@ static std::pair<Profile, Chain> OneOpPerStage(const std::vector<std::string>& m
     r.module = module;
     profile.ops.push_back(r);
     Stage stage;
-    stage.first_op = stage.last_op = r.id;
+    stage.ops = OpRange{r.id, r.id};
     chain.stages.push_back(stage);
   }
   return {profile, chain};

@@ -10,8 +10,7 @@ PlanDocument MakePlanDocument(const Plan& plan, const Chain& chain, const PlanSo
   for (int i : plan.checkpointed_stages) checkpointed[static_cast<size_t>(i)] = true;
   for (int i = 0; i < chain.length(); ++i) {
     const Stage& s = chain.stages[static_cast<size_t>(i)];
-    doc.stages.push_back({i, s.name, checkpointed[static_cast<size_t>(i)], s.modules, s.first_op,
-                          s.first_op >= 0 ? s.last_op : -1});
+    doc.stages.push_back({i, s.name, checkpointed[static_cast<size_t>(i)], s.modules, s.ops});
   }
   doc.algorithm = AlgorithmName(plan.algorithm);
   doc.target = plan.target;

@@ -38,7 +38,7 @@ ModuleExport ExportFor(const Chain& chain, const std::vector<WrappableModule>& w
     int64_t own = 0;
     for (int i = 0; i < length; ++i) {
       const Stage& s = chain.stages[static_cast<size_t>(i)];
-      if (!wrap[static_cast<size_t>(i)]) own += s.private_saved_bytes;
+      if (!wrap[static_cast<size_t>(i)]) own += *s.private_saved_bytes;
       held.insert(s.kept_out_storages.begin(), s.kept_out_storages.end());
       if (holds_input[static_cast<size_t>(i)] && i > 0) {
         for (const auto& entry : chain.stages[static_cast<size_t>(i) - 1].out_storages) held.insert(entry.first);

@@ -5,7 +5,7 @@
 /// modules each implement it, as PyTorch's knapsack solvers share one
 /// signature (torch/_functorch/_activation_checkpointing/knapsack.py) and
 /// rotor keeps one solver per file (rotor/algorithms/). Each strategy's own
-/// code stays in its file (baselines.cc, solver_*.cc, solver_modules.cc);
+/// code stays in its file (baselines.cc, recurrence.cc, modules.cc);
 /// chain_solver.cc adapts it to the signature. MakePlan (plan.h) solves
 /// through it alone, and so do the budget search's baselines.
 

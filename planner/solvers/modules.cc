@@ -56,7 +56,7 @@ int64_t LossScalarBytes(ModuleAccounting accounting, const Chain& chain) {
 // or module `wrapped` (stages first..last). `need` is the largest memory it
 // needs above what is held at its first stage's boundary, over its forward
 // and its backward; `held` what it adds to the held memory.
-struct Unit {
+struct FrontierStep {
   int first, last, wrapped;
   int64_t need, held;
   double time_ms;
@@ -68,28 +68,28 @@ struct Unit {
   uint32_t input_bits = 0;
 };
 
-struct Units {
-  std::vector<std::vector<Unit>> by_stage;
+struct FrontierSteps {
+  std::vector<std::vector<FrontierStep>> by_stage;
   std::vector<int64_t> bit_bytes;
 };
 
 // The storages of each cut (k = 0..L: the input of stage k, then the chain
 // output) and each stage's own saved bytes, as the simulator counts them:
 // with storages, each once; without, cut k is one value of x_k.
-struct Cuts {
+struct CutStorages {
   std::vector<std::vector<std::pair<int64_t, int64_t>>> storages;
   std::vector<int64_t> own_saved;
   std::set<int64_t> kept;  // PyTorch accounting: storages some op saves, and the model's inputs and outputs
 };
 
-Cuts CutsOf(const Chain& chain) {
-  Cuts cuts;
+CutStorages CutStoragesOf(const Chain& chain) {
+  CutStorages cuts;
   const int length = chain.length();
   if (chain.has_storages()) {
     cuts.storages.push_back(chain.input_storages);
     for (const Stage& s : chain.stages) {
       cuts.storages.push_back(s.out_storages);
-      cuts.own_saved.push_back(s.private_saved_bytes);
+      cuts.own_saved.push_back(*s.private_saved_bytes);
       cuts.kept.insert(s.kept_out_storages.begin(), s.kept_out_storages.end());
     }
     for (const auto& entry : chain.input_storages) cuts.kept.insert(entry.first);
@@ -127,7 +127,7 @@ std::set<int64_t> Ids(const std::vector<std::pair<int64_t, int64_t>>& cut) {
 // PyTorch's accounting differs in one way: a stage output no op saves (a
 // Linear's output read by ReLU) is freed once the next stage has read it,
 // unless a wrapped module holds it as its input.
-Units UnitsByStage(const Chain& chain, const std::vector<WrappableModule>& modules, ModuleAccounting accounting) {
+FrontierSteps FrontierStepsOf(const Chain& chain, const std::vector<WrappableModule>& modules, ModuleAccounting accounting) {
   const int length = chain.length();
   // Parameter gradients (PyTorch allocates them in backward): grads_from[k],
   // those of stages k..L-1; in_bwd[k], held at stage k's backward peak on top
@@ -136,9 +136,9 @@ Units UnitsByStage(const Chain& chain, const std::vector<WrappableModule>& modul
   for (int k = length - 1; k >= 0; --k) {
     const size_t at = static_cast<size_t>(k);
     grads_from[at] = grads_from[at + 1] + chain.stages[at].param_grad_bytes;
-    in_bwd[at] = grads_from[at + 1] + chain.BwdGradBytes(k);
+    in_bwd[at] = grads_from[at + 1] + chain.GradsAtBackwardPeakBytes(k);
   }
-  Cuts cuts = CutsOf(chain);
+  CutStorages cuts = CutStoragesOf(chain);
   if (accounting == ModuleAccounting::kSimulator) {
     for (const auto& c : cuts.storages) {
       for (const auto& entry : c) cuts.kept.insert(entry.first);
@@ -146,7 +146,7 @@ Units UnitsByStage(const Chain& chain, const std::vector<WrappableModule>& modul
   }
   // Storages no op saves that cross several cuts (a mask, rotary tables):
   // a bit each (beyond 30, counted as kept: more, never less).
-  Units result;
+  FrontierSteps result;
   std::map<int64_t, int> crossings, bit_of;
   for (int k = 1; k <= length; ++k) {
     for (const auto& entry : cuts.storages[static_cast<size_t>(k)]) {
@@ -182,13 +182,13 @@ Units UnitsByStage(const Chain& chain, const std::vector<WrappableModule>& modul
   auto cut = [&](int k) -> const std::vector<std::pair<int64_t, int64_t>>& { return cuts.storages[static_cast<size_t>(k)]; };
   auto grad = [&](int k) { return chain.StageInputBytes(k); };
   // Stage k's backward above what it keeps: replayed as PyTorch runs it
-  // where known (StageGradients::bwd_peak_bytes), else both its boundary
+  // where known (StageGradients::pytorch_bwd_peak_bytes), else both its boundary
   // gradients and its transient at their maxima over the stage.
   const int64_t loss_held = LossScalarBytes(accounting, chain);
   auto backward = [&](int k) {
     const size_t at = static_cast<size_t>(k);
-    if (chain.stages[at].bwd_replay_peak_bytes >= 0) {
-      return loss_held + grads_from[at + 1] + chain.stages[at].bwd_replay_peak_bytes;
+    if (chain.stages[at].pytorch_bwd_peak_bytes) {
+      return loss_held + grads_from[at + 1] + *chain.stages[at].pytorch_bwd_peak_bytes;
     }
     const Stage& s = chain.stages[at];
     return loss_held + grad(k + 1) + grad(k) + s.bwd_tmp_bytes + in_bwd[at];
@@ -207,12 +207,12 @@ Units UnitsByStage(const Chain& chain, const std::vector<WrappableModule>& modul
     }
     loose[static_cast<size_t>(k)] = kept_bytes(cut(k), shared, false);  // its own: without the bits
   }
-  std::vector<std::vector<Unit>> units(static_cast<size_t>(length));
+  std::vector<std::vector<FrontierStep>> units(static_cast<size_t>(length));
   for (int i = 0; i < length; ++i) {
     const Stage& s = chain.stages[static_cast<size_t>(i)];
     const int64_t own = cuts.own_saved[static_cast<size_t>(i)], out = fresh[static_cast<size_t>(i)];
     const int64_t kept = own + kept_fresh[static_cast<size_t>(i)];
-    Unit unit{i, i, -1, kept + backward(i), kept, s.fwd_ms + s.bwd_ms};
+    FrontierStep unit{i, i, -1, kept + backward(i), kept, s.fwd_ms + s.bwd_ms};
     unit.need_input = std::max(own + out, out + s.fwd_tmp_bytes);
     unit.input_own = loose[static_cast<size_t>(i)];
     unit.input_bits = bits_at(i);
@@ -260,7 +260,7 @@ Units UnitsByStage(const Chain& chain, const std::vector<WrappableModule>& modul
     // What checkpoint keeps beyond tensors (the RNG state), from its
     // forward to the end of its backward.
     need += chain.checkpoint_state_bytes;
-    Unit unit{a, b, static_cast<int>(m), 0, adds + chain.checkpoint_state_bytes, time};
+    FrontierStep unit{a, b, static_cast<int>(m), 0, adds + chain.checkpoint_state_bytes, time};
     unit.need_input = need;
     unit.input_own = loose[static_cast<size_t>(a)];
     unit.input_bits = bits_at(a);
@@ -277,8 +277,8 @@ int64_t StepEndBytes(const Chain& chain, int64_t input_bytes) {
   return input_bytes + chain.update_tmp_bytes + chain.ParamGradBytes();
 }
 
-struct State {
-  uint32_t bits;  // the storages of Units::bit_bytes held by a wrapped module
+struct FrontierState {
+  uint32_t bits;  // the storages of FrontierSteps::bit_bytes held by a wrapped module
   int64_t held;
   double time_ms;
   int first;  // the unit's first stage (its first boundary)
@@ -287,13 +287,13 @@ struct State {
 };
 
 // Keeps the states no other state beats on both held bytes and time.
-void Prune(std::vector<State>* states) {
-  std::sort(states->begin(), states->end(), [](const State& p, const State& q) {
+void Prune(std::vector<FrontierState>* states) {
+  std::sort(states->begin(), states->end(), [](const FrontierState& p, const FrontierState& q) {
     if (p.bits != q.bits) return p.bits < q.bits;
     return p.held != q.held ? p.held < q.held : p.time_ms < q.time_ms;
   });
-  std::vector<State> kept;
-  for (const State& s : *states) {
+  std::vector<FrontierState> kept;
+  for (const FrontierState& s : *states) {
     if (kept.empty() || s.bits != kept.back().bits || s.time_ms < kept.back().time_ms) kept.push_back(s);
   }
   *states = std::move(kept);
@@ -304,18 +304,18 @@ void Prune(std::vector<State>* states) {
 namespace {
 
 // A unit run from `state`: the memory it needs, and the state after it.
-struct Step {
+struct StepEffect {
   int64_t need, held;
   uint32_t bits;
 };
 
-Step Walk(const Units& units, const Unit& unit, const State& state) {
+StepEffect TakeStep(const FrontierSteps& units, const FrontierStep& unit, const FrontierState& state) {
   int64_t input = unit.input_own;
   const uint32_t fresh_bits = unit.input_bits & ~state.bits;
   for (size_t b = 0; b < units.bit_bytes.size(); ++b) {
     if (fresh_bits & (1u << b)) input += units.bit_bytes[b];
   }
-  Step step;
+  StepEffect step;
   step.need = state.held + std::max(unit.need, unit.need_input + input);
   step.held = state.held + unit.held + (unit.wrapped >= 0 ? input : 0);
   step.bits = unit.wrapped >= 0 ? state.bits | unit.input_bits : state.bits;
@@ -328,29 +328,29 @@ ModuleSolution SolveModules(const Chain& chain, const std::vector<WrappableModul
                             ModuleAccounting accounting) {
   ModuleSolution solution;
   const int length = chain.length();
-  const Units all = UnitsByStage(chain, modules, accounting);
-  const std::vector<std::vector<Unit>>& units = all.by_stage;
-  std::vector<std::vector<State>> frontier(static_cast<size_t>(length) + 1);
+  const FrontierSteps all = FrontierStepsOf(chain, modules, accounting);
+  const std::vector<std::vector<FrontierStep>>& units = all.by_stage;
+  std::vector<std::vector<FrontierState>> frontier(static_cast<size_t>(length) + 1);
   int64_t input = 0;
-  const Cuts cuts = CutsOf(chain);
+  const CutStorages cuts = CutStoragesOf(chain);
   for (const auto& entry : cuts.storages[0]) input += entry.second;
   if (input > budget_bytes) return solution;
   frontier[0].push_back({0u, input, 0.0, -1, -1, -1});
   for (int k = 0; k < length; ++k) {
-    std::vector<State>& here = frontier[static_cast<size_t>(k)];
+    std::vector<FrontierState>& here = frontier[static_cast<size_t>(k)];
     Prune(&here);
     for (size_t u = 0; u < units[static_cast<size_t>(k)].size(); ++u) {
-      const Unit& unit = units[static_cast<size_t>(k)][u];
-      std::vector<State>& there = frontier[static_cast<size_t>(unit.last) + 1];
+      const FrontierStep& unit = units[static_cast<size_t>(k)][u];
+      std::vector<FrontierState>& there = frontier[static_cast<size_t>(unit.last) + 1];
       for (size_t s = 0; s < here.size(); ++s) {
-        const Step step = Walk(all, unit, here[s]);
+        const StepEffect step = TakeStep(all, unit, here[s]);
         if (step.need > budget_bytes) continue;
         there.push_back({step.bits, step.held, here[s].time_ms + unit.time_ms, k, static_cast<int>(s),
                          static_cast<int>(u)});
       }
     }
   }
-  std::vector<State>& last = frontier[static_cast<size_t>(length)];
+  std::vector<FrontierState>& last = frontier[static_cast<size_t>(length)];
   Prune(&last);
   const int64_t loss_need =
       chain.StageInputBytes(length) + chain.loss_bwd_tmp_bytes + LossScalarBytes(accounting, chain);
@@ -367,11 +367,11 @@ ModuleSolution SolveModules(const Chain& chain, const std::vector<WrappableModul
   solution.kept_bytes = last[static_cast<size_t>(best)].held - input;  // less the checkpoints' states (below)
   solution.peak_bytes = std::max({input, last[static_cast<size_t>(best)].held + loss_need, end_need});
   for (int k = length, s = best; k > 0;) {
-    const State& state = frontier[static_cast<size_t>(k)][static_cast<size_t>(s)];
+    const FrontierState& state = frontier[static_cast<size_t>(k)][static_cast<size_t>(s)];
     const int first = state.first;
-    const Unit& unit = units[static_cast<size_t>(first)][static_cast<size_t>(state.unit)];
-    const State& before = frontier[static_cast<size_t>(first)][static_cast<size_t>(state.from)];
-    solution.peak_bytes = std::max(solution.peak_bytes, Walk(all, unit, before).need);
+    const FrontierStep& unit = units[static_cast<size_t>(first)][static_cast<size_t>(state.unit)];
+    const FrontierState& before = frontier[static_cast<size_t>(first)][static_cast<size_t>(state.from)];
+    solution.peak_bytes = std::max(solution.peak_bytes, TakeStep(all, unit, before).need);
     if (unit.wrapped >= 0) solution.wrapped.push_back(modules[static_cast<size_t>(unit.wrapped)]);
     k = first;
     s = state.from;
@@ -406,19 +406,19 @@ ModuleSolution EvaluateModules(const Chain& chain, const std::vector<WrappableMo
   // units where they start, single stages elsewhere.
   ModuleSolution solution;
   const int length = chain.length();
-  const Units all = UnitsByStage(chain, wrapped, accounting);
+  const FrontierSteps all = FrontierStepsOf(chain, wrapped, accounting);
   int64_t input = 0;
-  const Cuts cuts = CutsOf(chain);
+  const CutStorages cuts = CutStoragesOf(chain);
   for (const auto& entry : cuts.storages[0]) input += entry.second;
-  State state{0u, input, 0.0, -1, -1, -1};
+  FrontierState state{0u, input, 0.0, -1, -1, -1};
   int64_t peak = input;
   for (int k = 0; k < length;) {
-    const std::vector<Unit>& here = all.by_stage[static_cast<size_t>(k)];
-    const Unit* unit = &here.front();  // the stage run normally
-    for (const Unit& u : here) {
+    const std::vector<FrontierStep>& here = all.by_stage[static_cast<size_t>(k)];
+    const FrontierStep* unit = &here.front();  // the stage run normally
+    for (const FrontierStep& u : here) {
       if (u.wrapped >= 0) unit = &u;
     }
-    const Step step = Walk(all, *unit, state);
+    const StepEffect step = TakeStep(all, *unit, state);
     peak = std::max(peak, step.need);
     state = {step.bits, step.held, state.time_ms + unit->time_ms, k, -1, -1};
     if (unit->wrapped >= 0) solution.wrapped.push_back(wrapped[static_cast<size_t>(unit->wrapped)]);

@@ -51,10 +51,10 @@ struct ModuleSolution {
 /// The chain's parameter gradients (Stage::param_grad_bytes, as a chain
 /// cut from a profile carries them: gradients.h) are counted as PyTorch
 /// allocates them: those of stages after k held during stage k's backward
-/// with its own (Chain::BwdGradBytes), and those after a wrapped module
+/// with its own (Chain::GradsAtBackwardPeakBytes), and those after a wrapped module
 /// during its recomputation, none during the forward. A stage's backward
 /// is its replay as PyTorch runs it where the chain has it
-/// (Stage::bwd_replay_peak_bytes), and each wrapped module holds
+/// (Stage::pytorch_bwd_peak_bytes), and each wrapped module holds
 /// Chain::checkpoint_state_bytes.
 ModuleSolution SolveModules(const Chain& chain, const std::vector<WrappableModule>& modules, int64_t budget_bytes,
                             ModuleAccounting accounting = ModuleAccounting::kSimulator);

@@ -127,7 +127,7 @@ Chain SharedStorageChain(int length, uint32_t seed) {
     for (const auto& entry : stage.out_storages) total += entry.second;
     stage.private_saved_bytes = stage.saved_bytes - stage.out_bytes + 1;
     stage.out_bytes = total;
-    stage.saved_bytes = stage.private_saved_bytes + total;
+    stage.saved_bytes = *stage.private_saved_bytes + total;
   }
   return chain;
 }
@@ -181,7 +181,7 @@ namespace {
 // The simulator's peak of a schedule with the chain's parameter gradients
 // as PyTorch allocates them, the chain simulated without them: none before
 // the loss, those of stages k.. from stage k's backward on (its own: those
-// held on top of its bwd_tmp_bytes, Chain::BwdGradBytes), and those after a
+// held on top of its bwd_tmp_bytes, Chain::GradsAtBackwardPeakBytes), and those after a
 // wrapped module while it is recomputed).
 int64_t PeakWithGradients(const Chain& chain, const Schedule& schedule) {
   const SimulationResult r = Simulate(WithoutParamGrads(chain), schedule);
@@ -197,7 +197,7 @@ int64_t PeakWithGradients(const Chain& chain, const Schedule& schedule) {
     int64_t alive = 0;
     if (op.kind == StepKind::kBackward) {
       done = static_cast<size_t>(op.stage);
-      alive = from[done + 1] + chain.BwdGradBytes(op.stage);
+      alive = from[done + 1] + chain.GradsAtBackwardPeakBytes(op.stage);
     } else if (backward) {
       alive = from[done];
     }
@@ -265,7 +265,7 @@ TEST_CASE("the PyTorch target prices a wrapped module at its stages' forward ins
   std::vector<WrappableModule> singles;
   for (int i = 1; i <= 3; ++i) singles.push_back({"s" + std::to_string(i), i, i});
   double nograd = 0;
-  for (int i = 1; i <= 3; ++i) nograd += chain.stages[static_cast<size_t>(i)].fwd_nograd_ms;
+  for (int i = 1; i <= 3; ++i) nograd += chain.stages[static_cast<size_t>(i)].NoGradFwdMs();
   // Without the PyTorch target's own fields: its stages' fwd_nograd_ms, no
   // fixed cost, the schedule's loss, as before.
   CHECK(chain.ModuleNoRecomputeTimeMs() == chain.NoRecomputeTimeMs());
@@ -278,8 +278,8 @@ TEST_CASE("the PyTorch target prices a wrapped module at its stages' forward ins
   double module_nograd = 0;
   for (int i = 0; i < length; ++i) {
     Stage& s = priced.stages[static_cast<size_t>(i)];
-    s.module_fwd_nograd_ms = 1.3 * s.fwd_nograd_ms + 0.01 * i;
-    if (i >= 1 && i <= 3) module_nograd += s.module_fwd_nograd_ms;
+    s.module_fwd_nograd_ms = 1.3 * s.NoGradFwdMs() + 0.01 * i;
+    if (i >= 1 && i <= 3) module_nograd += s.ModuleNoGradFwdMs();
   }
   priced.checkpoint_call_ms = 0.25;
   priced.module_loss_bwd_ms = chain.loss_bwd_ms + 1.5;
@@ -302,7 +302,7 @@ TEST_CASE("the PyTorch target prices a wrapped module at its stages' forward ins
   const Plan every = MakePlan(priced, fixed, request);
   CHECK(every.no_recompute_ms == doctest::Approx(base + 0.75).epsilon(1e-12));
   double all_nograd = 0;
-  for (int i = 1; i <= 3; ++i) all_nograd += priced.stages[static_cast<size_t>(i)].module_fwd_nograd_ms;
+  for (int i = 1; i <= 3; ++i) all_nograd += priced.stages[static_cast<size_t>(i)].ModuleNoGradFwdMs();
   CHECK(every.time_ms == doctest::Approx(base + 0.75 + all_nograd + 3 * 0.25).epsilon(1e-12));
   const nlohmann::json doc = PlanToJson(every, priced, PlanSource{});
   CHECK(doc["pytorch"]["predicted"]["time_ms"].get<double>() == doctest::Approx(every.time_ms).epsilon(1e-12));

@@ -29,14 +29,6 @@ namespace {
 
 size_t U(int64_t k) { return static_cast<size_t>(k); }
 
-// The recurrence's need on (i, l), l > i: every forward of i..l-1 while the
-// gradient of x_{l+1} is held (as in solver_reference.cc).
-int64_t FloorNeed(const DiscreteChain& c, int i, int l) {
-  int64_t need = c.x[U(i) + 1] + c.fwd_tmp[U(i)];
-  for (int k = i + 1; k < l; ++k) need = std::max(need, c.x[U(k)] + c.x[U(k) + 1] + c.fwd_tmp[U(k)]);
-  return c.x[U(l) + 1] + need;
-}
-
 double LeafTime(const DiscreteChain& c, int i) { return c.fwd[U(i)] + c.bwd[U(i)]; }
 
 // The plain recurrence's table over every (m, i, l), with its choices.
@@ -45,7 +37,7 @@ struct Table {
   int64_t top = -1;
   std::vector<double> opt;
   std::vector<int32_t> what;  // j > 0: leaf at j; -1: chain
-  std::vector<int64_t> floor;  // FloorNeed(i, l) at i * n + l, computed once
+  std::vector<int64_t> floor;  // FloorMemory(i, l) at i * n + l, computed once
   int64_t Floor(int i, int l) const { return floor[U(i) * U(n) + U(l)]; }
   size_t Index(int64_t m, int i, int l) const { return (U(m) * U(n) + U(i)) * U(n) + U(l); }
   double At(int64_t m, int i, int l) const { return m < 0 || m > top ? kInfinity : opt[Index(m, i, l)]; }
@@ -58,7 +50,7 @@ Table BuildTable(const DiscreteChain& c, int64_t top) {
   const int n = t.n;
   t.floor.assign(U(n) * U(n), 0);
   for (int i = 0; i < n; ++i) {
-    for (int l = i + 1; l < n; ++l) t.floor[U(i) * U(n) + U(l)] = FloorNeed(c, i, l);
+    for (int l = i + 1; l < n; ++l) t.floor[U(i) * U(n) + U(l)] = FloorMemory(c, i, l);
   }
   if (top < 0) return t;
   t.opt.assign(U(top + 1) * U(n) * U(n), kInfinity);
@@ -144,7 +136,7 @@ Summary Summarize(const DiscreteChain& c, const Schedule& s, size_t& pos, int i,
     Summary right = Summarize(c, s, pos, i + 1, l);
     ++pos;  // bwd i
     return {LeafTime(c, i) + right.time_ms,
-            std::max({FloorNeed(c, i, l), BaseMemory(c, i), xbar + right.need}), xbar + right.stored};
+            std::max({FloorMemory(c, i, l), BaseMemory(c, i), xbar + right.need}), xbar + right.stored};
   }
   int j = i + 1;
   double forward_sum = c.fwd[U(i)];
@@ -157,7 +149,7 @@ Summary Summarize(const DiscreteChain& c, const Schedule& s, size_t& pos, int i,
   Summary right = Summarize(c, s, pos, j, l);
   Summary left = Summarize(c, s, pos, i, j - 1);
   return {forward_sum + right.time_ms + left.time_ms,
-          std::max({FloorNeed(c, i, l), c.x[U(j)] + right.need, left.need}), c.x[U(j)] + right.stored};
+          std::max({FloorMemory(c, i, l), c.x[U(j)] + right.need, left.need}), c.x[U(j)] + right.stored};
 }
 
 }  // namespace
@@ -266,7 +258,7 @@ InFlightSolution BruteForceInFlight(const DiscreteChain& c, int64_t memory_slots
       }
       trees.push_back(t);
     } else {
-      const int64_t floor = FloorNeed(c, i, l);
+      const int64_t floor = FloorMemory(c, i, l);
       const int64_t xbar = c.xbar[U(i) + 1];
       for (const Tree& right : all(i + 1, l)) {
         Tree t;

@@ -31,7 +31,7 @@
 namespace ckplan {
 namespace {
 
-constexpr int16_t kChain = -1;  // what: choice (b)
+constexpr int16_t kKeepStage = -1;  // what: choice (b)
 
 // The inner loops: best = min(best, candidate) over k in [0, count). Only
 // values are kept: which choice reaches the optimum is worked out again, the
@@ -535,7 +535,7 @@ class FastSolver {
     if (m >= xbar && m >= ChainNeed(i, l)) {
       chain_value = (c_.fwd[static_cast<size_t>(i)] + c_.bwd[static_cast<size_t>(i)]) + Value(i + 1, l, m - xbar);
     }
-    return best_j >= 0 && best_leaf <= chain_value ? best_j : kChain;
+    return best_j >= 0 && best_leaf <= chain_value ? best_j : kKeepStage;
   }
 
   void FillBase(int i) {
@@ -696,7 +696,7 @@ class FastSolver {
         break;
       }
       const int choice = Choice(i, l, m);
-      if (choice == kChain) {
+      if (choice == kKeepStage) {
         out->push_back({StepKind::kForwardGrad, i});
         pending_backward.push_back(i);
         m -= c_.xbar[static_cast<size_t>(i) + 1];

@@ -57,14 +57,14 @@ void EnumerateFeasible(const DiscreteChain& c, int64_t m, int i, int l, double f
   // boundary gradients, its transient and its gradients at their maxima.
   auto kept_need = [&](int k) {
     size_t u = static_cast<size_t>(k);
-    if (c.bwd_replay[u] >= 0) return c.xbar[u + 1] + c.bwd_replay[u];
-    return c.x[u] + c.x[u + 1] + c.xbar[u + 1] + c.bwd_tmp[u] + c.bwd_grad[u];
+    if (c.executor_bwd[u] >= 0) return c.xbar[u + 1] + c.executor_bwd[u];
+    return c.x[u] + c.x[u + 1] + c.xbar[u + 1] + c.bwd_tmp[u] + c.grads_at_bwd_peak[u];
   };
   auto base_need = [&](int k) {
     size_t u = static_cast<size_t>(k);
     return std::max(kept_need(k), c.x[u + 1] + std::max(c.xbar[u + 1], c.x[u + 1] + c.fwd_tmp[u]));
   };
-  // Parameter gradients: stage k's backward holds its own (bwd_grad) and
+  // Parameter gradients: stage k's backward holds its own (grads_at_bwd_peak) and
   // those of the stages back-propagated before it.
   auto grads = [&](int a, int b) {
     int64_t total = 0;

@@ -20,7 +20,7 @@ import ckplan_torch  # noqa: E402
 import make_models  # noqa: E402
 
 
-# Where meta and the CPU part ways, and why (README, "Meta-device profiling").
+# Where meta and the CPU part ways, and why (docs/cost-model.md).
 KNOWN_DIFFERENCES = {
     "vit.pt2": "its exported program passes SDPA an explicit attention mask; on meta tensors the CPU's backend "
                "choice falls back to the math path (attention probabilities kept: 24 KiB more per layer) where the "
