@@ -41,30 +41,34 @@ struct ProfileCommandOptions {
 
 void PrintProfileSummary(const Profile& p, FILE* out, int top) {
   const ProfileTotals& t = p.totals;
+  // The profiler wrote this profile: every field it writes is there.
+  const ModelRecord& model = p.model;
+  const EnvironmentRecord& environment = p.environment;
   std::string inputs;
-  for (const auto& in : p.model["inputs"]) inputs += (inputs.empty() ? "" : ", ") + in["text"].get<std::string>();
+  for (const InputSpec& in : model.inputs.value_or(std::vector<InputSpec>{})) {
+    inputs += (inputs.empty() ? "" : ", ") + in.text;
+  }
   std::fprintf(out, "profiled %s (sha256 %.12s) with --input %s; LibTorch %s, %d thread(s), median of %d reps\n",
-               p.model["path"].get<std::string>().c_str(), p.model["sha256"].get<std::string>().c_str(),
-               inputs.c_str(), p.environment["libtorch"].get<std::string>().c_str(),
-               p.environment["threads"].get<int>(), p.environment["reps"].get<int>());
+               model.path.value_or("").c_str(), model.sha256.value_or("").c_str(), inputs.c_str(),
+               environment.libtorch.value_or("").c_str(), environment.threads.value_or(0), environment.reps.value_or(0));
   std::fprintf(out, "parameters %s, buffers %s, inputs %s\n", FormatBytes(t.param_bytes).c_str(),
                FormatBytes(t.buffer_bytes).c_str(), FormatBytes(t.input_bytes).c_str());
   std::fprintf(out, "kept for backward %s, outputs %s, peak of the step %s\n", FormatBytes(t.saved_bytes).c_str(),
                FormatBytes(t.output_bytes).c_str(), FormatBytes(t.peak_bytes).c_str());
   std::fprintf(out, "forward %.2f ms, backward %.2f ms\n", t.fwd_ms, t.bwd_ms);
-  const std::string device = p.environment.value("device", "cpu");
+  const std::string device = environment.DeviceName();
   if (device != "cpu") {
-    std::fprintf(out, "device %s; %s; memory: %s\n", device.c_str(), p.environment.value("timer", "").c_str(),
-                 p.environment.value("memory", "").c_str());
+    std::fprintf(out, "device %s; %s; memory: %s\n", device.c_str(), environment.timer.value_or("").c_str(),
+                 environment.memory.value_or("").c_str());
   }
 
-  if (p.environment.contains("time_model")) {
-    const auto& m = p.environment["time_model"];
+  if (environment.time_model.is_object()) {
+    const auto& m = environment.time_model;
     std::fprintf(out, "times: cost model for %s (%s), not measured\n", m.value("gpu", "").c_str(),
                  m.value("description", "").c_str());
   }
 
-  Chain chain = ChainFromProfile(p, p.model["path"].get<std::string>());
+  Chain chain = ChainFromProfile(p, model.path.value_or("profile"));
   std::vector<std::vector<std::string>> rows = {{"#", "stage", "ops", "fwd", "bwd", "out", "saved"}};
   for (int i = 0; i < chain.length(); ++i) {
     const Stage& s = chain.stages[static_cast<size_t>(i)];
@@ -125,12 +129,12 @@ int RunProfile(const ProfileCommandOptions& o) {
   }
   if (gpu) ApplyCostModel(&profile, *gpu);
   if (o.gpu == "cpu") {  // what measuring this machine took: wall and the process's CPU time
-    profile.environment["time_model"]["calibration_s"] = calibration_s;
-    profile.environment["time_model"]["calibration_cpu_s"] = calibration_cpu_s;
+    profile.environment.time_model["calibration_s"] = calibration_s;
+    profile.environment.time_model["calibration_cpu_s"] = calibration_cpu_s;
   }
   for (const std::string& w : warnings) std::fprintf(stderr, "ckplan: warning: %s\n", w.c_str());
-  if (profile.model.contains("output_choice") && profile.model["output_choice"].is_string()) {
-    std::fprintf(stderr, "ckplan: %s\n", profile.model["output_choice"].get<std::string>().c_str());
+  if (profile.model.output_choice) {
+    std::fprintf(stderr, "ckplan: %s\n", profile.model.output_choice->c_str());
   }
   PrintProfileSummary(profile, human, o.top);
   EmitOutput(o.output, ProfileToJson(profile).dump(1) + "\n", human);

@@ -19,10 +19,7 @@ Report MakeReport(const PlannerInput& input, const std::string& source, int64_t 
                   const std::function<void(double)>& progress) {
   Report r;
   r.source = source;
-  const nlohmann::json& model = input.profile.model;
-  r.title = input.from_profile && model.is_object() && model.contains("path") && model["path"].is_string()
-                ? model["path"].get<std::string>()
-                : source;
+  r.title = input.from_profile && input.profile.model.path ? *input.profile.model.path : source;
   // The run reports first: a bad one fails before the long work.
   for (const std::string& file : run_files) r.runs.push_back(ReadRunPoint(file));
   r.style = style;

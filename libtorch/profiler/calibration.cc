@@ -18,9 +18,9 @@
 
 namespace ckplan {
 
-RecomputeCost MeasureRecomputeCost(const Profile& profile, GraphProgram& program, const torch::jit::Module& module,
-                                   const std::vector<at::Tensor>& inputs, const DeviceInfo& device, int pairs) {
-  const Chain chain = ChainFromProfile(profile, profile.model.value("path", std::string("profile")));
+Calibration MeasureCalibration(const Profile& profile, GraphProgram& program, const torch::jit::Module& module,
+                               const std::vector<at::Tensor>& inputs, const DeviceInfo& device, int pairs) {
+  const Chain chain = ChainFromProfile(profile, profile.model.path.value_or("profile"));
   std::vector<std::pair<int, int>> ranges;
   std::vector<std::string> names;
   for (const Stage& s : chain.stages) {
@@ -31,7 +31,7 @@ RecomputeCost MeasureRecomputeCost(const Profile& profile, GraphProgram& program
   // The parameters and buffers as the executor lists them (each once).
   auto [params, buffers] = UniqueModuleTensors(module);
   RunOptions options;
-  options.model_path = profile.model.value("path", std::string());
+  options.model_path = profile.model.path.value_or("");
   TrackingAllocator& tracker = TrackingAllocator::Instance();
   ScheduleRunner cut(options, staged, device, tracker, params, buffers, names);
   ScheduleRunner one(options, whole, device, tracker, params, buffers, {"the whole forward"});
@@ -86,7 +86,7 @@ RecomputeCost MeasureRecomputeCost(const Profile& profile, GraphProgram& program
       for (int i = m.first_stage; i <= m.last_stage; ++i) {
         const Stage& stage = chain.stages[static_cast<size_t>(i)];
         for (int op = stage.ops->first; op <= stage.ops->last; ++op) {
-          wrap_ops_ms[mode] += std::max(0.0, profile.ops[static_cast<size_t>(op)].fwd_nograd_ms);
+          wrap_ops_ms[mode] += profile.ops[static_cast<size_t>(op)].fwd_nograd_ms.value_or(0);
         }
       }
     }
@@ -132,10 +132,10 @@ RecomputeCost MeasureRecomputeCost(const Profile& profile, GraphProgram& program
   }
   cut.ZeroGrads();
   cut.set_optimizer_step(nullptr);
-  RecomputeCost cost;
+  Calibration cost;
   cost.run_step_ms = Median(step_ms);
   double ops_ms = 0;
-  for (const OpRecord& op : profile.ops) ops_ms += std::max(0.0, op.fwd_nograd_ms);
+  for (const OpRecord& op : profile.ops) ops_ms += op.fwd_nograd_ms.value_or(0);
   if (chain.length() > 1) {
     cost.stage_run_ms = std::max(0.0, (Median(cut_ms) - Median(whole_ms)) / static_cast<double>(chain.length() - 1));
   }
@@ -143,7 +143,7 @@ RecomputeCost MeasureRecomputeCost(const Profile& profile, GraphProgram& program
   // it adds, less the stage runs' own cost, per ms of the ops' forward
   // without autograd. Noise cannot make it vanish: at least a quarter.
   if (ops_ms > 0) {
-    const double runs_ms = chain.length() * std::max(0.0, cost.stage_run_ms);
+    const double runs_ms = chain.length() * cost.stage_run_ms.value_or(0);
     cost.nograd_scale = std::max(0.25, (Median(extra_ms) - runs_ms) / ops_ms);
   }
   // The PyTorch target: each set of wrapped modules adds a fixed cost per
@@ -162,7 +162,7 @@ RecomputeCost MeasureRecomputeCost(const Profile& profile, GraphProgram& program
     // The scale from the set with more ops (the larger, steadier difference).
     const bool second = o2 >= o1;
     const double n = second ? n2 : n1, o = second ? o2 : o1, d = second ? d2 : d1;
-    if (o > 0) cost.module_nograd_scale = std::max(0.25, (d - n * cost.checkpoint_call_ms) / o);
+    if (o > 0) cost.module_nograd_scale = std::max(0.25, (d - n * *cost.checkpoint_call_ms) / o);
   } else if (!wrap_modes[1].empty() && o1 > 0) {
     cost.module_nograd_scale = std::max(0.25, d1 / o1);
   } else if (!wrap_modes[2].empty() && o2 > 0) {

@@ -20,24 +20,16 @@
 
 namespace ckplan {
 
-struct RecomputeCost {
-  double stage_run_ms = -1;   ///< per stage run, beyond its ops; -1: not measured
-  double nograd_scale = -1;   ///< what a stage run without autograd adds to a step, over its ops' fwd_nograd_ms; -1: not measured
-  double run_step_ms = -1;    ///< a step without recomputation as the executor runs it, adam's update included
-  double module_step_ms = -1;       ///< the PyTorch target's step, nothing wrapped, adam's update included
-  double module_nograd_scale = -1;  ///< a wrapped module's cost beyond checkpoint_call_ms, over its ops' fwd_nograd_ms
-  double checkpoint_call_ms = -1;   ///< a wrapped module's fixed cost; -1: not measured
-};
-
-/// Measured on the stages ChainFromProfile cuts `profile` into (its ops'
-/// fwd_nograd_ms filled in), with adam (the planner's default) updating the
+/// The profile's Calibration (planner/contracts/profile.h), measured on the
+/// stages ChainFromProfile cuts `profile` into (its ops' fwd_nograd_ms
+/// filled in), with adam (the planner's default) updating the
 /// parameters after each step: rounds (at least `pairs`, more on small
 /// models) of a step without recomputation and one with every stage
 /// checkpointed, in alternating order, then a forward without autograd,
 /// timed in turn stage by stage as recomputations or whole as one first
 /// run. run_step_ms: the median step without recomputation; stage_run_ms:
 /// the median difference (stage by stage less whole) over the stages less
-/// one, at least 0 (-1 where the profile cuts into a single stage);
+/// one, at least 0 (unset where the profile cuts into a single stage);
 /// nograd_scale: the median difference of the two steps, less a stage run
 /// per stage, over the sum of the ops' fwd_nograd_ms (at least 0.25).
 /// The first rounds after the warm-up (at least `pairs`, more on small
@@ -48,8 +40,9 @@ struct RecomputeCost {
 /// wrapped; the two sets' median differences from it, each n wraps over
 /// ops of o ms (fwd_nograd_ms), solved for checkpoint_call_ms (per wrap, at
 /// least 0) and module_nograd_scale (per ms of ops, at least 0.25); where
-/// no module spans several stages, the scale alone (checkpoint_call_ms -1).
-RecomputeCost MeasureRecomputeCost(const Profile& profile, GraphProgram& program, const torch::jit::Module& module,
-                                   const std::vector<at::Tensor>& inputs, const DeviceInfo& device, int pairs);
+/// no module spans several stages, the scale alone (checkpoint_call_ms
+/// unset).
+Calibration MeasureCalibration(const Profile& profile, GraphProgram& program, const torch::jit::Module& module,
+                               const std::vector<at::Tensor>& inputs, const DeviceInfo& device, int pairs);
 
 }  // namespace ckplan

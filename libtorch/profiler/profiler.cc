@@ -380,15 +380,15 @@ class Profiler {
     if (options_.progress) options_.progress(total, total);
 
     Profile profile;
-    nlohmann::json input_specs = nlohmann::json::array();
-    for (const InputSpec& spec : specs) input_specs.push_back(InputSpecToJson(spec));
-    profile.model = {{"path", path}, {"sha256", sha256}, {"inputs", input_specs}, {"training", module.is_training()}};
+    profile.model.path = path;
+    profile.model.sha256 = sha256;
+    profile.model.inputs = specs;
+    profile.model.training = module.is_training();
     // Which loss the profile back-propagated: the model's own, or the
     // sum over its outputs (as `ckplan run`'s --loss does).
-    profile.model["loss"] = program.returns_loss() ? "model" : "outputs";
+    profile.model.loss = program.returns_loss() ? "model" : "outputs";
     // Modules the forward never calls (nn.ModuleList, nn.ModuleDict: their
     // children are called one by one): an eager plan cannot wrap them.
-    nlohmann::json containers = nlohmann::json::array();
     for (const auto& item : module.named_modules()) {
       if (item.name.empty() || !item.value.type()->name()) continue;
       // The class's own name (a trace's `___torch_mangle_5.ModuleList`), or
@@ -397,18 +397,23 @@ class Profiler {
       const bool container = type == "ModuleList" || type == "ModuleDict" || type == "ParameterList" ||
                              type == "ParameterDict" ||
                              item.value.type()->name()->qualifiedName().rfind("__torch__.ckplan_pt2.Container", 0) == 0;
-      if (container) containers.push_back(item.name);
+      if (container) profile.model.containers.push_back(item.name);
     }
-    if (!containers.empty()) profile.model["containers"] = containers;
-    if (!program.output_choice().empty()) profile.model["output_choice"] = program.output_choice();
-    profile.environment = {{"libtorch", LibTorchVersion()}, {"threads", options_.threads}, {"device", device_.name},
-                           {"reps", options_.reps}, {"seed", options_.seed},
-                           {"timer", device_.cuda() ? timer_line_ : meta ? "none: meta tensors do no work" : "thread CPU time (CLOCK_THREAD_CPUTIME_ID)"},
-                           {"memory", device_.cuda() ? "CUDA caching allocator: its trace per op, its device "
-                                                       "statistics for the step's peak"
-                                                     : meta ? "tracking meta allocator: every meta storage counted, none allocated"
-                                                            : "tracking CPU allocator"}};
-    if (dtype) profile.environment["dtype"] = std::string(c10::toString(*dtype));
+    if (!program.output_choice().empty()) profile.model.output_choice = program.output_choice();
+    EnvironmentRecord& environment = profile.environment;
+    environment.libtorch = LibTorchVersion();
+    environment.threads = options_.threads;
+    environment.device = device_.name;
+    environment.reps = options_.reps;
+    environment.seed = static_cast<int64_t>(options_.seed);
+    environment.timer = device_.cuda() ? timer_line_
+                        : meta         ? "none: meta tensors do no work"
+                                       : "thread CPU time (CLOCK_THREAD_CPUTIME_ID)";
+    environment.memory = device_.cuda() ? "CUDA caching allocator: its trace per op, its device "
+                                          "statistics for the step's peak"
+                         : meta         ? "tracking meta allocator: every meta storage counted, none allocated"
+                                        : "tracking CPU allocator";
+    if (dtype) environment.dtype = std::string(c10::toString(*dtype));
     profile.tensors = record.tensors;
     profile.inputs = record.inputs;
     profile.outputs = record.outputs;
@@ -426,7 +431,7 @@ class Profiler {
       op.saved_bytes = record.op_saved[k];
       op.fwd_tmp_bytes = record.op_fwd_tmp[k];
       op.bwd_tmp_bytes = bwd_tmp[k];
-      op.bwd_span_peak_bytes = bwd_span[k];
+      if (bwd_span[k] >= 0) op.bwd_span_peak_bytes = bwd_span[k];
       op.fwd_ms = Median(fwd_ms[k]);
       op.bwd_ms = Median(bwd_ms[k]);
       op.fwd_nograd_ms = Median(fwd_nograd_ms[k]);
@@ -453,13 +458,7 @@ class Profiler {
     // the executor cannot run stage by stage keeps its profile, without it.
     if (!meta) {
       try {
-        const RecomputeCost cost = MeasureRecomputeCost(profile, program, module, inputs, device_, kRecomputePairs);
-        profile.totals.stage_run_ms = cost.stage_run_ms;
-        profile.totals.nograd_scale = cost.nograd_scale;
-        profile.totals.run_step_ms = cost.run_step_ms;
-        profile.totals.module_step_ms = cost.module_step_ms;
-        profile.totals.module_nograd_scale = cost.module_nograd_scale;
-        profile.totals.checkpoint_call_ms = cost.checkpoint_call_ms;
+        profile.calibration = MeasureCalibration(profile, program, module, inputs, device_, kRecomputePairs);
       } catch (const std::exception& e) {
         warnings_->push_back(path + ": recomputation not timed as `ckplan run` runs it (priced at the ops' forward "
                                     "without autograd): " + FirstLine(e.what()));

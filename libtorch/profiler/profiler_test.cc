@@ -313,7 +313,7 @@ TEST_CASE("the profile JSON round-trips and records identity, inputs and edges")
   // Every op's forward without autograd, and the update of each optimizer
   // the planner knows, are measured and read back; the chain carries them.
   for (size_t k = 0; k < p.ops.size(); ++k) {
-    CHECK(p.ops[k].fwd_nograd_ms >= 0);
+    CHECK(p.ops[k].fwd_nograd_ms.has_value());
     CHECK(back.ops[k].fwd_nograd_ms == p.ops[k].fwd_nograd_ms);
   }
   for (const char* name : {"sgd", "momentum", "adam"}) {
@@ -325,44 +325,44 @@ TEST_CASE("the profile JSON round-trips and records identity, inputs and edges")
   // What a recomputation costs as `ckplan run` runs it, measured on the
   // profile's own stages (calibration.h) and read back; each stage's
   // forward without autograd carries it.
-  REQUIRE(p.totals.stage_run_ms >= 0);
-  REQUIRE(p.totals.nograd_scale > 0);
-  CHECK(back.totals.stage_run_ms == p.totals.stage_run_ms);
-  CHECK(back.totals.nograd_scale == p.totals.nograd_scale);
+  REQUIRE(p.calibration.stage_run_ms);
+  REQUIRE(p.calibration.nograd_scale > 0);
+  CHECK(back.calibration.stage_run_ms == p.calibration.stage_run_ms);
+  CHECK(back.calibration.nograd_scale == p.calibration.nograd_scale);
   const Chain chain = ChainFromProfile(back);
   for (const Stage& s : chain.stages) {
     double ops_ms = 0;
-    for (int k = s.ops->first; k <= s.ops->last; ++k) ops_ms += p.ops[static_cast<size_t>(k)].fwd_nograd_ms;
-    CHECK(*s.fwd_nograd_ms == doctest::Approx(p.totals.nograd_scale * ops_ms + p.totals.stage_run_ms));
+    for (int k = s.ops->first; k <= s.ops->last; ++k) ops_ms += *p.ops[static_cast<size_t>(k)].fwd_nograd_ms;
+    CHECK(*s.fwd_nograd_ms == doctest::Approx(*p.calibration.nograd_scale * ops_ms + *p.calibration.stage_run_ms));
   }
   // The step without recomputation as the executor runs it (adam's update
   // included), read back; the chain's step without recomputation, with
   // adam's update, is that step (its loss is what the ops leave of it).
-  REQUIRE(p.totals.run_step_ms > 0);
-  CHECK(back.totals.run_step_ms == p.totals.run_step_ms);
+  REQUIRE(p.calibration.run_step_ms > 0);
+  CHECK(back.calibration.run_step_ms == p.calibration.run_step_ms);
   double chain_ms = chain.loss_bwd_ms + p.totals.optimizer_step_ms.at("adam");
   for (const Stage& s : chain.stages) chain_ms += s.fwd_ms + s.bwd_ms;
-  if (chain.loss_bwd_ms > 0) CHECK(chain_ms == doctest::Approx(p.totals.run_step_ms));
-  CHECK(chain_ms >= p.totals.run_step_ms * (1 - 1e-9));
+  if (chain.loss_bwd_ms > 0) CHECK(chain_ms == doctest::Approx(*p.calibration.run_step_ms));
+  CHECK(chain_ms >= *p.calibration.run_step_ms * (1 - 1e-9));
   // The PyTorch target's step as `ckplan run` runs it (eagerly, nothing
   // wrapped; every stage wrapped; all as one), read back; the chain prices
   // a wrapped module's stages at module_nograd_scale x their ops, a fixed
   // checkpoint_call_ms per wrap, and its step without recomputation, with
   // adam's update, is the eager step.
-  REQUIRE(p.totals.module_step_ms > 0);
-  REQUIRE(p.totals.module_nograd_scale > 0);
-  REQUIRE(p.totals.checkpoint_call_ms >= 0);
-  CHECK(back.totals.module_step_ms == p.totals.module_step_ms);
-  CHECK(back.totals.module_nograd_scale == p.totals.module_nograd_scale);
-  CHECK(back.totals.checkpoint_call_ms == p.totals.checkpoint_call_ms);
-  CHECK(chain.checkpoint_call_ms == p.totals.checkpoint_call_ms);
+  REQUIRE(p.calibration.module_step_ms > 0);
+  REQUIRE(p.calibration.module_nograd_scale > 0);
+  REQUIRE(p.calibration.checkpoint_call_ms);
+  CHECK(back.calibration.module_step_ms == p.calibration.module_step_ms);
+  CHECK(back.calibration.module_nograd_scale == p.calibration.module_nograd_scale);
+  CHECK(back.calibration.checkpoint_call_ms == p.calibration.checkpoint_call_ms);
+  CHECK(chain.checkpoint_call_ms == p.calibration.checkpoint_call_ms);
   for (const Stage& s : chain.stages) {
     double ops_ms = 0;
-    for (int k = s.ops->first; k <= s.ops->last; ++k) ops_ms += p.ops[static_cast<size_t>(k)].fwd_nograd_ms;
-    CHECK(*s.module_fwd_nograd_ms == doctest::Approx(p.totals.module_nograd_scale * ops_ms));
+    for (int k = s.ops->first; k <= s.ops->last; ++k) ops_ms += *p.ops[static_cast<size_t>(k)].fwd_nograd_ms;
+    CHECK(*s.module_fwd_nograd_ms == doctest::Approx(*p.calibration.module_nograd_scale * ops_ms));
   }
   const double eager_ms = chain.ModuleNoRecomputeTimeMs() + p.totals.optimizer_step_ms.at("adam");
-  CHECK(eager_ms == doctest::Approx(p.totals.module_step_ms));
+  CHECK(eager_ms == doctest::Approx(*p.calibration.module_step_ms));
 }
 
 TEST_CASE("bad models and inputs are one-line errors naming the file, op and module") {
@@ -419,7 +419,7 @@ TEST_CASE("a model in eval mode is profiled with a warning") {
   Profile p = ProfileModel(OneRep(ModelPath("eval_mode"), {"4x16"}), &warnings);
   REQUIRE(warnings.size() == 1);
   CHECK(warnings[0].find("eval mode") != std::string::npos);
-  CHECK(p.model["training"] == false);
+  CHECK(p.model.training == false);
 }
 
 TEST_CASE("profiles are repeatable: same sizes and graph on a second run") {
@@ -453,7 +453,7 @@ TEST_CASE("--device cuda: the same sizes as on the CPU where a GPU is, a one-lin
   } else {
     Profile gpu = ProfileModel(options, &warnings);
     const Profile& cpu = ProfileOf("mlp_chain");
-    CHECK(gpu.environment["device"].get<std::string>().rfind("cuda:0", 0) == 0);
+    CHECK(gpu.environment.DeviceName().rfind("cuda:0", 0) == 0);
     REQUIRE(gpu.ops.size() == cpu.ops.size());
     // PyTorch's count, and the CPU profile: same tensors kept on either device.
     CHECK(gpu.totals.saved_bytes == Reference("mlp_chain")["saved_bytes"].get<int64_t>());
@@ -537,7 +537,7 @@ TEST_CASE("a .pt2 exported with a dynamic batch profiles at any batch size from 
   const double ratio = static_cast<double>(six.totals.saved_bytes) / static_cast<double>(two.totals.saved_bytes);
   CHECK(ratio > 2.8);
   CHECK(ratio < 3.1);
-  CHECK(six.model["inputs"][0]["shape"] == nlohmann::json::array({6, 64}));
+  CHECK(six.model.inputs->at(0).shape == std::vector<int64_t>{6, 64});
   // Llama too (grouped-query attention, rotary tables sized from the input).
   options.model_path = std::string(CKPLAN_TEST_MODELS) + "/llama.pt2";
   options.inputs = {ParseInputSpec("2x64:int64:0..512")};

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "planner/base/error.h"
+#include "planner/base/json_io.h"
 
 namespace ckplan {
 namespace {
@@ -162,6 +163,21 @@ nlohmann::json InputSpecToJson(const InputSpec& spec) {
     j["distribution"] = "normal(0,1)";
   }
   return j;
+}
+
+InputSpec InputSpecFromJson(const JsonReader& node) {
+  node.ExpectObject();
+  InputSpec spec;
+  const JsonReader shape = node.Field("shape");
+  for (size_t d = 0; d < shape.ArraySize(); ++d) spec.shape.push_back(shape.Item(d).NonNegativeBytes());
+  spec.dtype = node.Field("dtype").String();
+  spec.text = node.Field("text").String();
+  if (node.Has("lo") || node.Has("hi")) {
+    spec.has_range = true;
+    spec.lo = node.Field("lo").FiniteNumber();
+    spec.hi = node.Field("hi").FiniteNumber();
+  }
+  return spec;
 }
 
 }  // namespace ckplan

@@ -34,7 +34,15 @@ int64_t DtypeBytes(const std::string& dtype);
 /// `8x3x224x224`.
 std::string ShapeText(const std::vector<int64_t>& shape);
 
-/// {"shape":[..],"dtype":..,"lo":..,"hi":..}
+/// {"shape":[..],"dtype":..,"text":..,"lo":..,"hi":..} (or
+/// "distribution" for a float input drawn from a standard normal): a
+/// profile's `model.inputs[]`.
 nlohmann::json InputSpecToJson(const InputSpec& spec);
+
+class JsonReader;
+/// Reads what InputSpecToJson writes: `shape`, `dtype` and `text` required,
+/// `lo` and `hi` together or neither (a range given or chosen). Throws
+/// BadInput naming the field.
+InputSpec InputSpecFromJson(const JsonReader& node);
 
 }  // namespace ckplan

@@ -3,6 +3,7 @@
 #include <boost/graph/adjacency_list.hpp>
 #include <boost/graph/topological_sort.hpp>
 
+#include <climits>
 #include <set>
 
 #include "planner/base/error.h"
@@ -32,6 +33,108 @@ std::vector<int64_t> ReadShape(const JsonReader& shape) {
   return sizes;
 }
 
+template <typename T>
+void Put(nlohmann::json* doc, const char* key, const std::optional<T>& value) {
+  if (value) (*doc)[key] = *value;
+}
+
+std::optional<std::string> OptionalString(const JsonReader& r, const char* key) {
+  if (!r.Has(key)) return std::nullopt;
+  return r.Field(key).String();
+}
+
+// `model`, its fields as the profiler writes them (profile.h).
+ModelRecord ModelFromJson(const JsonReader& r) {
+  r.ExpectObject();
+  ModelRecord m;
+  m.path = OptionalString(r, "path");
+  m.sha256 = OptionalString(r, "sha256");
+  if (r.Has("inputs")) {
+    const JsonReader inputs = r.Field("inputs");
+    m.inputs.emplace();
+    for (size_t k = 0; k < inputs.ArraySize(); ++k) m.inputs->push_back(InputSpecFromJson(inputs.Item(k)));
+  }
+  if (r.Has("training")) m.training = r.Field("training").Bool();
+  m.loss = OptionalString(r, "loss");
+  m.output_choice = OptionalString(r, "output_choice");
+  if (r.Has("containers")) {
+    const JsonReader containers = r.Field("containers");
+    for (size_t k = 0; k < containers.ArraySize(); ++k) m.containers.push_back(containers.Item(k).String());
+  }
+  return m;
+}
+
+nlohmann::json ModelToJson(const ModelRecord& m) {
+  nlohmann::json doc = nlohmann::json::object();
+  Put(&doc, "path", m.path);
+  Put(&doc, "sha256", m.sha256);
+  if (m.inputs) {
+    doc["inputs"] = nlohmann::json::array();
+    for (const InputSpec& spec : *m.inputs) doc["inputs"].push_back(InputSpecToJson(spec));
+  }
+  Put(&doc, "training", m.training);
+  Put(&doc, "loss", m.loss);
+  Put(&doc, "output_choice", m.output_choice);
+  if (!m.containers.empty()) doc["containers"] = m.containers;
+  return doc;
+}
+
+EnvironmentRecord EnvironmentFromJson(const JsonReader& r) {
+  r.ExpectObject();
+  EnvironmentRecord e;
+  e.libtorch = OptionalString(r, "libtorch");
+  if (r.Has("threads")) e.threads = r.Field("threads").IntegerIn(0, INT32_MAX);
+  e.device = OptionalString(r, "device");
+  if (r.Has("reps")) e.reps = r.Field("reps").IntegerIn(0, INT32_MAX);
+  if (r.Has("seed")) e.seed = r.Field("seed").Integer();
+  e.timer = OptionalString(r, "timer");
+  e.memory = OptionalString(r, "memory");
+  e.dtype = OptionalString(r, "dtype");
+  if (r.Has("time_model")) {
+    r.Field("time_model").ExpectObject();
+    e.time_model = r.Field("time_model").node();
+  }
+  return e;
+}
+
+nlohmann::json EnvironmentToJson(const EnvironmentRecord& e) {
+  nlohmann::json doc = nlohmann::json::object();
+  Put(&doc, "libtorch", e.libtorch);
+  Put(&doc, "threads", e.threads);
+  Put(&doc, "device", e.device);
+  Put(&doc, "reps", e.reps);
+  Put(&doc, "seed", e.seed);
+  Put(&doc, "timer", e.timer);
+  Put(&doc, "memory", e.memory);
+  Put(&doc, "dtype", e.dtype);
+  if (!e.time_model.is_null()) doc["time_model"] = e.time_model;
+  return doc;
+}
+
+// The calibration's figures, in `node` (the profile's `totals`).
+Calibration CalibrationFromJson(const JsonReader& node) {
+  Calibration c;
+  auto read = [&](const char* key, std::optional<double>* value) {
+    if (node.Has(key)) *value = node.Field(key).NonNegativeNumber();
+  };
+  read("stage_run_ms", &c.stage_run_ms);
+  read("nograd_scale", &c.nograd_scale);
+  read("run_step_ms", &c.run_step_ms);
+  read("module_step_ms", &c.module_step_ms);
+  read("module_nograd_scale", &c.module_nograd_scale);
+  read("checkpoint_call_ms", &c.checkpoint_call_ms);
+  return c;
+}
+
+void CalibrationToJson(const Calibration& c, nlohmann::json* node) {
+  Put(node, "stage_run_ms", c.stage_run_ms);
+  Put(node, "nograd_scale", c.nograd_scale);
+  Put(node, "run_step_ms", c.run_step_ms);
+  Put(node, "module_step_ms", c.module_step_ms);
+  Put(node, "module_nograd_scale", c.module_nograd_scale);
+  Put(node, "checkpoint_call_ms", c.checkpoint_call_ms);
+}
+
 }  // namespace
 
 Profile ProfileFromJson(const nlohmann::json& doc, const std::string& file) {
@@ -42,9 +145,10 @@ Profile ProfileFromJson(const nlohmann::json& doc, const std::string& file) {
     root.Field("schema").Fail("expected \"ckplan.profile/1\", got \"" + schema + "\"");
   }
   Profile p;
-  root.Field("model").ExpectObject();
-  p.model = root.Field("model").node();
-  if (root.Has("environment")) p.environment = root.Field("environment").node();
+  p.model = ModelFromJson(root.Field("model"));
+  if (root.Has("environment") && !root.Field("environment").node().is_null()) {
+    p.environment = EnvironmentFromJson(root.Field("environment"));
+  }
 
   JsonReader totals = root.Field("totals");
   p.totals.param_bytes = totals.Field("param_bytes").NonNegativeBytes();
@@ -56,16 +160,7 @@ Profile ProfileFromJson(const nlohmann::json& doc, const std::string& file) {
   p.totals.bwd_ms = totals.Field("bwd_ms").NonNegativeNumber();
   p.totals.peak_bytes = totals.Field("peak_bytes").NonNegativeBytes();
   if (totals.Has("step_ms")) p.totals.step_ms = totals.Field("step_ms").NonNegativeNumber();
-  if (totals.Has("stage_run_ms")) p.totals.stage_run_ms = totals.Field("stage_run_ms").NonNegativeNumber();
-  if (totals.Has("nograd_scale")) p.totals.nograd_scale = totals.Field("nograd_scale").NonNegativeNumber();
-  if (totals.Has("run_step_ms")) p.totals.run_step_ms = totals.Field("run_step_ms").NonNegativeNumber();
-  if (totals.Has("module_step_ms")) p.totals.module_step_ms = totals.Field("module_step_ms").NonNegativeNumber();
-  if (totals.Has("module_nograd_scale")) {
-    p.totals.module_nograd_scale = totals.Field("module_nograd_scale").NonNegativeNumber();
-  }
-  if (totals.Has("checkpoint_call_ms")) {
-    p.totals.checkpoint_call_ms = totals.Field("checkpoint_call_ms").NonNegativeNumber();
-  }
+  p.calibration = CalibrationFromJson(totals);
   if (totals.Has("optimizer_step_ms")) {
     JsonReader steps = totals.Field("optimizer_step_ms");
     steps.ExpectObject();
@@ -95,7 +190,10 @@ Profile ProfileFromJson(const nlohmann::json& doc, const std::string& file) {
     rec.storage = r.Has("storage") ? r.Field("storage").IntegerIn(-kMaxStorageId, kMaxStorageId) : t;
     rec.kept = r.Has("kept") ? r.Field("kept").Bool() : false;
     rec.external = r.Has("external") ? r.Field("external").Bool() : rec.producer < 0;
-    if (r.Has("released_by")) rec.released_by = r.Field("released_by").IntegerIn(-1, op_count - 1);
+    if (r.Has("released_by")) {
+      const int op = r.Field("released_by").IntegerIn(-1, op_count - 1);
+      if (op >= 0) rec.released_by = op;  // -1: not freed in the backward
+    }
     p.tensors.push_back(std::move(rec));
   }
   for (int o = 0; o < op_count; ++o) {
@@ -211,7 +309,7 @@ nlohmann::json ProfileToJson(const Profile& p) {
                        {"requires_grad", t.requires_grad},
                        {"producer", t.producer}, {"storage", t.storage}, {"kept", t.kept},
                        {"external", t.external}});
-    if (t.released_by >= 0) tensors.back()["released_by"] = t.released_by;
+    if (t.released_by) tensors.back()["released_by"] = *t.released_by;
   }
   nlohmann::json ops = nlohmann::json::array();
   nlohmann::json edges = nlohmann::json::array();
@@ -225,12 +323,12 @@ nlohmann::json ProfileToJson(const Profile& p) {
       for (const ArgRecord& a : op.args) args.push_back({{"shape", a.shape}, {"dtype", a.dtype}});
       ops.back()["args"] = std::move(args);
     }
-    if (op.fwd_nograd_ms >= 0) ops.back()["fwd_nograd_ms"] = op.fwd_nograd_ms;
-    if (op.bwd_span_peak_bytes >= 0) ops.back()["bwd_span_peak_bytes"] = op.bwd_span_peak_bytes;
+    if (op.fwd_nograd_ms) ops.back()["fwd_nograd_ms"] = *op.fwd_nograd_ms;
+    if (op.bwd_span_peak_bytes) ops.back()["bwd_span_peak_bytes"] = *op.bwd_span_peak_bytes;
     if (op.dropout_p > 0) ops.back()["dropout_p"] = op.dropout_p;
     if (!op.approximate.empty()) ops.back()["approximate"] = op.approximate;
     if (op.is_causal) ops.back()["is_causal"] = true;
-    if (op.grad_nodes >= 0) ops.back()["grad_nodes"] = op.grad_nodes;
+    if (op.grad_nodes) ops.back()["grad_nodes"] = *op.grad_nodes;
     if (op.recurrent.num_layers > 0) {
       ops.back()["recurrent"] = {{"batch_first", op.recurrent.batch_first}, {"num_layers", op.recurrent.num_layers},
                                  {"bidirectional", op.recurrent.bidirectional}};
@@ -245,16 +343,11 @@ nlohmann::json ProfileToJson(const Profile& p) {
                            {"output_bytes", p.totals.output_bytes}, {"fwd_ms", p.totals.fwd_ms},
                            {"bwd_ms", p.totals.bwd_ms}, {"peak_bytes", p.totals.peak_bytes}};
   if (!p.totals.optimizer_step_ms.empty()) totals["optimizer_step_ms"] = p.totals.optimizer_step_ms;
-  if (p.totals.step_ms >= 0) totals["step_ms"] = p.totals.step_ms;
-  if (p.totals.stage_run_ms >= 0) totals["stage_run_ms"] = p.totals.stage_run_ms;
-  if (p.totals.nograd_scale >= 0) totals["nograd_scale"] = p.totals.nograd_scale;
-  if (p.totals.run_step_ms >= 0) totals["run_step_ms"] = p.totals.run_step_ms;
-  if (p.totals.module_step_ms >= 0) totals["module_step_ms"] = p.totals.module_step_ms;
-  if (p.totals.module_nograd_scale >= 0) totals["module_nograd_scale"] = p.totals.module_nograd_scale;
-  if (p.totals.checkpoint_call_ms >= 0) totals["checkpoint_call_ms"] = p.totals.checkpoint_call_ms;
+  if (p.totals.step_ms) totals["step_ms"] = *p.totals.step_ms;
+  CalibrationToJson(p.calibration, &totals);
   nlohmann::json doc = {{"schema", "ckplan.profile/1"},
-                        {"model", p.model},
-                        {"environment", p.environment},
+                        {"model", ModelToJson(p.model)},
+                        {"environment", EnvironmentToJson(p.environment)},
                         {"totals", std::move(totals)},
                         {"inputs", p.inputs},
                         {"outputs", p.outputs},

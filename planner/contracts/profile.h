@@ -4,10 +4,13 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "planner/contracts/input_spec.h"
 
 namespace ckplan {
 
@@ -25,9 +28,9 @@ struct TensorRecord {
   bool external = false;    ///< its storage existed before the forward (a parameter, buffer or input)
   /// Optional (`released_by`): the op during whose backward (or right after
   /// it, as autograd releases what the op's nodes saved) its storage was
-  /// freed in the profiled step; -1 when not measured or not freed in the
-  /// backward (an output, an external storage).
-  int released_by = -1;
+  /// freed in the profiled step; unset when not measured or not freed in
+  /// the backward (an output, an external storage).
+  std::optional<int> released_by;
 };
 
 /// A tensor argument of an op as the op saw it (weights included).
@@ -51,16 +54,17 @@ struct OpRecord {
   /// autograd nodes (a GRU's layers, a Linear's addmm and bias sum) above
   /// the memory live when its first node starts: its gradients as they are
   /// made, what its nodes release as they finish. bwd_tmp_bytes is the
-  /// largest single node's. -1 when the profile has none.
-  int64_t bwd_span_peak_bytes = -1;
+  /// largest single node's. Unset when the profile has none.
+  std::optional<int64_t> bwd_span_peak_bytes;
   double fwd_ms = 0;
   double bwd_ms = 0;
   /// Optional (`args`): every tensor argument, parameters included, in order:
   /// what the cost model (cost_model.h) counts FLOPs and bytes from.
   std::vector<ArgRecord> args;
   /// Optional: the forward without autograd (torch::NoGradGuard), what a
-  /// recomputation costs; -1 when the profile has none (fwd_ms stands for it).
-  double fwd_nograd_ms = -1;
+  /// recomputation costs; unset when the profile has none (fwd_ms stands
+  /// for it).
+  std::optional<double> fwd_nograd_ms;
   /// Optional (`dropout_p`): the op's dropout probability where its schema
   /// has one (scaled dot-product attention; on the CPU a non-zero one takes
   /// the math path, not the fused kernel); 0 when absent.
@@ -81,8 +85,8 @@ struct OpRecord {
   } recurrent;
   /// Optional (`grad_nodes`): the autograd nodes its forward made (sequence
   /// numbers taken; a composite op makes several: a linear on 3-D input
-  /// four, its views included); -1 when absent.
-  int grad_nodes = -1;
+  /// four, its views included); unset when absent.
+  std::optional<int> grad_nodes;
 };
 
 /// A parameter of the model (optional in the contract: profiles made before
@@ -107,49 +111,92 @@ struct ProfileTotals {
   /// optimizer name (sgd, momentum, adam); empty when not measured.
   std::map<std::string, double> optimizer_step_ms;
   /// Optional: a whole forward, loss and backward timed without per-op
-  /// timers (median); -1 when not measured.
-  double step_ms = -1;
-  /// Optional: what `ckplan run`'s executor spends on one stage run beyond
-  /// the stage's ops (binding the values at the cut, restoring the random
-  /// state and buffers around a recomputation), measured on the profile's
-  /// own stages (ms per stage run); each recomputed stage run costs it on
-  /// top of its ops' forward without autograd. -1 when not measured.
-  double stage_run_ms = -1;
-  /// Optional: what running every stage once more without autograd adds to
-  /// a training step (a step with every stage checkpointed less a step
+  /// timers (median).
+  std::optional<double> step_ms;
+};
+
+/// How a recomputation and a step cost as `ckplan run` runs them, measured
+/// by the profiler on the stages of the chain it cut (libtorch/profiler/
+/// calibration.h): what the chain's stage times are scaled by. Each figure
+/// is optional (unset when not measured).
+struct Calibration {
+  /// What `ckplan run`'s executor spends on one stage run beyond the
+  /// stage's ops (binding the values at the cut, restoring the random state
+  /// and buffers around a recomputation), ms per stage run; each recomputed
+  /// stage run costs it on top of its ops' forward without autograd.
+  std::optional<double> stage_run_ms;
+  /// What running every stage once more without autograd adds to a
+  /// training step (a step with every stage checkpointed less a step
   /// without recomputation, adam's update in both, paired and the median
   /// taken), less the stage runs' stage_run_ms, over the sum of the ops'
   /// fwd_nograd_ms (timed op by op right after another forward): what a
   /// recomputation's ops cost in a step, the backward's gain from fresh
-  /// caches included, per ms of their fwd_nograd_ms. -1 when not measured
-  /// (1 stands for it).
-  double nograd_scale = -1;
-  /// Optional: a step without recomputation as `ckplan run` runs it (stage
-  /// by stage on the profile's stages, in a loop of steps, adam's update
-  /// included; median). -1 when not measured.
-  double run_step_ms = -1;
-  /// Optional, for the PyTorch target: a step as `ckplan run` runs a
-  /// PyTorch-target plan's baseline (eagerly, node by node, nothing
-  /// wrapped, in a loop of steps, adam's update included; median). -1 when
-  /// not measured.
-  double module_step_ms = -1;
-  /// Optional, for the PyTorch target: what a module wrapped in
+  /// caches included, per ms of their fwd_nograd_ms (1 stands for it).
+  std::optional<double> nograd_scale;
+  /// A step without recomputation as `ckplan run` runs it (stage by stage,
+  /// in a loop of steps, adam's update included; median).
+  std::optional<double> run_step_ms;
+  /// For the PyTorch target: a step as `ckplan run` runs a PyTorch-target
+  /// plan's baseline (eagerly, node by node, nothing wrapped, in a loop of
+  /// steps, adam's update included; median).
+  std::optional<double> module_step_ms;
+  /// For the PyTorch target: what a module wrapped in
   /// torch.utils.checkpoint adds to that step, as `ckplan run` runs it,
   /// beyond a fixed checkpoint_call_ms per wrapped module: per ms of its
   /// ops' fwd_nograd_ms. From steps with two sets of the modules a plan can
   /// wrap (the single-stage ones; the outermost ones), each less the step
-  /// nothing wrapped (paired, medians). -1 when not measured.
-  double module_nograd_scale = -1;
-  /// Optional, for the PyTorch target: the fixed cost of one wrapped module
-  /// (its autograd function, its nested backward) in that step; -1 when not
-  /// measured (no module over several stages: module_nograd_scale holds it).
-  double checkpoint_call_ms = -1;
+  /// nothing wrapped (paired, medians).
+  std::optional<double> module_nograd_scale;
+  /// For the PyTorch target: the fixed cost of one wrapped module (its
+  /// autograd function, its nested backward) in that step; unset where no
+  /// module spans several stages (module_nograd_scale holds it).
+  std::optional<double> checkpoint_call_ms;
+  bool empty() const {
+    return !stage_run_ms && !nograd_scale && !run_step_ms && !module_step_ms && !module_nograd_scale &&
+           !checkpoint_call_ms;
+  }
+};
+
+/// `model`: what was profiled. Every field is optional on reading (a
+/// profile written by hand may have a path alone); the profiler writes
+/// path, sha256, inputs, training and loss.
+struct ModelRecord {
+  std::optional<std::string> path;
+  std::optional<std::string> sha256;         ///< of the model file: `ckplan run` refuses a plan made for another
+  std::optional<std::vector<InputSpec>> inputs;  ///< as profiled; each one's `text` is what plan and run parse
+  std::optional<bool> training;              ///< the module's mode (eval: dropout and batch norm as in eval)
+  std::optional<std::string> loss;           ///< `model` (the model's own loss, back-propagated as it is) or `outputs`
+  std::optional<std::string> output_choice;  ///< what was taken from a dict or tuple output, as printed
+  /// Module paths the forward never calls (nn.ModuleList, nn.ModuleDict):
+  /// eager PyTorch calls their children, never them, so no plan wraps one.
+  std::vector<std::string> containers;
+};
+
+/// `environment`: where and how the profile was measured. Every field is
+/// optional on reading.
+struct EnvironmentRecord {
+  std::optional<std::string> libtorch;
+  std::optional<int> threads;
+  std::optional<std::string> device;  ///< `cpu`, `cuda:0 (NVIDIA H200)`, `meta`
+  std::optional<int> reps;
+  std::optional<int64_t> seed;
+  std::optional<std::string> timer;   ///< how op times were taken
+  std::optional<std::string> memory;  ///< how memory was measured
+  std::optional<std::string> dtype;   ///< `--dtype`, as LibTorch names it
+  /// `time_model` (`--gpu`): the cost model's figures, the device, its
+  /// constants and what was measured before the model replaced the times
+  /// (cost_model.cc writes it): a record for people, no reader takes its
+  /// fields but `gpu` and `description`. Null when the times were measured.
+  nlohmann::json time_model;
+  /// The device's name: `cpu` when not recorded.
+  std::string DeviceName() const { return device.value_or("cpu"); }
 };
 
 struct Profile {
-  nlohmann::json model;        ///< {"path", "sha256", "inputs": [...]}
-  nlohmann::json environment;  ///< {"libtorch", "threads", "device", "reps", ...}
+  ModelRecord model;
+  EnvironmentRecord environment;
   ProfileTotals totals;
+  Calibration calibration;            ///< empty when not measured (meta, --gpu, older profiles)
   std::vector<TensorRecord> tensors;  ///< indexed by id
   std::vector<OpRecord> ops;          ///< indexed by id, in execution order
   std::vector<int> inputs;            ///< tensor ids of the model inputs

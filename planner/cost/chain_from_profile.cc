@@ -84,22 +84,23 @@ Chain ChainFromProfile(const Profile& profile, const std::string& file, const st
       const OpRecord& rec = profile.ops[static_cast<size_t>(op)];
       stage.fwd_ms += rec.fwd_ms;
       stage.bwd_ms += rec.bwd_ms;
-      nograd_ms += rec.fwd_nograd_ms;
-      nograd_known = nograd_known && rec.fwd_nograd_ms >= 0;
+      nograd_ms += rec.fwd_nograd_ms.value_or(0);
+      nograd_known = nograd_known && rec.fwd_nograd_ms.has_value();
       saved += rec.saved_bytes;
     }
     // A stage run without autograd (a checkpointed forward, a recomputation)
     // costs its ops as a step runs them and the executor's own cost of a
     // stage run, where the profile measured them.
+    const Calibration& calibration = profile.calibration;
     if (nograd_known) {
-      const double scale = profile.totals.nograd_scale > 0 ? profile.totals.nograd_scale : 1.0;
-      stage.fwd_nograd_ms = scale * nograd_ms + std::max(0.0, profile.totals.stage_run_ms);
+      const double scale = calibration.nograd_scale.value_or(0) > 0 ? *calibration.nograd_scale : 1.0;
+      stage.fwd_nograd_ms = scale * nograd_ms + calibration.stage_run_ms.value_or(0);
     }
     // Inside a module wrapped in torch.utils.checkpoint, as `ckplan run`
     // runs a PyTorch-target plan: its ops at the scale measured there (the
     // wrapped module's fixed cost is the chain's checkpoint_call_ms).
-    if (nograd_known && profile.totals.module_nograd_scale >= 0) {
-      stage.module_fwd_nograd_ms = profile.totals.module_nograd_scale * nograd_ms;
+    if (nograd_known && calibration.module_nograd_scale) {
+      stage.module_fwd_nograd_ms = *calibration.module_nograd_scale * nograd_ms;
     }
     for (int s : out) {
       int producer = liveness.StorageProducer(s);
@@ -179,10 +180,11 @@ Chain ChainFromProfile(const Profile& profile, const std::string& file, const st
     ops_bwd += rec.bwd_ms;
   }
   const auto adam = profile.totals.optimizer_step_ms.find("adam");
-  if (profile.totals.run_step_ms >= 0 && adam != profile.totals.optimizer_step_ms.end()) {
-    chain.loss_bwd_ms = std::max(0.0, profile.totals.run_step_ms - adam->second - ops_fwd - ops_bwd);
-  } else if (profile.totals.step_ms >= 0) {
-    chain.loss_bwd_ms = std::max(0.0, profile.totals.step_ms - ops_fwd - ops_bwd);
+  const Calibration& calibration = profile.calibration;
+  if (calibration.run_step_ms && adam != profile.totals.optimizer_step_ms.end()) {
+    chain.loss_bwd_ms = std::max(0.0, *calibration.run_step_ms - adam->second - ops_fwd - ops_bwd);
+  } else if (profile.totals.step_ms) {
+    chain.loss_bwd_ms = std::max(0.0, *profile.totals.step_ms - ops_fwd - ops_bwd);
   } else {
     chain.loss_bwd_ms = std::max(0.0, profile.totals.fwd_ms - ops_fwd) + std::max(0.0, profile.totals.bwd_ms - ops_bwd);
   }
@@ -190,11 +192,11 @@ Chain ChainFromProfile(const Profile& profile, const std::string& file, const st
   // that step leaves of its own (adam's update, which it includes, aside),
   // negative where the ops timed one by one take longer (DenseNet's): its
   // step without recomputation is that step, the overheads against it.
-  if (profile.totals.module_step_ms >= 0 && adam != profile.totals.optimizer_step_ms.end()) {
+  if (calibration.module_step_ms && adam != profile.totals.optimizer_step_ms.end()) {
     const double ops_ms = ops_fwd + ops_bwd;
-    chain.module_loss_bwd_ms = std::max(-ops_ms, profile.totals.module_step_ms - adam->second - ops_ms);
+    chain.module_loss_bwd_ms = std::max(-ops_ms, *calibration.module_step_ms - adam->second - ops_ms);
   }
-  chain.checkpoint_call_ms = std::max(0.0, profile.totals.checkpoint_call_ms);
+  chain.checkpoint_call_ms = calibration.checkpoint_call_ms.value_or(0);
   chain.loss_bwd_tmp_bytes = 0;
   // Gradients appear during backward, stage by stage (gradients.h); the
   // optimizer's update runs at the step's end, every gradient made.

@@ -294,8 +294,8 @@ double OpMs(const GpuSpec& gpu, const OpWork& w, bool backward, const CostModelC
   // the engine a node more (a linear on 3-D input flattens it and views its
   // output back; views of non-contiguous gradients copy).
   auto extra_nodes_ms = [&](double priced_nodes) {
-    if (w.grad_nodes < 0 || w.op_class == OpClass::kRecurrent) return 0.0;
-    const double extra = std::max(0.0, w.grad_nodes - priced_nodes);
+    if (!w.grad_nodes || w.op_class == OpClass::kRecurrent) return 0.0;
+    const double extra = std::max(0.0, *w.grad_nodes - priced_nodes);
     return 1e-3 * extra * (backward ? gpu.extra_node_bwd_us : gpu.extra_node_fwd_us);
   };
   std::string key;
@@ -389,7 +389,7 @@ void ApplyCostModel(Profile* profile, const GpuSpec& gpu, const CostModelConstan
   }
   profile->totals.fwd_ms = fwd;
   profile->totals.bwd_ms = bwd;
-  profile->environment["time_model"] = {
+  profile->environment.time_model = {
       {"gpu", gpu.name},
       {"description", gpu.description},
       {"fp32_tflops", gpu.fp32_tflops},
@@ -410,29 +410,24 @@ void ApplyCostModel(Profile* profile, const GpuSpec& gpu, const CostModelConstan
       {"source", gpu.source}};
   // What the profile measured before (none on meta tensors): for comparison.
   if (measured_ms > 0) {
-    profile->environment["time_model"]["measured_step_ms"] = measured_ms;
-    profile->environment["time_model"]["measured_ops_ms"] = measured_ops_ms;
+    profile->environment.time_model["measured_step_ms"] = measured_ms;
+    profile->environment.time_model["measured_ops_ms"] = measured_ops_ms;
   }
   // The whole step timed without per-op timers (forward, loss, backward): what
   // the ops' predicted times plus predicted_loss_ms compare with.
-  if (profile->totals.step_ms > 0) {
-    profile->environment["time_model"]["measured_plain_step_ms"] = profile->totals.step_ms;
+  if (profile->totals.step_ms.value_or(0) > 0) {
+    profile->environment.time_model["measured_plain_step_ms"] = *profile->totals.step_ms;
   }
   // The step's other work, from the model too where nothing was measured on
   // the device it stands for (meta tensors, or a GPU): the whole step is the
   // ops plus the loss (no time outside them), and an optimizer's update is
   // memory-bound: it reads and writes the parameters, gradients and state,
   // 3 (sgd), 5 (momentum) or 7 (adam) times the parameter bytes.
-  const bool measured_here = gpu.name == "cpu" && profile->environment.value("device", "") == "cpu";
+  const bool measured_here = gpu.name == "cpu" && profile->environment.device == "cpu";
   if (!measured_here) {
     // The executor's cost of a stage run was measured on this machine's
     // CPU, not on the device modelled: no part of the modelled step.
-    profile->totals.stage_run_ms = -1;
-    profile->totals.nograd_scale = -1;
-    profile->totals.run_step_ms = -1;
-    profile->totals.module_step_ms = -1;
-    profile->totals.module_nograd_scale = -1;
-    profile->totals.checkpoint_call_ms = -1;
+    profile->calibration = Calibration{};
     profile->totals.step_ms = fwd + bwd + PredictedLossMs(*profile, gpu, c) + PredictedAccumulateGradMs(*profile, gpu);
     const double param_bytes = static_cast<double>(profile->totals.param_bytes);
     profile->totals.optimizer_step_ms.clear();
@@ -441,14 +436,14 @@ void ApplyCostModel(Profile* profile, const GpuSpec& gpu, const CostModelConstan
           gpu.bandwidth_gb_per_s > 0 ? passes * param_bytes / (gpu.bandwidth_gb_per_s * 1e9 * c.memory_efficiency) * 1e3
                                      : 0;
     }
-    profile->environment["time_model"]["optimizer_step"] = "memory-bound: 3/5/7 x parameter bytes (sgd/momentum/adam)";
+    profile->environment.time_model["optimizer_step"] = "memory-bound: 3/5/7 x parameter bytes (sgd/momentum/adam)";
   }
   if (!gpu.measured_tflops.empty()) {
     nlohmann::json curves = nlohmann::json::object();
     for (const auto& [key, points] : gpu.measured_tflops) {
       for (const auto& [flops, tflops] : points) curves[key].push_back({{"flops", flops}, {"tflops", tflops}});
     }
-    profile->environment["time_model"]["measured_tflops"] = curves;
+    profile->environment.time_model["measured_tflops"] = curves;
   }
   if (!gpu.op_costs.empty()) {
     nlohmann::json laws = nlohmann::json::object();
@@ -462,8 +457,8 @@ void ApplyCostModel(Profile* profile, const GpuSpec& gpu, const CostModelConstan
         laws[key]["autograd_nodes"] = nodes->second;
       }
     }
-    profile->environment["time_model"]["op_costs"] = laws;
-    profile->environment["time_model"]["extra_node_us"] = {{"forward", gpu.extra_node_fwd_us},
+    profile->environment.time_model["op_costs"] = laws;
+    profile->environment.time_model["extra_node_us"] = {{"forward", gpu.extra_node_fwd_us},
                                                            {"backward", gpu.extra_node_bwd_us}};
   }
 }

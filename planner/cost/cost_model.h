@@ -38,7 +38,7 @@ struct OpWork {
   std::string kind;   ///< the op's kind without its namespace: `linear`
   double weight_bytes = 0;  ///< a matmul's or convolution's second operand (weight), a recurrent layer's weights
   double calls = 1;  ///< a recurrent layer: its steps (time steps x layers x directions), each paying the fixed cost
-  int grad_nodes = -1;  ///< the autograd nodes its forward made, where the profile records them
+  std::optional<int> grad_nodes;  ///< the autograd nodes its forward made, where the profile records them
 };
 
 /// Documented efficiency constants (fractions of the device's peak).

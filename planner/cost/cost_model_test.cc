@@ -99,34 +99,34 @@ TEST_CASE("ApplyCostModel sets every op's times and the totals, and names the de
   CHECK(p.ops[0].fwd_ms > 0);
   CHECK(p.ops[0].bwd_ms > p.ops[0].fwd_ms - 1e-12);
   CHECK(p.totals.fwd_ms + p.totals.bwd_ms == doctest::Approx(PredictedStepMs(p, FindGpu("a100-80gb"))));
-  CHECK(p.environment["time_model"]["gpu"] == "a100-80gb");
-  CHECK(p.environment["time_model"]["measured_step_ms"] == 7.0);
-  CHECK(p.environment["time_model"]["measured_ops_ms"] == 0.0);
-  CHECK(!p.environment["time_model"].contains("measured_plain_step_ms"));  // step_ms not measured
+  CHECK(p.environment.time_model["gpu"] == "a100-80gb");
+  CHECK(p.environment.time_model["measured_step_ms"] == 7.0);
+  CHECK(p.environment.time_model["measured_ops_ms"] == 0.0);
+  CHECK(!p.environment.time_model.contains("measured_plain_step_ms"));  // step_ms not measured
 }
 
 TEST_CASE("ApplyCostModel: on meta tensors or for a GPU, the whole step and the optimizer's update come from the model") {
   Profile p = OneOp("aten::linear", {{{64, 64}, "Float"}, {{64, 64}, "Float"}}, {64, 64});
-  p.environment["device"] = "meta";
+  p.environment.device = "meta";
   p.totals.param_bytes = 1000000;
   p.totals.step_ms = 50;  // timed on meta tensors: meaningless
   p.totals.optimizer_step_ms = {{"sgd", 9.0}, {"momentum", 9.0}, {"adam", 9.0}};
   const GpuSpec a100 = FindGpu("a100-80gb");
   p.ops[0].fwd_nograd_ms = 0.001;  // measured on meta tensors
-  p.totals.stage_run_ms = 0.02;    // the executor's on this CPU: not the GPU's
-  p.totals.nograd_scale = 1.2;
-  p.totals.run_step_ms = 60;
-  p.totals.module_step_ms = 61;
-  p.totals.module_nograd_scale = 1.3;
-  p.totals.checkpoint_call_ms = 0.1;
+  p.calibration.stage_run_ms = 0.02;    // the executor's on this CPU: not the GPU's
+  p.calibration.nograd_scale = 1.2;
+  p.calibration.run_step_ms = 60;
+  p.calibration.module_step_ms = 61;
+  p.calibration.module_nograd_scale = 1.3;
+  p.calibration.checkpoint_call_ms = 0.1;
   ApplyCostModel(&p, a100);
   CHECK(p.ops[0].fwd_nograd_ms == p.ops[0].fwd_ms);  // a recomputation costs the modelled forward
-  CHECK(p.totals.stage_run_ms == -1);
-  CHECK(p.totals.nograd_scale == -1);
-  CHECK(p.totals.run_step_ms == -1);
-  CHECK(p.totals.module_step_ms == -1);
-  CHECK(p.totals.module_nograd_scale == -1);
-  CHECK(p.totals.checkpoint_call_ms == -1);
+  CHECK(!p.calibration.stage_run_ms);
+  CHECK(!p.calibration.nograd_scale);
+  CHECK(!p.calibration.run_step_ms);
+  CHECK(!p.calibration.module_step_ms);
+  CHECK(!p.calibration.module_nograd_scale);
+  CHECK(!p.calibration.checkpoint_call_ms);
   CHECK(p.totals.step_ms == doctest::Approx(p.totals.fwd_ms + p.totals.bwd_ms + PredictedLossMs(p, a100)));
   // adam reads parameters, gradients and both moments and writes three: 7 passes over 1 MB.
   const double pass_ms = 1e6 / (a100.bandwidth_gb_per_s * 1e9 * CostModelConstants{}.memory_efficiency) * 1e3;
@@ -135,7 +135,7 @@ TEST_CASE("ApplyCostModel: on meta tensors or for a GPU, the whole step and the 
   CHECK(p.totals.optimizer_step_ms["sgd"] == doctest::Approx(3 * pass_ms));
   // Measured on this CPU for `--gpu cpu`: the measured figures stay.
   Profile q = OneOp("aten::linear", {{{64, 64}, "Float"}, {{64, 64}, "Float"}}, {64, 64});
-  q.environment["device"] = "cpu";
+  q.environment.device = "cpu";
   q.totals.step_ms = 50;
   q.totals.optimizer_step_ms = {{"adam", 9.0}};
   GpuSpec cpu = a100;
@@ -228,9 +228,9 @@ TEST_CASE("the loss the step computes: a sum per output, a cast to float32, an a
   CHECK(PredictedLossMs(p, cpu) == doctest::Approx(2 * (0.005 + 1e3 * 128 / 8e9 + 0.003) + 0.005 + 0.003));
   p.totals.step_ms = 9;
   ApplyCostModel(&p, cpu);
-  CHECK(p.environment["time_model"]["measured_plain_step_ms"] == 9.0);
-  CHECK(p.environment["time_model"]["predicted_loss_ms"] == doctest::Approx(PredictedLossMs(p, cpu)));
-  CHECK(p.environment["time_model"]["measured_tflops"]["matmul:float32"].size() == 2);
+  CHECK(p.environment.time_model["measured_plain_step_ms"] == 9.0);
+  CHECK(p.environment.time_model["predicted_loss_ms"] == doctest::Approx(PredictedLossMs(p, cpu)));
+  CHECK(p.environment.time_model["measured_tflops"]["matmul:float32"].size() == 2);
 }
 
 TEST_CASE("the GPU table: every device named, unknown names list the known ones") {
@@ -324,7 +324,7 @@ TEST_CASE("attention with dropout takes the math path's law, and the profile rec
   CHECK(OpMs(cpu, w, false) == doctest::Approx(0.050));
   CHECK(OpMs(cpu, w, true) == doctest::Approx(0.060));
   // Written only where non-zero, read back.
-  p.model = nlohmann::json::object();
+  p.model = ModelRecord{};
   p.tensors[0].producer = -1;
   p.inputs = {0};
   p.outputs = {1};
@@ -410,7 +410,7 @@ TEST_CASE("attention's CPU path names its law: dropout, an explicit mask, causal
   CHECK(CountOpWork(p, p.ops[0]).kind == "sdpa_mask");
   // is_causal: written only where true, read back.
   p.ops[0].is_causal = true;
-  p.model = nlohmann::json::object();
+  p.model = ModelRecord{};
   p.tensors[0].producer = -1;
   p.inputs = {0};
   p.outputs = {1};
@@ -431,7 +431,7 @@ TEST_CASE("GELU's tanh approximation has its own law; approximate is recorded") 
   const OpWork w = CountOpWork(p, p.ops[0]);
   CHECK(w.kind == "gelu_tanh");
   CHECK(OpMs(cpu, w, false) == doctest::Approx(1e-3 * (2 + 4e-4 * 8388608)));
-  p.model = nlohmann::json::object();
+  p.model = ModelRecord{};
   p.tensors[0].producer = -1;
   p.inputs = {0};
   p.outputs = {1};
@@ -455,7 +455,7 @@ TEST_CASE("a recurrent layer pays its law's fixed cost per time step, layer and 
   CHECK(OpMs(cpu, w, true) == doctest::Approx(1e-3 * 20 * 24));
   p.ops[0].recurrent = {true, 2, true};  // the count recorded: 2 layers x 2 directions
   CHECK(CountOpWork(p, p.ops[0]).calls == 24 * 4);
-  p.model = nlohmann::json::object();
+  p.model = ModelRecord{};
   p.tensors[0].producer = -1;
   p.inputs = {0};
   p.outputs = {1};
@@ -489,11 +489,11 @@ TEST_CASE("autograd nodes beyond those the law's microbenchmark made each cost o
   view.ops[0].grad_nodes = 3;
   CHECK(OpMs(cpu, CountOpWork(view, view.ops[0]), true) == doctest::Approx(one + 2 * 3e-3));
   // Written where recorded, read back.
-  p.model = nlohmann::json::object();
+  p.model = ModelRecord{};
   p.tensors[0].producer = -1;
   p.inputs = {0};
   p.outputs = {1};
   CHECK(ProfileFromJson(ProfileToJson(p), "p.json").ops[0].grad_nodes == 1);
-  p.ops[0].grad_nodes = -1;
+  p.ops[0].grad_nodes.reset();
   CHECK(!ProfileToJson(p)["ops"][0].contains("grad_nodes"));
 }

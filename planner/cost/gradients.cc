@@ -98,8 +98,8 @@ int64_t StageBackwardPeak(const Chain& chain, const Profile& profile, int index,
     // smaller counts (a GRU's layers release their saved values as the other
     // layer's gradients are made).
     int64_t span_peak = -1;
-    if (executor && rec.bwd_span_peak_bytes >= 0) {
-      span_peak = boundary + extra + held + beyond + rec.bwd_span_peak_bytes +
+    if (executor && rec.bwd_span_peak_bytes) {
+      span_peak = boundary + extra + held + beyond + *rec.bwd_span_peak_bytes +
                   (cut_released != nullptr ? (*cut_released)[static_cast<size_t>(op)] : 0);
       for (int t : rec.outputs) {
         const TensorRecord& out = profile.tensors[static_cast<size_t>(t)];
@@ -313,7 +313,7 @@ StageGradients GradientsFromProfile(const Chain& chain, const Profile& profile, 
   }
   std::vector<int64_t> released_by_run(profile.ops.size(), 0);
   bool measured = false;
-  for (const TensorRecord& t : profile.tensors) measured = measured || t.released_by >= 0;
+  for (const TensorRecord& t : profile.tensors) measured = measured || t.released_by.has_value();
   if (measured) {
     // What an op saves of its own that is no tensor of the graph (a dropout
     // mask, a norm's statistics): released by its own backward.
@@ -328,23 +328,20 @@ StageGradients GradientsFromProfile(const Chain& chain, const Profile& profile, 
     released_by_run = released;
     seen.clear();
     for (const TensorRecord& t : profile.tensors) {
-      if (t.released_by < 0 || !seen.insert(t.storage).second) continue;
-      released[static_cast<size_t>(t.released_by)] += t.bytes;
-      if (cut_storages.count(t.storage) == 0) released_by_run[static_cast<size_t>(t.released_by)] += t.bytes;
+      if (!t.released_by || !seen.insert(t.storage).second) continue;
+      released[static_cast<size_t>(*t.released_by)] += t.bytes;
+      if (cut_storages.count(t.storage) == 0) released_by_run[static_cast<size_t>(*t.released_by)] += t.bytes;
       auto made = storage_producer.find(t.storage);
       if (made == storage_producer.end()) continue;
       const int at = stage_of[static_cast<size_t>(made->second)];
-      if (at >= 0 && t.released_by > chain.stages[static_cast<size_t>(at)].ops->last) {
+      if (at >= 0 && *t.released_by > chain.stages[static_cast<size_t>(at)].ops->last) {
         released_later[static_cast<size_t>(at)] += t.bytes;
       }
     }
   } else {
     for (const OpRecord& op : profile.ops) released[static_cast<size_t>(op.id)] = op.saved_bytes;
   }
-  const std::string device = profile.environment.is_object() && profile.environment.contains("device") &&
-                                     profile.environment["device"].is_string()
-                                 ? profile.environment["device"].get<std::string>()
-                                 : "cpu";
+  const std::string device = profile.environment.DeviceName();
   out.checkpoint_state_bytes = kCpuRngStateBytes + (device.rfind("cuda", 0) == 0 ? kCudaRngStateBytes : 0);
   const GradientViews grad_views = ViewsOfGradients(profile);
   out.pytorch_bwd_peak_bytes.assign(static_cast<size_t>(length), -1);

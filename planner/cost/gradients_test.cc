@@ -122,7 +122,7 @@ TEST_CASE("a stage's backward as PyTorch runs it: boundary gradients as they liv
   // is below it: 132. PyTorch's replay does not take it.
   profile.ops[1].bwd_span_peak_bytes = 30;
   CHECK(Gradients(chain, profile).executor_bwd_peak_bytes == std::vector<int64_t>{100, 202});
-  profile.tensors[1].released_by = -1;
+  profile.tensors[1].released_by.reset();
   CHECK(Gradients(chain, profile).executor_bwd_peak_bytes == std::vector<int64_t>{100, 132});
   CHECK(Gradients(chain, profile).pytorch_bwd_peak_bytes == std::vector<int64_t>{100, 102});
 }

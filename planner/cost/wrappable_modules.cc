@@ -57,13 +57,8 @@ std::vector<WrappableModule> WrappableModules(const Chain& chain, const Profile*
   // Containers the forward never calls (the profile's model.containers:
   // nn.ModuleList, nn.ModuleDict): PyTorch runs their children, never them,
   // so wrapping one would checkpoint nothing.
-  std::set<std::string, std::less<>> containers;
-  if (profile->model.is_object() && profile->model.contains("containers") &&
-      profile->model["containers"].is_array()) {
-    for (const auto& c : profile->model["containers"]) {
-      if (c.is_string()) containers.insert(c.get<std::string>());
-    }
-  }
+  const std::set<std::string, std::less<>> containers(profile->model.containers.begin(),
+                                                      profile->model.containers.end());
   std::map<std::pair<int, int>, std::string_view> by_range;
   for (const Span& span : spans) {
     if (span.count == 0 || span.last - span.first + 1 != span.count) continue;  // not one contiguous run

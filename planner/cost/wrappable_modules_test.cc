@@ -70,10 +70,10 @@ TEST_CASE("wrappable modules: a container the forward never calls (model.contain
   CHECK(paths() == std::vector<std::string>{"embed", "body.layers.0", "body", "body.layers.1", "head"});
   // The body's ops only in the list: `body` is then a plain module and
   // stays; with `body` called too but the list not, the list never counts.
-  profile.model = {{"containers", {"body.layers"}}};
+  profile.model.containers = {"body.layers"};
   CHECK(paths() == std::vector<std::string>{"embed", "body.layers.0", "body", "body.layers.1", "head"});
-  profile.model = {{"containers", {"body"}}};
+  profile.model.containers = {"body"};
   CHECK(paths() == std::vector<std::string>{"embed", "body.layers.0", "body.layers", "body.layers.1", "head"});
-  profile.model = {{"containers", {"body", "body.layers"}}};
+  profile.model.containers = {"body", "body.layers"};
   CHECK(paths() == std::vector<std::string>{"embed", "body.layers.0", "body.layers.1", "head"});
 }

@@ -11,11 +11,12 @@ PlanSource ProfileSource(const Profile& profile, const std::string& profile_path
   PlanSource source;
   source.kind = "profile";
   source.path = profile_path;
-  // The profile keeps `model` as written (profile.h): its fields as found.
-  const nlohmann::json& model = profile.model;
-  if (model.contains("sha256") && model["sha256"].is_string()) source.model_sha256 = model["sha256"].get<std::string>();
-  if (model.contains("path") && model["path"].is_string()) source.model_path = model["path"].get<std::string>();
-  if (model.contains("inputs")) source.inputs = model["inputs"];
+  source.model_sha256 = profile.model.sha256;
+  source.model_path = profile.model.path;
+  if (profile.model.inputs) {
+    source.inputs = nlohmann::json::array();
+    for (const InputSpec& spec : *profile.model.inputs) source.inputs->push_back(InputSpecToJson(spec));
+  }
   return source;
 }
 
