@@ -2,8 +2,9 @@
 # Installs what ckplan needs on a fresh Debian machine (as root), then
 # configures and builds it in build/. Called by demo.sh and test.sh.
 #
-#  * Debian packages: the compiler, CMake, CLI11, nlohmann-json, Boost.Graph,
-#    doctest, Chromium (the report's render test).
+#  * Debian packages: the compiler, CMake, CLI11, nlohmann-json, OpenSSL's
+#    libcrypto (a model file's SHA-256), doctest, Chromium (the report's
+#    render test).
 #  * A Python environment with the pinned torch wheel (LibTorch for the C++
 #    build, CUDA-enabled, runs without a GPU), torchvision and transformers
 #    (python/requirements.lock). It is kept outside the checkout, keyed by the
@@ -17,7 +18,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 say() { echo "ckplan setup: $*" >&2; }
 
-PACKAGES=(cmake g++ make pkg-config libcli11-dev nlohmann-json3-dev libboost-graph-dev doctest-dev chromium)
+PACKAGES=(cmake g++ make pkg-config libcli11-dev nlohmann-json3-dev libssl-dev doctest-dev chromium)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -20,7 +20,7 @@
 #include "planner/contracts/run_report.h"
 #include "planner/plan/plan.h"
 #include "planner/contracts/schedule.h"
-#include "planner/base/sha256.h"
+#include "libtorch/runtime/file_hash.h"
 #include "planner/solvers/modules.h"
 #include "libtorch/runtime/device.h"
 #include "libtorch/runtime/meta_device.h"

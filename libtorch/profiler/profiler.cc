@@ -13,7 +13,7 @@
 #include <set>
 
 #include "planner/base/error.h"
-#include "planner/base/sha256.h"
+#include "libtorch/runtime/file_hash.h"
 #include "libtorch/runtime/device.h"
 #include "libtorch/runtime/meta_device.h"
 #include "libtorch/executor/optimizer_step.h"

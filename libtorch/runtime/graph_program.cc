@@ -488,10 +488,4 @@ std::vector<at::Tensor> MakeInputs(const std::vector<InputSpec>& specs, uint64_t
   throw BadInput("--input: cannot make the inputs: " + what.substr(0, what.find('\n')));
 }
 
-std::string DescribeTensor(const at::Tensor& tensor) {
-  std::string shape;
-  for (int64_t i = 0; i < tensor.dim(); ++i) shape += (i ? ", " : "") + std::to_string(tensor.size(i));
-  return "[" + shape + "] " + std::string(c10::toString(tensor.scalar_type()));
-}
-
 }  // namespace ckplan

@@ -117,9 +117,6 @@ std::string ExportModulePath(const torch::jit::Node* node);
 /// LO..HI), integer ones uniform in [LO, HI). Seeded: the same every run.
 std::vector<at::Tensor> MakeInputs(const std::vector<InputSpec>& specs, uint64_t seed);
 
-/// `[8, 3, 224, 224] float32`
-std::string DescribeTensor(const at::Tensor& tensor);
-
 /// The LibTorch version ckplan was built with: `1.13.0`.
 std::string LibTorchVersion();
 

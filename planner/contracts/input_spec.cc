@@ -61,12 +61,6 @@ int64_t DtypeBytes(const std::string& dtype) {
   return 4;
 }
 
-std::string ShapeText(const std::vector<int64_t>& shape) {
-  std::string out;
-  for (size_t i = 0; i < shape.size(); ++i) out += (i ? "x" : "") + std::to_string(shape[i]);
-  return out.empty() ? "scalar" : out;
-}
-
 InputSpec ParseInputSpec(const std::string& text) {
   auto fail = [&](const std::string& why) { return BadInput("invalid --input '" + text + "': " + why); };
   InputSpec spec;

@@ -31,9 +31,6 @@ bool IsIntegerDtype(const std::string& dtype);
 /// Bytes per element of a canonical dtype.
 int64_t DtypeBytes(const std::string& dtype);
 
-/// `8x3x224x224`.
-std::string ShapeText(const std::vector<int64_t>& shape);
-
 /// {"shape":[..],"dtype":..,"text":..,"lo":..,"hi":..} (or
 /// "distribution" for a float input drawn from a standard normal): a
 /// profile's `model.inputs[]`.

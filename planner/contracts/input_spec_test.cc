@@ -3,7 +3,6 @@
 #include <doctest/doctest.h>
 
 #include "planner/base/error.h"
-#include "planner/base/sha256.h"
 
 using namespace ckplan;
 
@@ -31,17 +30,6 @@ TEST_CASE("bad input specs quote the text") {
     std::string quoted = "'" + std::string(bad) + "'";
     CHECK_THROWS_WITH_AS(ParseInputSpec(bad), doctest::Contains(quoted.c_str()), Error);
   }
-}
-
-TEST_CASE("sha256 matches known digests") {
-  CHECK(Sha256Hex("") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
-  CHECK(Sha256Hex("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
-  CHECK(Sha256Hex(std::string(1000, 'a')) == "41edece42d63e8d9bf515a9ba6932e1c20cbc9f5a5d134645adb5db1b9737ea3");
-  // NIST's long message (15,625 blocks; the SHA extensions' path where the CPU has them).
-  CHECK(Sha256Hex(std::string(1000000, 'a')) == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
-  // The 448-bit message: the padding takes a second block.
-  CHECK(Sha256Hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq") ==
-        "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
 }
 
 TEST_CASE("ranges a dtype cannot hold and impossible sizes are refused, quoting the text") {

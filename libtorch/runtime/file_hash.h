@@ -1,5 +1,6 @@
 #pragma once
-/// SHA-256 of a file, for a model's identity in profiles and plans.
+/// SHA-256 of a file, for a model's identity in profiles and plans (OpenSSL's
+/// libcrypto; torch-free).
 
 #include <string>
 
