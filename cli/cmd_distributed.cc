@@ -122,7 +122,6 @@ int RunDataParallel(const DistributedOptions& o, const PlannerInput& in, const B
                FormatBytes(plan.peak_bytes, budget.style).c_str(), FormatMs(plan.time_ms).c_str(), FormatPct(plan.overhead_pct()).c_str(),
                plan.checkpointed_stages.size(), chain.length());
   PlanDocument doc = MakePlanDocument(plan, chain, in.source);
-  doc.unit_style.reset();  // distributed plans do not record it yet
   PlanDistributed distributed;
   distributed.data_parallel = o.data_parallel;
   distributed.shard = o.shard;
@@ -188,6 +187,7 @@ int RunPipeline(const DistributedOptions& o, const PlannerInput& in, const ByteQ
   top.algorithm = "optimal";
   top.source = in.source;
   top.budget_bytes = budget.bytes;
+  top.unit_style = UnitStyleName(budget.style);
   PlanDistributed distributed;
   distributed.data_parallel = o.data_parallel;
   distributed.shard = o.shard;
@@ -205,8 +205,7 @@ int RunPipeline(const DistributedOptions& o, const PlannerInput& in, const ByteQ
     p.solver = "in-flight";
     PlanDocument doc = MakePlanDocument(p, sub, in.source);
     doc.min_budget_bytes.reset();
-    doc.unit_style.reset();  // distributed plans do not record it yet
-    PlanPipelineStage& stage = doc.pipeline_stage.emplace();
+      PlanPipelineStage& stage = doc.pipeline_stage.emplace();
     stage.index = static_cast<int>(s);
     stage.first_chain_stage = sp.first;
     stage.last_chain_stage = sp.last - 1;

@@ -37,6 +37,7 @@ TEST_CASE("solve --data-parallel --shard optimizer: a per-rank plan with the fix
   CHECK(fixed["optimizer_bytes"].get<int64_t>() == 2 * ((params + 3) / 4));
   CHECK(plan["fixed"]["total_bytes"] == fixed["total_bytes"]);
   CHECK(plan["predicted"]["peak_bytes"].get<int64_t>() <= plan["budget_bytes"].get<int64_t>());
+  CHECK(plan["unit_style"] == "binary");  // 10MiB: as every plan, the style the budget was written in
   // Through the plan contract (plan_document.h): typed, and written back the same.
   const ckplan::PlanDocument document = ckplan::PlanFromJson(plan, "plan.json");
   REQUIRE(document.distributed);
@@ -95,6 +96,9 @@ TEST_CASE("solve --pipeline on a chain: a plan per stage, each within the budget
     CHECK(stages[s]["schema"] == "ckplan.plan/1");
   }
   CHECK(covered == 12);
+  // 40MB: decimal, at the top level and in each stage's plan.
+  CHECK(plan["unit_style"] == "decimal");
+  for (const nlohmann::json& stage : stages) CHECK(stage["unit_style"] == "decimal");
   const ckplan::PlanDocument document = ckplan::PlanFromJson(plan, "plan.json");
   CHECK(document.is_pipeline);
   REQUIRE(document.distributed->stages.size() == 3);

@@ -133,6 +133,7 @@ Calibration MeasureCalibration(const Profile& profile, GraphProgram& program, co
   cut.ZeroGrads();
   cut.set_optimizer_step(nullptr);
   Calibration cost;
+  for (const Stage& s : chain.stages) cost.stages.push_back(*s.ops);
   cost.run_step_ms = Median(step_ms);
   double ops_ms = 0;
   for (const OpRecord& op : profile.ops) ops_ms += op.fwd_nograd_ms.value_or(0);

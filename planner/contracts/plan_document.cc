@@ -163,6 +163,7 @@ nlohmann::json PlanToJson(const PlanDocument& p) {
                         {"budget_bytes", p.budget_bytes},
                         {"checkpoint_modules", p.checkpoint_modules}};
   if (p.distributed) doc["distributed"] = DistributedToJson(*p.distributed);
+  if (p.unit_style) doc["unit_style"] = *p.unit_style;
   if (p.is_pipeline) return doc;  // each stage's document (in distributed.stages) is a plan
   nlohmann::json stages = nlohmann::json::array();
   for (const PlanStage& s : p.stages) {
@@ -212,7 +213,6 @@ nlohmann::json PlanToJson(const PlanDocument& p) {
     doc["solver"] = solver;
   }
   if (p.every_n) doc["every_n"] = *p.every_n;
-  if (p.unit_style) doc["unit_style"] = *p.unit_style;
   if (p.pipeline_stage) doc["pipeline_stage"] = PipelineStageToJson(*p.pipeline_stage);
   return doc;
 }
@@ -325,6 +325,11 @@ PlanDocument ReadPlan(const JsonReader& root) {
     p.distributed = DistributedFromJson(root.Field("distributed"));
     p.is_pipeline = !p.distributed->stages.empty();
   }
+  if (root.Has("unit_style")) {
+    JsonReader style = root.Field("unit_style");
+    p.unit_style = style.String();
+    if (*p.unit_style != "decimal" && *p.unit_style != "binary") style.Fail("expected \"decimal\" or \"binary\"");
+  }
   if (p.is_pipeline) return p;
 
   if (root.Has("target")) p.target = root.Field("target").String();
@@ -407,11 +412,6 @@ PlanDocument ReadPlan(const JsonReader& root) {
     p.solver = out;
   }
   if (root.Has("every_n")) p.every_n = root.Field("every_n").IntegerIn(1, INT_MAX);
-  if (root.Has("unit_style")) {
-    JsonReader style = root.Field("unit_style");
-    p.unit_style = style.String();
-    if (*p.unit_style != "decimal" && *p.unit_style != "binary") style.Fail("expected \"decimal\" or \"binary\"");
-  }
   if (root.Has("pipeline_stage")) p.pipeline_stage = PipelineStageFromJson(root.Field("pipeline_stage"));
   return p;
 }

@@ -108,9 +108,19 @@ nlohmann::json EnvironmentToJson(const EnvironmentRecord& e) {
   return doc;
 }
 
-// The calibration's figures, in `node` (the profile's `totals`).
+// The calibration: the `calibration` object, or (older profiles) its six
+// figures under `totals`.
 Calibration CalibrationFromJson(const JsonReader& node) {
   Calibration c;
+  if (node.Has("stages")) {
+    const JsonReader stages = node.Field("stages");
+    for (size_t k = 0; k < stages.ArraySize(); ++k) {
+      const JsonReader range = stages.Item(k);
+      if (range.ArraySize() != 2) range.Fail("expected [first_op, last_op]");
+      const int first = range.Item(0).IntegerIn(0, INT32_MAX);
+      c.stages.push_back({first, range.Item(1).IntegerIn(first, INT32_MAX)});
+    }
+  }
   auto read = [&](const char* key, std::optional<double>* value) {
     if (node.Has(key)) *value = node.Field(key).NonNegativeNumber();
   };
@@ -123,13 +133,20 @@ Calibration CalibrationFromJson(const JsonReader& node) {
   return c;
 }
 
-void CalibrationToJson(const Calibration& c, nlohmann::json* node) {
+nlohmann::json CalibrationToJson(const Calibration& c) {
+  nlohmann::json doc = nlohmann::json::object();
+  nlohmann::json* node = &doc;
+  if (!c.stages.empty()) {
+    doc["stages"] = nlohmann::json::array();
+    for (const OpRange& r : c.stages) doc["stages"].push_back({r.first, r.last});
+  }
   Put(node, "stage_run_ms", c.stage_run_ms);
   Put(node, "nograd_scale", c.nograd_scale);
   Put(node, "run_step_ms", c.run_step_ms);
   Put(node, "module_step_ms", c.module_step_ms);
   Put(node, "module_nograd_scale", c.module_nograd_scale);
   Put(node, "checkpoint_call_ms", c.checkpoint_call_ms);
+  return doc;
 }
 
 }  // namespace
@@ -157,7 +174,8 @@ Profile ProfileFromJson(const nlohmann::json& doc, const std::string& file) {
   p.totals.bwd_ms = totals.Field("bwd_ms").NonNegativeNumber();
   p.totals.peak_bytes = totals.Field("peak_bytes").NonNegativeBytes();
   if (totals.Has("step_ms")) p.totals.step_ms = totals.Field("step_ms").NonNegativeNumber();
-  p.calibration = CalibrationFromJson(totals);
+  if (root.Has("calibration")) root.Field("calibration").ExpectObject();
+  p.calibration = CalibrationFromJson(root.Has("calibration") ? root.Field("calibration") : totals);
   if (totals.Has("optimizer_step_ms")) {
     JsonReader steps = totals.Field("optimizer_step_ms");
     steps.ExpectObject();
@@ -328,7 +346,6 @@ nlohmann::json ProfileToJson(const Profile& p) {
                            {"bwd_ms", p.totals.bwd_ms}, {"peak_bytes", p.totals.peak_bytes}};
   if (!p.totals.optimizer_step_ms.empty()) totals["optimizer_step_ms"] = p.totals.optimizer_step_ms;
   if (p.totals.step_ms) totals["step_ms"] = *p.totals.step_ms;
-  CalibrationToJson(p.calibration, &totals);
   nlohmann::json doc = {{"schema", "ckplan.profile/1"},
                         {"model", ModelToJson(p.model)},
                         {"environment", EnvironmentToJson(p.environment)},
@@ -338,6 +355,7 @@ nlohmann::json ProfileToJson(const Profile& p) {
                         {"tensors", std::move(tensors)},
                         {"ops", std::move(ops)},
                         {"edges", std::move(edges)}};
+  if (!p.calibration.empty()) doc["calibration"] = CalibrationToJson(p.calibration);
   if (!p.parameters.empty()) {
     nlohmann::json params = nlohmann::json::array();
     for (const ParameterRecord& rec : p.parameters) {

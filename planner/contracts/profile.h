@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "planner/contracts/chain.h"
 #include "planner/contracts/input_spec.h"
 
 namespace ckplan {
@@ -117,9 +118,16 @@ struct ProfileTotals {
 
 /// How a recomputation and a step cost as `ckplan run` runs them, measured
 /// by the profiler on the stages of the chain it cut (libtorch/profiler/
-/// calibration.h): what the chain's stage times are scaled by. Each figure
-/// is optional (unset when not measured).
+/// calibration.h): what the chain's stage times are scaled by. The profile's
+/// optional `calibration` object; a profile made before it was one has the
+/// six figures under `totals`, and reads the same. Each figure is optional
+/// (unset when not measured). They are per stage run or per ms of the ops'
+/// forward without autograd, so they price whatever stages a planner cuts.
 struct Calibration {
+  /// The stages the figures were measured on, as the build that made the
+  /// profile cut them ([first_op, last_op] each, in order); empty when not
+  /// recorded (older profiles).
+  std::vector<OpRange> stages;
   /// What `ckplan run`'s executor spends on one stage run beyond the
   /// stage's ops (binding the values at the cut, restoring the random state
   /// and buffers around a recomputation), ms per stage run; each recomputed
@@ -152,8 +160,8 @@ struct Calibration {
   /// module spans several stages (module_nograd_scale holds it).
   std::optional<double> checkpoint_call_ms;
   bool empty() const {
-    return !stage_run_ms && !nograd_scale && !run_step_ms && !module_step_ms && !module_nograd_scale &&
-           !checkpoint_call_ms;
+    return stages.empty() && !stage_run_ms && !nograd_scale && !run_step_ms && !module_step_ms &&
+           !module_nograd_scale && !checkpoint_call_ms;
   }
 };
 

@@ -107,17 +107,42 @@ TEST_CASE("a profile's chain: a stage run without autograd costs its ops as a st
     CHECK(chain.stages[s].fwd_nograd_ms == doctest::Approx(1.25 * *plain.stages[s].fwd_nograd_ms + 0.01));
     CHECK(chain.stages[s].fwd_ms == plain.stages[s].fwd_ms);
   }
-  // Through the contract: the fields read back; a negative one is refused.
+  // Through the contract, in the `calibration` object: the fields read back,
+  // with the stages they were measured on; a negative one is refused.
+  profile.calibration.stages = {{0, 0}, {1, 1}, {2, 4}};
   const nlohmann::json doc = ProfileToJson(profile);
-  CHECK(doc["totals"]["stage_run_ms"] == 0.01);
-  CHECK(doc["totals"]["nograd_scale"] == 1.25);
+  CHECK(doc["calibration"]["stage_run_ms"] == 0.01);
+  CHECK(doc["calibration"]["nograd_scale"] == 1.25);
+  CHECK(doc["calibration"]["stages"] == nlohmann::json::parse("[[0, 0], [1, 1], [2, 4]]"));
+  CHECK(!doc["totals"].contains("stage_run_ms"));
   const Profile back = ProfileFromJson(doc, "back.json");
   CHECK(back.calibration.stage_run_ms == 0.01);
   CHECK(back.calibration.nograd_scale == 1.25);
-  CHECK(!ProfileToJson(ProfileFromJson(TwoBlockProfile(), "two_blocks.json"))["totals"].contains("stage_run_ms"));
+  REQUIRE(back.calibration.stages.size() == 3);
+  CHECK(back.calibration.stages[2].first == 2);
+  CHECK(back.calibration.stages[2].last == 4);
+  CHECK(!ProfileToJson(ProfileFromJson(TwoBlockProfile(), "two_blocks.json")).contains("calibration"));
   nlohmann::json bad = doc;
-  bad["totals"]["stage_run_ms"] = -1;
-  CHECK_THROWS_WITH_AS(ProfileFromJson(bad, "bad.json"), doctest::Contains("stage_run_ms"), Error);
+  bad["calibration"]["stage_run_ms"] = -1;
+  CHECK_THROWS_WITH_AS(ProfileFromJson(bad, "bad.json"), doctest::Contains("calibration.stage_run_ms"), Error);
+  bad = doc;
+  bad["calibration"]["stages"][1] = {3, 2};
+  CHECK_THROWS_WITH_AS(ProfileFromJson(bad, "bad.json"), doctest::Contains("calibration.stages[1]"), Error);
+  // A profile made before the figures were one object, with them under
+  // `totals`: it reads the same, and its chain is the same.
+  nlohmann::json old = doc;
+  for (const char* field : {"stage_run_ms", "nograd_scale"}) old["totals"][field] = doc["calibration"][field];
+  old.erase("calibration");
+  const Profile read_old = ProfileFromJson(old, "old.json");
+  CHECK(read_old.calibration.stage_run_ms == 0.01);
+  CHECK(read_old.calibration.nograd_scale == 1.25);
+  CHECK(read_old.calibration.stages.empty());
+  CHECK(ChainToJson(ChainFromProfile(read_old)) == ChainToJson(ChainFromProfile(back)));
+  // Stages recorded by another cutter than this build's: the figures are per
+  // stage run and per ms of ops, so they price this build's stages alike.
+  nlohmann::json other = doc;
+  other["calibration"]["stages"] = nlohmann::json::parse("[[0, 2], [3, 4]]");
+  CHECK(ChainToJson(ChainFromProfile(ProfileFromJson(other, "other.json"))) == ChainToJson(ChainFromProfile(back)));
 }
 
 TEST_CASE("a profile's chain: the step without recomputation is the one `ckplan run` runs, where the profile measured it") {
@@ -148,11 +173,11 @@ TEST_CASE("a profile's chain: the step without recomputation is the one `ckplan 
   CHECK(ChainFromProfile(profile).loss_bwd_ms == doctest::Approx(0.5));
   // Through the contract: read back; a negative one refused; absent when not measured.
   const nlohmann::json doc = ProfileToJson(profile);
-  CHECK(doc["totals"]["run_step_ms"] == profile.calibration.run_step_ms);
+  CHECK(doc["calibration"]["run_step_ms"] == profile.calibration.run_step_ms);
   CHECK(ProfileFromJson(doc, "back.json").calibration.run_step_ms == profile.calibration.run_step_ms);
-  CHECK(!ProfileToJson(ProfileFromJson(TwoBlockProfile(), "two_blocks.json"))["totals"].contains("run_step_ms"));
+  CHECK(!ProfileToJson(ProfileFromJson(TwoBlockProfile(), "two_blocks.json")).contains("calibration"));
   nlohmann::json bad = doc;
-  bad["totals"]["run_step_ms"] = -2;
+  bad["calibration"]["run_step_ms"] = -2;
   CHECK_THROWS_WITH_AS(ProfileFromJson(bad, "bad.json"), doctest::Contains("run_step_ms"), Error);
 }
 
@@ -214,8 +239,9 @@ TEST_CASE("a profile's chain: the PyTorch target's prices from the step as `ckpl
   for (const char* field : {"module_step_ms", "module_nograd_scale", "checkpoint_call_ms"}) {
     CAPTURE(field);
     CHECK(!plain["totals"].contains(field));
+    CHECK(!plain.contains("calibration"));
     nlohmann::json bad = doc;
-    bad["totals"][field] = -0.5;
+    bad["calibration"][field] = -0.5;
     CHECK_THROWS_WITH_AS(ProfileFromJson(bad, "bad.json"), doctest::Contains(field), Error);
   }
 }
