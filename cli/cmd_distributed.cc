@@ -44,30 +44,6 @@ void CheckDistributedOptions(const DistributedOptions& o) {
 
 namespace {
 
-bool Prefixes(const std::string& module, const std::string& name) {
-  return name.size() > module.size() && name.compare(0, module.size(), module) == 0 && name[module.size()] == '.';
-}
-
-// The chain stage each parameter belongs to (the longest module path of a
-// stage prefixing its name); parameters of no stage go to stage 0.
-std::vector<int> ParameterStages(const Chain& chain, const std::vector<ParameterRecord>& parameters) {
-  std::vector<int> owner;
-  for (const ParameterRecord& p : parameters) {
-    int best = 0;
-    size_t best_length = 0;
-    for (int i = 0; i < chain.length(); ++i) {
-      for (const std::string& m : chain.stages[static_cast<size_t>(i)].modules) {
-        if (Prefixes(m, p.name) && m.size() >= best_length) {
-          best = i;
-          best_length = m.size();
-        }
-      }
-    }
-    owner.push_back(best);
-  }
-  return owner;
-}
-
 std::string DescribeRank(const FixedMemory& m, UnitStyle style) {
   auto b = [style](int64_t v) { return FormatBytes(v, style); };
   std::string text = Format("parameters %s + buffers %s + gradients %s + %s state %s", b(m.param_bytes).c_str(),

@@ -2,6 +2,7 @@
 
 #include <climits>
 #include <set>
+#include <utility>
 
 #include "planner/base/error.h"
 #include "planner/base/json_io.h"
@@ -108,6 +109,13 @@ nlohmann::json EnvironmentToJson(const EnvironmentRecord& e) {
   return doc;
 }
 
+// The calibration's figures, by their keys.
+constexpr std::pair<const char*, std::optional<double> Calibration::*> kCalibrationFigures[] = {
+    {"stage_run_ms", &Calibration::stage_run_ms},     {"nograd_scale", &Calibration::nograd_scale},
+    {"run_step_ms", &Calibration::run_step_ms},       {"module_step_ms", &Calibration::module_step_ms},
+    {"module_nograd_scale", &Calibration::module_nograd_scale},
+    {"checkpoint_call_ms", &Calibration::checkpoint_call_ms}};
+
 // The calibration: the `calibration` object, or (older profiles) its six
 // figures under `totals`.
 Calibration CalibrationFromJson(const JsonReader& node) {
@@ -121,31 +129,19 @@ Calibration CalibrationFromJson(const JsonReader& node) {
       c.stages.push_back({first, range.Item(1).IntegerIn(first, INT32_MAX)});
     }
   }
-  auto read = [&](const char* key, std::optional<double>* value) {
-    if (node.Has(key)) *value = node.Field(key).NonNegativeNumber();
-  };
-  read("stage_run_ms", &c.stage_run_ms);
-  read("nograd_scale", &c.nograd_scale);
-  read("run_step_ms", &c.run_step_ms);
-  read("module_step_ms", &c.module_step_ms);
-  read("module_nograd_scale", &c.module_nograd_scale);
-  read("checkpoint_call_ms", &c.checkpoint_call_ms);
+  for (const auto& [key, figure] : kCalibrationFigures) {
+    if (node.Has(key)) c.*figure = node.Field(key).NonNegativeNumber();
+  }
   return c;
 }
 
 nlohmann::json CalibrationToJson(const Calibration& c) {
   nlohmann::json doc = nlohmann::json::object();
-  nlohmann::json* node = &doc;
   if (!c.stages.empty()) {
     doc["stages"] = nlohmann::json::array();
     for (const OpRange& r : c.stages) doc["stages"].push_back({r.first, r.last});
   }
-  Put(node, "stage_run_ms", c.stage_run_ms);
-  Put(node, "nograd_scale", c.nograd_scale);
-  Put(node, "run_step_ms", c.run_step_ms);
-  Put(node, "module_step_ms", c.module_step_ms);
-  Put(node, "module_nograd_scale", c.module_nograd_scale);
-  Put(node, "checkpoint_call_ms", c.checkpoint_call_ms);
+  for (const auto& [key, figure] : kCalibrationFigures) Put(&doc, key, c.*figure);
   return doc;
 }
 

@@ -26,6 +26,24 @@ bool Prefixes(const std::string& module, const std::string& name) {
 
 }  // namespace
 
+std::vector<int> ParameterStages(const Chain& chain, const std::vector<ParameterRecord>& parameters) {
+  std::vector<int> owner;
+  for (const ParameterRecord& p : parameters) {
+    int best = 0;
+    size_t best_length = 0;
+    for (int i = 0; i < chain.length(); ++i) {
+      for (const std::string& m : chain.stages[static_cast<size_t>(i)].modules) {
+        if (Prefixes(m, p.name) && m.size() >= best_length) {
+          best = i;
+          best_length = m.size();
+        }
+      }
+    }
+    owner.push_back(best);
+  }
+  return owner;
+}
+
 std::vector<ShardUnit> DefaultShardUnits(const Chain& chain, const std::vector<ParameterRecord>& parameters,
                                          int data_parallel) {
   std::vector<ShardUnit> units(1);  // the root first

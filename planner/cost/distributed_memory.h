@@ -15,6 +15,11 @@
 
 namespace ckplan {
 
+/// The chain stage each parameter belongs to, for a pipeline's stages: the
+/// longest module path of a stage prefixing its name; a parameter of no
+/// stage goes to stage 0.
+std::vector<int> ParameterStages(const Chain& chain, const std::vector<ParameterRecord>& parameters);
+
 /// The units FSDP shards by default: each module a chain stage covers
 /// (`Stage::modules`) that owns parameters; the rest is the root unit.
 /// Parameters are assigned to the longest module path prefixing their name.
