@@ -10,6 +10,7 @@
 #include "planner/cost/distributed_memory.h"
 #include "planner/base/error.h"
 #include "planner/cost/gradients.h"
+#include "planner/cost/optimizer_memory.h"
 #include "planner/solvers/pipeline.h"
 #include "planner/plan/plan.h"
 #include "planner/plan/plan_to_document.h"
@@ -63,8 +64,10 @@ FixedMemory RankFor(const PlannerInput& in, const std::vector<ParameterRecord>& 
     m.optimizer = "none";
     return m;
   }
-  return RankFixedMemory(chain, parameters, param_bytes, in.profile.totals.buffer_bytes, optimizer, o.data_parallel,
-                         ParseShardMode(o.shard), in.source.path);
+  FixedMemory m = RankFixedMemory(chain, parameters, param_bytes, in.profile.totals.buffer_bytes, optimizer,
+                                  o.data_parallel, ParseShardMode(o.shard), in.source.path);
+  m.optimizer_impl = in.fixed.optimizer_impl;
+  return m;
 }
 
 int RunDataParallel(const DistributedOptions& o, const PlannerInput& in, const ByteQuantity& budget, int slots,
@@ -75,8 +78,14 @@ int RunDataParallel(const DistributedOptions& o, const PlannerInput& in, const B
   // Gradients: a rank's are held for the whole step, in its fixed part (DDP's
   // buckets and ZeRO's partitions are allocated once; FSDP's shards appear
   // in backward, which this counts conservatively), so the chain carries none.
-  const Chain chain = WithoutParamGrads(in.chain);
+  Chain chain = WithoutParamGrads(in.chain);
   if (!in.from_profile) rank.grad_bytes += in.chain.ParamGradBytes();  // a chain's own
+  // With the optimizer's state sharded, each rank updates its shards: the
+  // update's temporaries are theirs.
+  if (in.from_profile && ParseShardMode(o.shard) != ShardMode::kNone) {
+    chain.update_tmp_bytes =
+        UpdateTmpBytes(optimizer, in.fixed.optimizer_impl, ShardedParameters(params, o.data_parallel));
+  }
   FILE* human = output == "-" ? stderr : stdout;
   if (!OptimalBudgetFeasible(chain, rank, budget.bytes, slots)) {
     int64_t minimum = MinimumOptimalBudget(chain, rank, slots);

@@ -7,6 +7,7 @@
 #include "planner/base/error.h"
 #include "planner/base/json_io.h"
 #include "cli/commands.h"
+#include "cli/optimizer_options.h"
 #include "cli/report/report.h"
 #include "cli/report/report_writers.h"
 #include "cli/strategy_table.h"
@@ -20,7 +21,7 @@ struct ReportOptions {
   std::string output;
   std::string budget;
   std::string format;
-  std::string optimizer = "adam";
+  OptimizerOptions optimizer;
   int slots = 500;
   std::vector<int> every = {2, 4, 8};
   std::vector<std::string> runs;
@@ -55,7 +56,7 @@ int RunReportCommand(const ReportOptions& o) {
   if (!o.budget.empty()) budget = ParseBytes(o.budget);
   DistributedSummary distributed;
   if (!o.plan.empty()) distributed = ReadDistributedPlan(o.plan);
-  PlannerInput in = LoadPlannerInput(o.input, o.optimizer);
+  PlannerInput in = LoadPlannerInput(o.input, OptimizerChoiceOf(o.optimizer));
   Report report;
   {
     ProgressBar bar(Format("planning %d stages", in.chain.length()), StderrIsTerminal(), ProgressDelaySeconds());
@@ -93,9 +94,7 @@ void AddReportCommand(CLI::App& app, Action* action) {
                   "budget to mark and plan for (default: halfway between the smallest feasible and no checkpointing)");
   cmd->add_option("--format", o->format, "html, md or json (default: from the output's extension)")
       ->check(CLI::IsMember({"html", "md", "json"}));
-  cmd->add_option("--optimizer", o->optimizer, "optimizer state counted in the budget")
-      ->check(CLI::IsMember({"none", "sgd", "momentum", "adam"}))
-      ->capture_default_str();
+  AddOptimizerOptions(cmd, &o->optimizer);
   cmd->add_option("--slots", o->slots, "memory slots of the dynamic program")->capture_default_str();
   cmd->add_option("--every", o->every, "segment lengths for the every-n baselines")->delimiter(',')->capture_default_str();
   cmd->add_option("--plan", o->plan, "a distributed plan (solve --data-parallel or --pipeline): per-rank memory");

@@ -19,6 +19,7 @@
 #include "planner/contracts/sweep_document.h"
 #include "cli/commands.h"
 #include "cli/distributed_solve.h"
+#include "cli/optimizer_options.h"
 #include "cli/strategy_table.h"
 #include "cli/terminal.h"
 
@@ -33,7 +34,7 @@ struct SolveOptions {
   int every_n = 0;
   bool every_given = false;
   int slots = 500;
-  std::string optimizer = "adam";
+  OptimizerOptions optimizer;
   std::string sweep_path;
   int threads = 1;
   bool show_stages = false;
@@ -107,7 +108,7 @@ int RunSolve(const SolveOptions& o) {
   if (o.threads < 1 || o.threads > 256) throw BadInput("invalid --threads " + std::to_string(o.threads) + ": use 1..256");
   for (const std::string* path : {&o.output, &o.sweep_path, &o.chain_out}) CheckOutputPath(*path);
   CheckDistributedOptions(o.distributed);
-  PlannerInput in = LoadPlannerInput(o.input, o.optimizer);
+  PlannerInput in = LoadPlannerInput(o.input, OptimizerChoiceOf(o.optimizer, o.gpu));
   const std::string what = in.from_profile ? "model" : "chain";
   if (!o.chain_out.empty()) {
     WriteFileAtomic(o.chain_out, ChainToJson(in.chain).dump(2) + "\n");
@@ -124,7 +125,7 @@ int RunSolve(const SolveOptions& o) {
     if (o.algorithm != "optimal" || o.every_given || !o.sweep_path.empty()) {
       throw BadInput("--algo, --every and --sweep are not available with --data-parallel, --shard or --pipeline");
     }
-    return RunDistributedSolve(o.distributed, in, budget, o.slots, o.optimizer, o.output);
+    return RunDistributedSolve(o.distributed, in, budget, o.slots, in.fixed.optimizer, o.output);
   }
   PlanRequest request;
   request.algorithm = ParseAlgorithm(o.algorithm);
@@ -141,7 +142,9 @@ int RunSolve(const SolveOptions& o) {
     throw BadInput("invalid --target '" + o.target + "': use pytorch or schedule");
   }
   std::vector<WrappableModule> modules;
-  if (target == "pytorch" && request.algorithm == Algorithm::kOptimal) {
+  // Every algorithm for the PyTorch target is priced, applied and run as
+  // that target: a baseline wraps the modules its stages are.
+  if (target == "pytorch") {
     modules = WrappableModules(in.chain, in.from_profile ? &in.profile : nullptr);
     if (!in.from_profile && modules.empty()) {
       throw BadInput(o.input + ": --target pytorch needs module paths (a profile, or a chain whose stages name modules)");
@@ -289,9 +292,7 @@ void AddSolveCommand(CLI::App& app, Action* action) {
   cmd->add_option("--slots", options->slots, "memory slots of the dynamic program (default 500); sizes round up to slots, "
                   "and slots are halved where that would cost over 0.5% of the budget")
       ->capture_default_str();
-  cmd->add_option("--optimizer", options->optimizer, "optimizer state counted in the budget: none, sgd, momentum, adam")
-      ->check(CLI::IsMember({"none", "sgd", "momentum", "adam"}))
-      ->capture_default_str();
+  AddOptimizerOptions(cmd, &options->optimizer);
   cmd->add_option("--sweep", options->sweep_path,
                   "write the optimal memory/time curve for every budget up to this one (ckplan.sweep/1); - for stdout");
   cmd->add_option("--threads", options->threads, "solver threads, 1..256 (default 1)");

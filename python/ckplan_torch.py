@@ -31,7 +31,8 @@ import warnings
 import torch
 import torch.utils.checkpoint
 
-__all__ = ["apply_plan", "remove_plan", "load_plan", "checkpointed_modules", "export", "ExportError",
+__all__ = ["apply_plan", "remove_plan", "load_plan", "checkpointed_modules", "check_model", "check_optimizer",
+           "export", "ExportError",
            "rank_plan", "fsdp_units", "apply_rank_plan", "is_meta_model"]
 
 _ORIGINAL_FORWARD = "_ckplan_original_forward"
@@ -49,6 +50,9 @@ def load_plan(plan):
                 doc = json.load(f)
     except RecursionError:
         raise ValueError("not a ckplan plan: JSON nested too deeply") from None
+    except json.JSONDecodeError as e:
+        where = getattr(plan, "name", plan) if not isinstance(plan, dict) else "the plan"
+        raise ValueError(f"{where}: malformed JSON ({e}): make the plan again with `ckplan solve`") from None
     if not isinstance(doc, dict):
         raise ValueError(f"not a ckplan plan (a JSON {type(doc).__name__}, expected an object)")
     if doc.get("schema") != "ckplan.plan/1":
@@ -103,15 +107,105 @@ def _wrap(module):
     module.forward = forward
 
 
-def apply_plan(model, plan):
+def _eager(model):
+    """The module a ``torch.compile``d model runs (its ``_orig_mod``): its
+    module paths are the plan's, without the ``_orig_mod.`` prefix."""
+    return getattr(model, "_orig_mod", model) if type(model).__name__ == "OptimizedModule" else model
+
+
+def _describe_bytes(n):
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if n >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{n} B"
+
+
+def check_model(model, plan):
+    """Raises ValueError unless ``model`` has the parameters the plan's profile
+    listed (how many tensors, and their bytes, each tensor once): a plan made
+    for another model, or for this one at another size or dtype, predicts
+    nothing for it, even where its module paths happen to exist."""
+    doc = load_plan(plan)
+    source = doc.get("source", {})
+    if not isinstance(source, dict):
+        raise ValueError("the plan's 'source' is not an object: make the plan again with `ckplan solve`")
+    count, nbytes = source.get("param_count"), source.get("param_bytes")
+    if count is None or nbytes is None:
+        return  # an older plan, or one made from a chain
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (count, nbytes)):
+        raise ValueError("the plan's 'source.param_count' and 'source.param_bytes' are not byte counts: "
+                         "make the plan again with `ckplan solve`")
+    if "pipeline_stage" in doc or "distributed" in doc:
+        return  # a rank holds its shards or its stage's modules, not the whole model's parameters
+    params = list(_eager(model).parameters())  # each tensor once (tied weights too)
+    have_count, have_bytes = len(params), sum(p.numel() * p.element_size() for p in params)
+    if (have_count, have_bytes) != (count, nbytes):
+        raise ValueError(f"the plan was made for a model with {count} parameter tensors of "
+                         f"{_describe_bytes(nbytes)} ({source.get('model_path', 'its profile')}); this model has "
+                         f"{have_count} of {_describe_bytes(have_bytes)}: profile and solve for this model, or pass "
+                         "strict=False to apply it anyway")
+
+
+def _optimizer_of(optimizer):
+    """(name, implementation) of a torch.optim optimizer as ckplan names them,
+    the implementation as torch picks it (foreach on CUDA, for-loop elsewhere,
+    unless the job set ``foreach`` or ``fused``)."""
+    group = optimizer.param_groups[0] if optimizer.param_groups else {}
+    kind = type(optimizer).__name__
+    if kind == "SGD":
+        name = "momentum" if group.get("momentum", 0) else "sgd"
+    else:
+        name = {"Adam": "adam", "AdamW": "adamw"}.get(kind, kind.lower())
+    if group.get("fused"):
+        impl = "fused"
+    elif group.get("foreach") is not None:
+        impl = "foreach" if group["foreach"] else "for-loop"
+    else:
+        cuda = all(p.is_cuda for g in optimizer.param_groups for p in g["params"])
+        impl = "foreach" if cuda and optimizer.param_groups else "for-loop"
+    return name, impl
+
+
+def check_optimizer(optimizer, plan):
+    """Warns when the job's optimizer is not the one the plan was priced for:
+    its state and its update's temporaries at the step's end are in the plan's
+    prediction (``ckplan solve --optimizer NAME --optimizer-impl IMPL``).
+    Returns the warning's text, or None when they agree."""
+    fixed = load_plan(plan).get("fixed", {})
+    want = (fixed.get("optimizer"), fixed.get("optimizer_impl", "for-loop"))
+    have = _optimizer_of(optimizer)
+    if want[0] is None or want == have or (want[0] in ("none", "sgd") and have[0] in ("none", "sgd")):
+        return None
+    text = (f"ckplan_torch: the plan was priced for {want[0]} ({want[1]}) but the job's optimizer is "
+            f"{have[0]} ({have[1]}): its state and its update's temporaries differ, so the step may not fit the "
+            f"plan's budget; solve with --optimizer {have[0] if have[0] != 'momentum' else 'sgd --momentum 0.9'} "
+            f"--optimizer-impl {have[1]}")
+    warnings.warn(text)
+    return text
+
+
+def apply_plan(model, plan, optimizer=None, strict=True):
     """Wraps the plan's checkpoint_modules of ``model``; returns their paths.
 
+    ``model`` may be ``torch.compile``d (the plan applies to the module it
+    compiled); apply the plan before its first call. ``optimizer``: the job's
+    torch.optim optimizer, checked against the one the plan was priced for
+    (check_optimizer: a warning when they differ). The model's parameters are
+    checked against the plan's profile (check_model) unless ``strict`` is
+    False (as ``load_state_dict(strict=False)``).
+
     Raises KeyError naming a module path the model lacks (nothing is wrapped
-    then), ValueError for a file that is not a plan or a module that writes
-    its input in place (``inplace=True``: recomputing it from its saved input
-    would fail in backward; ``ckplan solve`` never names one).
+    then), ValueError for a file that is not a plan, a plan made for another
+    model, or a module that writes its input in place (``inplace=True``:
+    recomputing it from its saved input would fail in backward; ``ckplan
+    solve`` never names one).
     """
     doc = load_plan(plan)
+    if strict:
+        check_model(model, doc)
+    if optimizer is not None:
+        check_optimizer(optimizer, doc)
+    model = _eager(model)
     paths = list(doc["checkpoint_modules"])
     named = dict(model.named_modules())
     missing = [p for p in paths if p not in named]
@@ -140,7 +234,7 @@ def apply_plan(model, plan):
 def remove_plan(model):
     """Undoes apply_plan; returns the paths that were unwrapped."""
     undone = []
-    for path, module in model.named_modules():
+    for path, module in _eager(model).named_modules():
         original = module.__dict__.pop(_ORIGINAL_FORWARD, None)
         if original is not None:
             module.__dict__.pop("forward", None)
@@ -150,7 +244,7 @@ def remove_plan(model):
 
 def checkpointed_modules(model):
     """Paths of the modules currently wrapped."""
-    return [path for path, module in model.named_modules() if _ORIGINAL_FORWARD in module.__dict__]
+    return [path for path, module in _eager(model).named_modules() if _ORIGINAL_FORWARD in module.__dict__]
 
 
 # ---- distributed plans (`ckplan solve --data-parallel N --shard MODE`, `--pipeline P`) ----
@@ -181,7 +275,9 @@ def apply_rank_plan(model, plan, stage=None):
     outside it) or on a pipeline stage's submodule (``stage``: its index; module
     paths are the whole model's, as when a stage keeps its modules' names).
     Returns the wrapped paths."""
-    return apply_plan(model, rank_plan(plan, stage))
+    # A rank holds its shards (FSDP) or its stage's modules (pipeline), not
+    # the parameters the whole model's profile listed.
+    return apply_plan(model, rank_plan(plan, stage), strict=False)
 # The archive's ckplan record (extra/ckplan.json): {"schema": "ckplan.pt2-extra/1",
 # "shapes_only": bool, "aliases": {name: name}}; shapes_only: the weights are
 # meta tensors (no data); aliases: tied weights (one tensor under two names).

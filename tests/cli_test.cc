@@ -327,7 +327,7 @@ TEST_CASE("a plan's predicted step prices recomputation at the no-grad forward a
   std::string profile = dir + "/profile.json";
   WriteText(profile, doc.dump());
   auto plan_for = [&](const std::string& input, const std::string& optimizer) {
-    CommandResult r = RunCkplan("solve " + input + " --budget 1TB --algo every --optimizer " + optimizer +
+    CommandResult r = RunCkplan("solve " + input + " --budget 1TB --algo every --target schedule --optimizer " + optimizer +
                                     " --chain-out " + dir + "/chain.json -o " + dir + "/plan.json", dir);
     CAPTURE(r.err);
     REQUIRE(r.exit_code == 0);

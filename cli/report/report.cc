@@ -5,6 +5,7 @@
 #include "planner/base/error.h"
 #include "planner/base/json_io.h"
 #include "cli/terminal.h"
+#include "planner/cost/wrappable_modules.h"
 
 namespace ckplan {
 namespace {
@@ -26,11 +27,20 @@ Report MakeReport(const PlannerInput& input, const std::string& source, int64_t 
   r.fixed = input.fixed;
   r.chain = input.chain;
   const int64_t huge = int64_t{1} << 60;
+  // A profile's plans are for the PyTorch target, as `ckplan solve` makes
+  // them by default (the modules apply_plan wraps, priced as PyTorch runs
+  // them); the nested schedule (`ckplan run`'s) is shown beside, labelled.
+  // A chain has the schedule only.
+  std::vector<WrappableModule> modules;
+  const bool pytorch = input.from_profile;
+  if (pytorch) modules = WrappableModules(input.chain, &input.profile);
+  r.target = pytorch ? "pytorch" : "schedule";
   auto baseline = [&](Algorithm a, int n) {
     PlanRequest request;
     request.algorithm = a;
     request.budget.bytes = huge;
     request.every_n = n;
+    if (pytorch) request.pytorch_modules = &modules;
     return MakePlan(input.chain, input.fixed, request);
   };
   Plan none = baseline(Algorithm::kNone, 0);
@@ -44,7 +54,10 @@ Report MakeReport(const PlannerInput& input, const std::string& source, int64_t 
   // The sweep is the first half of the work, the chosen plan the second.
   if (progress) sweep.progress = [&progress](double f) { progress(0.5 * f); };
   Plan top = MakePlan(input.chain, input.fixed, sweep);
-  const int64_t minimum = top.min_budget_bytes;
+  PlanRequest loose;
+  loose.budget.bytes = huge;
+  loose.pytorch_modules = &modules;
+  const int64_t minimum = pytorch ? MakePlan(input.chain, input.fixed, loose).min_budget_bytes : top.min_budget_bytes;
   // Without a budget: halfway between the smallest feasible one and no
   // checkpointing, and never below the smallest.
   const bool chosen_here = budget_bytes <= 0;
@@ -54,7 +67,7 @@ Report MakeReport(const PlannerInput& input, const std::string& source, int64_t 
                                               FormatBytes(minimum, style, true).c_str()));
   }
   for (const CurvePoint& p : top.curve) {
-    if (p.budget_bytes >= minimum) r.optimal_curve.push_back(p);
+    if (p.budget_bytes >= top.min_budget_bytes) r.optimal_curve.push_back(p);
   }
   auto add = [&](const std::string& name, const Plan& p) {
     r.strategies.push_back(StrategyPointOf(name, p, r.budget_bytes));
@@ -70,6 +83,7 @@ Report MakeReport(const PlannerInput& input, const std::string& source, int64_t 
   PlanRequest chosen;
   chosen.budget.bytes = r.budget_bytes;
   chosen.slots = slots;
+  if (pytorch) chosen.pytorch_modules = &modules;
   if (progress) chosen.progress = [&progress](double f) { progress(0.5 + 0.5 * f); };
   r.chosen = MakePlan(input.chain, input.fixed, chosen);
   // Sizes round up to slots of budget/slots: a budget the report chose may
@@ -85,6 +99,13 @@ Report MakeReport(const PlannerInput& input, const std::string& source, int64_t 
   }
   for (auto& strategy : r.strategies) strategy.fits = strategy.peak_bytes <= r.budget_bytes;
   add("optimal", r.chosen);
+  if (pytorch) {
+    PlanRequest schedule = chosen;
+    schedule.pytorch_modules = nullptr;
+    schedule.progress = nullptr;
+    const Plan nested = MakePlan(input.chain, input.fixed, schedule);
+    if (nested.feasible) add("optimal (schedule)", nested);
+  }
   return r;
 }
 

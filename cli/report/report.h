@@ -32,7 +32,11 @@ struct Report {
   double no_recompute_ms = 0;
   std::vector<StrategyPoint> strategies;
   std::vector<CurvePoint> optimal_curve;  ///< every budget from the smallest feasible up
-  Plan chosen;                   ///< the optimal plan at the budget
+  /// `pytorch` for a profile (the plans apply_plan applies; the nested
+  /// schedule's optimum is the row `optimal (schedule)` and the curve),
+  /// `schedule` for a chain.
+  std::string target = "schedule";
+  Plan chosen;                   ///< the optimal plan at the budget, for `target`
   Chain chain;
   std::vector<RunPoint> runs;
   DistributedSummary distributed;  ///< `--plan` of a distributed plan: per-rank memory; empty otherwise

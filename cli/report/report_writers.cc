@@ -25,9 +25,15 @@ std::string ReportHtml(const Report& r) {
   s << ". Without recomputation a step takes " << FormatMs(r.no_recompute_ms) << ".</p>\n";
   s << "<p>The optimal plan at the budget: peak " << FormatBytes(r.chosen.peak_bytes, r.style) << ", step "
     << Format("%.2f ms (%s)", r.chosen.time_ms, FormatPct(r.chosen.overhead_pct()).c_str()) << ", "
-    << r.chosen.checkpointed_stages.size() << " of " << r.chain.length() << " stages recomputed.</p>\n";
+    << r.chosen.checkpointed_stages.size() << " of " << r.chain.length() << " stages recomputed"
+    << (r.target == "pytorch" ? Format(" (the PyTorch target: %zu modules wrapped with torch.utils.checkpoint by apply_plan, "
+                                       "as `ckplan solve` plans by default; the row `optimal (schedule)` is the nested "
+                                       "schedule `ckplan run` runs with --target schedule)",
+                                       r.chosen.pytorch.checkpoint_modules.size())
+                              : std::string())
+    << ".</p>\n";
   s << "<figure>" << TradeoffSvg(r) << "<figcaption class=\"note\">Each strategy's predicted peak memory and step time; "
-       "the optimal plan's best time for every budget from the smallest feasible one ("
+       "the line: the optimal nested schedule's best time (`--target schedule`) for every budget from its smallest feasible one ("
     << (r.optimal_curve.empty() ? std::string("-") : FormatBytes(r.optimal_curve.front().budget_bytes, r.style))
     << ")."
     << (r.runs.empty() ? "" : " Triangles: what ckplan run measured (median training steps, timed whole), each joined by a "
@@ -90,7 +96,7 @@ std::string ReportMarkdown(const Report& r) {
     }
   }
   if (!r.distributed.rows.empty()) s << DistributedMarkdown(r.distributed, r.style);
-  s << "\nOptimal step time by budget:\n\n| budget | step | overhead |\n| ---: | ---: | ---: |\n";
+  s << "\nOptimal nested schedule's step time by budget (`--target schedule`):\n\n| budget | step | overhead |\n| ---: | ---: | ---: |\n";
   size_t stride = std::max<size_t>(1, r.optimal_curve.size() / 10);
   for (size_t k = 0; k < r.optimal_curve.size(); k += stride) {
     const auto& p = r.optimal_curve[k];

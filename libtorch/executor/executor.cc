@@ -180,6 +180,7 @@ class Executor {
     }
     modules_ = doc.target == "pytorch" && WrappedModules(schedule_, static_cast<int>(op_ranges_.size()), &wrapped_);
     optimizer_ = doc.fixed.optimizer;
+    optimizer_impl_ = doc.fixed.optimizer_impl;
     algorithm_ = doc.algorithm;
     budget_bytes_ = doc.budget_bytes;
     predicted_peak_ = doc.predicted.peak_bytes;
@@ -248,7 +249,7 @@ class Executor {
   // are checked against, does not pay for the cuts: its difference is no
   // cost of recomputation).
   void MeasureModes(ScheduleRunner& runner, int stages, const std::vector<at::Tensor>& inputs, RunReport* report) {
-    OptimizerStep plain(optimizer_, options_.lr), planned(optimizer_, options_.lr);
+    OptimizerStep plain(optimizer_, options_.lr, optimizer_impl_), planned(optimizer_, options_.lr, optimizer_impl_);
     const Schedule no_recompute = NoCheckpointSchedule(stages);
     std::vector<double> ms[2];
     std::vector<Measure> all[2];
@@ -290,7 +291,8 @@ class Executor {
     r.model_path = options_.model_path;
     r.plan_path = options_.plan_path;
     r.algorithm = algorithm_;
-    r.optimizer = optimizer_;
+    // With how it runs (its temporaries differ): "adam (for-loop)".
+    r.optimizer = optimizer_ == "none" ? optimizer_ : optimizer_ + " (" + OptimizerImplName(optimizer_impl_) + ")";
     r.budget_bytes = budget_bytes_;
     r.steps = options_.steps;
     r.predicted_peak_bytes = predicted_peak_;
@@ -313,6 +315,7 @@ class Executor {
   TrackingAllocator& tracker_;
   DeviceInfo device_;
   std::string sha256_, optimizer_, algorithm_;
+  OptimizerImpl optimizer_impl_ = OptimizerImpl::kForLoop;
   std::vector<InputSpec> input_specs_;
   std::vector<std::pair<int, int>> op_ranges_;
   std::vector<std::vector<std::string>> stage_modules_;

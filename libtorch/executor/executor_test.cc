@@ -266,7 +266,7 @@ TEST_CASE("run: a head that writes in place into a view of a stage's input (drop
 TEST_CASE("run: models exported with torch.export (.pt2), halfway between every and none: ok, gradients equal") {
   // Models whose activations dominate the step at their test inputs on any
   // processor (the transformers' attention and MLP activations).
-  for (const char* name : {"gpt2.pt2", "llama.pt2", "mobilenet_v3_small.pt2", "bf16_decoder.pt2"}) {
+  for (const char* name : {"gpt2.pt2", "llama.pt2", "bf16_decoder.pt2"}) {
     CheckOkBetweenEveryAndNone(name);
   }
   // The other test models (on some, every saves nothing over none): the
@@ -275,8 +275,10 @@ TEST_CASE("run: models exported with torch.export (.pt2), halfway between every 
   // parameters, their gradients and adam's state), where checkpointing cannot
   // reach, and whether `every` lowers it at all depends on which convolution
   // kernels (and workspaces) the processor's oneDNN picks: on an Intel Xeon
-  // every = none = 182,151,744 B.
-  for (const char* name : {"resnet18.pt2", "mlp_chain.pt2", "mobilenet_v2.pt2", "gpt.pt2", "unet.pt2", "transformer_encoder.pt2",
+  // every = none = 182,151,744 B. mobilenet_v3_small's step peaks at its
+  // end too: adam's for-loop update of its 4 MB classifier weight (two of
+  // its size and the previous parameter's denominator) above its activations.
+  for (const char* name : {"resnet18.pt2", "mobilenet_v3_small.pt2", "mlp_chain.pt2", "mobilenet_v2.pt2", "gpt.pt2", "unet.pt2", "transformer_encoder.pt2",
                            "sdpa_decoder.pt2", "bert.pt2", "vit.pt2", "inplace_head.pt2"}) {
     const std::string model = name;
     CAPTURE(model);

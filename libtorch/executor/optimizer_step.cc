@@ -23,31 +23,37 @@ ModuleTensors UniqueModuleTensors(const torch::jit::Module& module) {
 }
 
 void OptimizerStep::Reset() {
-  steps_ = 0;
   first_.clear();
   second_.clear();
+  steps_.clear();
+}
+
+std::vector<at::Tensor> OptimizerStep::state() const {
+  std::vector<at::Tensor> all(first_);
+  all.insert(all.end(), second_.begin(), second_.end());
+  all.insert(all.end(), steps_.begin(), steps_.end());
+  return all;
 }
 
 void OptimizerStep::Prepare(const std::vector<at::Tensor>& params) {
-  if (name_ != "adam" && name_ != "momentum") return;
+  if (!adam() && name_ != "momentum") return;
   c10::NoGradGuard no_grad;
-  first_.clear();
-  second_.clear();
+  Reset();
   for (const auto& p : params) {
     first_.push_back(at::zeros_like(p));
-    if (name_ == "adam") second_.push_back(at::zeros_like(p));
+    if (adam()) {
+      second_.push_back(at::zeros_like(p));
+      steps_.push_back(at::zeros({}, at::TensorOptions().dtype(at::kFloat)));
+    }
   }
 }
 
 void OptimizerStep::Apply(const std::vector<at::Tensor>& params) {
   if (name_ == "none") return;
   c10::NoGradGuard no_grad;
-  ++steps_;
-  if (name_ == "adam" && first_.empty()) {
-    for (const auto& p : params) {
-      first_.push_back(at::zeros_like(p));
-      second_.push_back(at::zeros_like(p));
-    }
+  if (adam()) {
+    ApplyAdam(params);
+    return;
   }
   for (size_t k = 0; k < params.size(); ++k) {
     at::Tensor p = params[k];
@@ -55,30 +61,91 @@ void OptimizerStep::Apply(const std::vector<at::Tensor>& params) {
     if (!g.defined()) continue;
     if (name_ == "sgd") {
       p.add_(g, -lr_);
-    } else if (name_ == "momentum") {
+    } else if (name_ == "momentum") {  // in place in every implementation
       if (first_.size() <= k) first_.push_back(g.clone());
       else first_[k].mul_(0.9).add_(g);
       p.add_(first_[k], -lr_);
-    } else if (name_ == "adam") {
-      const double b1 = 0.9, b2 = 0.999, eps = 1e-8;
-      first_[k].mul_(b1).add_(g, 1 - b1);
-      second_[k].mul_(b2).addcmul_(g, g, 1 - b2);
-      const double bc1 = 1 - std::pow(b1, steps_), bc2 = 1 - std::pow(b2, steps_);
-      // In slices: the update's temporary stays small (at most 256 KiB in
-      // float32) instead of the size of the largest parameter, which on a
-      // model with a large classifier outgrew the activations' peak.
-      const bool flat = p.is_contiguous() && first_[k].is_contiguous() && second_[k].is_contiguous();
-      const int64_t kSlice = flat ? int64_t{1} << 16 : p.numel();
-      at::Tensor pf = flat ? p.view({-1}) : p, af = flat ? first_[k].view({-1}) : first_[k],
-                 bf = flat ? second_[k].view({-1}) : second_[k];
-      for (int64_t i = 0; i < pf.numel(); i += kSlice) {
-        const int64_t len = std::min(kSlice, pf.numel() - i);
-        auto slice = [&](const at::Tensor& t) { return flat ? t.narrow(0, i, len) : t; };
-        at::Tensor denom = slice(bf).sqrt();
-        denom.div_(std::sqrt(bc2)).add_(eps);
-        slice(pf).addcdiv_(slice(af), denom, -lr_ / bc1);
-      }
     }
+  }
+}
+
+void OptimizerStep::ApplyAdam(const std::vector<at::Tensor>& all_params) {
+  const double b1 = 0.9, b2 = 0.999, eps = 1e-8, decay = name_ == "adamw" ? 0.01 : 0.0;
+  // The state, made on the first update (as torch.optim's _init_group does)
+  // unless Prepare made it.
+  if (first_.empty()) {
+    for (const auto& p : all_params) {
+      first_.push_back(at::zeros_like(p));
+      second_.push_back(at::zeros_like(p));
+      steps_.push_back(at::zeros({}, at::TensorOptions().dtype(at::kFloat)));
+    }
+  }
+  std::vector<at::Tensor> params, grads, m, v, steps;
+  for (size_t k = 0; k < all_params.size(); ++k) {
+    if (!all_params[k].grad().defined()) continue;
+    params.push_back(all_params[k]);
+    grads.push_back(all_params[k].grad());
+    m.push_back(first_[k]);
+    v.push_back(second_[k]);
+    steps.push_back(steps_[k]);
+  }
+  if (params.empty()) return;
+  if (impl_ == OptimizerImpl::kFused) {
+    if (decay > 0) {
+      at::_fused_adamw_(params, grads, m, v, {}, steps, lr_, b1, b2, decay, eps, false, false);
+    } else {
+      at::_fused_adam_(params, grads, m, v, {}, steps, lr_, b1, b2, 0.0, eps, false, false);
+    }
+    return;
+  }
+  if (impl_ == OptimizerImpl::kForLoop) {
+    at::Tensor denom;  // the previous parameter's, held until the next is made
+    for (size_t k = 0; k < params.size(); ++k) {
+      at::Tensor p = params[k];
+      steps[k].add_(1);
+      if (decay > 0) p.mul_(1 - lr_ * decay);
+      m[k].lerp_(grads[k], 1 - b1);
+      v[k].mul_(b2).addcmul_(grads[k], grads[k], 1 - b2);
+      const double step = steps[k].item<double>();
+      const double bc1 = 1 - std::pow(b1, step), bc2_sqrt = std::sqrt(1 - std::pow(b2, step));
+      at::Tensor next = (v[k].sqrt() / bc2_sqrt).add_(eps);
+      p.addcdiv_(m[k], next, -lr_ / bc1);
+      denom = std::move(next);
+    }
+    return;
+  }
+  // foreach: one group per dtype, in order of first appearance.
+  std::vector<at::ScalarType> dtypes;
+  for (const auto& p : params) {
+    if (std::find(dtypes.begin(), dtypes.end(), p.scalar_type()) == dtypes.end()) dtypes.push_back(p.scalar_type());
+  }
+  std::vector<at::Tensor> roots;  // the previous group's, held until the next group's are made
+  for (at::ScalarType dtype : dtypes) {
+    std::vector<at::Tensor> gp, gg, gm, gv, gs;
+    for (size_t k = 0; k < params.size(); ++k) {
+      if (params[k].scalar_type() != dtype) continue;
+      gp.push_back(params[k]);
+      gg.push_back(grads[k]);
+      gm.push_back(m[k]);
+      gv.push_back(v[k]);
+      gs.push_back(steps[k]);
+    }
+    at::_foreach_add_(gs, 1);
+    if (decay > 0) at::_foreach_mul_(gp, 1 - lr_ * decay);
+    at::_foreach_lerp_(gm, gg, 1 - b1);
+    at::_foreach_mul_(gv, b2);
+    at::_foreach_addcmul_(gv, gg, gg, 1 - b2);
+    std::vector<at::Scalar> bc2_sqrt, step_size;
+    for (const auto& s : gs) {
+      const double step = s.item<double>();
+      bc2_sqrt.emplace_back(std::sqrt(1 - std::pow(b2, step)));
+      step_size.emplace_back(-lr_ / (1 - std::pow(b1, step)));
+    }
+    std::vector<at::Tensor> next = at::_foreach_sqrt(gv);
+    at::_foreach_div_(next, bc2_sqrt);
+    at::_foreach_add_(next, eps);
+    at::_foreach_addcdiv_(gp, gm, next, step_size);
+    roots = std::move(next);
   }
 }
 

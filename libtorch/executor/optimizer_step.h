@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "planner/contracts/fixed_memory.h"
+
 namespace torch::jit {
 struct Module;
 }  // namespace torch::jit
@@ -24,17 +26,24 @@ struct ModuleTensors {
 ModuleTensors UniqueModuleTensors(const torch::jit::Module& module);
 
 /// Optimizers the planner knows (besides `none`): their update is timed in
-/// the profile.
+/// the profile (adamw as adam).
 inline const std::vector<std::string>& TimedOptimizers() {
   static const std::vector<std::string> names = {"sgd", "momentum", "adam"};
   return names;
 }
 
-/// sgd, momentum (0.9) or adam (0.9, 0.999, eps 1e-8) with its state kept
-/// across steps; `none` does nothing. Parameters without a gradient are skipped.
+/// torch.optim's update, with its defaults (SGD momentum 0.9; Adam and
+/// AdamW betas (0.9, 0.999), eps 1e-8; AdamW weight decay 0.01), run the way
+/// `impl` says torch.optim runs it, so that its temporaries are the ones a
+/// training job's are (planner/cost/optimizer_memory.h): for-loop
+/// (`_single_tensor_adam`: each parameter's denominator made while the
+/// previous one's is held), foreach (`_multi_tensor_adam`: the square roots
+/// of a dtype group at once), fused (ATen's `_fused_adam_`). `none` does
+/// nothing. Parameters without a gradient are skipped.
 class OptimizerStep {
  public:
-  OptimizerStep(std::string name, double lr) : name_(std::move(name)), lr_(lr) {}
+  OptimizerStep(std::string name, double lr, OptimizerImpl impl = OptimizerImpl::kForLoop)
+      : name_(std::move(name)), lr_(lr), impl_(impl) {}
   /// One update of `params` from their gradients (under no-grad).
   void Apply(const std::vector<at::Tensor>& params);
   /// Makes the state (zeros) without an update, so that the next Apply costs
@@ -43,16 +52,17 @@ class OptimizerStep {
   void Prepare(const std::vector<at::Tensor>& params);
   /// Drops the state (the next Apply starts over).
   void Reset();
-  /// The state tensors (momentum: first moments; adam: both moments).
-  const std::vector<at::Tensor>& first() const { return first_; }
-  const std::vector<at::Tensor>& second() const { return second_; }
+  /// Every state tensor: momentum buffers; adam's moments and `step` counters.
+  std::vector<at::Tensor> state() const;
   const std::string& name() const { return name_; }
 
  private:
+  bool adam() const { return name_ == "adam" || name_ == "adamw"; }
+  void ApplyAdam(const std::vector<at::Tensor>& params);
   std::string name_;
   double lr_;
-  int steps_ = 0;
-  std::vector<at::Tensor> first_, second_;
+  OptimizerImpl impl_;
+  std::vector<at::Tensor> first_, second_, steps_;
 };
 
 }  // namespace ckplan

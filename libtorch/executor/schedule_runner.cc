@@ -54,8 +54,7 @@ int64_t ScheduleRunner::OtherBytes(const std::vector<at::Tensor>& inputs) {
   // The optimizer state of the mode being measured is the step's; the
   // other mode's (measured in turn with this one) is not.
   if (optimizer_step_ != nullptr) {
-    for (const auto& t : optimizer_step_->first()) add(t);
-    for (const auto& t : optimizer_step_->second()) add(t);
+    for (const auto& t : optimizer_step_->state()) add(t);
   }
   for (const auto& t : targets_) add(t);
   for (const auto& t : inputs) add(t);
@@ -272,8 +271,7 @@ Measure ScheduleRunner::RunSchedule(const std::vector<at::Tensor>& inputs, const
       if (p.grad().defined()) grads += p.grad().numel() * p.grad().element_size();
     }
     if (optimizer_step_ != nullptr) {
-      for (const auto& t : optimizer_step_->first()) state += t.numel() * t.element_size();
-      for (const auto& t : optimizer_step_->second()) state += t.numel() * t.element_size();
+      for (const auto& t : optimizer_step_->state()) state += t.numel() * t.element_size();
     }
     std::fprintf(stderr, "trace start live %lld params %lld grads %lld optimizer %lld\n",
                  static_cast<long long>(tracker_.live_bytes()), static_cast<long long>(params),

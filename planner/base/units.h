@@ -28,10 +28,12 @@ const char* UnitStyleName(UnitStyle style);
 std::optional<UnitStyle> UnitStyleFromName(const std::string& name);
 
 /// Formats bytes for people: `2.61 GiB` (binary) or `2.80 GB` (decimal);
-/// below 1 KB/KiB, `123 B`. `round_up` rounds the last digit up, so that a
-/// printed minimum is never below the true one.
+/// below 1 KB/KiB, `123 B`. One rounding rule for every figure printed: the
+/// last digit rounds up (`round_up`), so that a peak or a minimum typed
+/// back as a budget is feasible, and a minimum and a plan's peak of the same
+/// bytes print alike. `round_up = false` rounds to nearest.
 std::string FormatBytes(int64_t bytes, UnitStyle style = UnitStyle::kBinary,
-                        bool round_up = false);
+                        bool round_up = true);
 
 /// The same quantity in the form ParseBytes accepts without spaces
 /// (`2.61GiB`), rounded up to 3 significant decimals.

@@ -41,12 +41,12 @@ TEST_CASE("bad budgets are errors that quote the text") {
   }
 }
 
-TEST_CASE("bytes format for people, rounded up on request") {
+TEST_CASE("bytes format for people, rounded up unless asked to round to nearest") {
   CHECK(FormatBytes(512) == "512 B");
   CHECK(FormatBytes(1536) == "1.50 KiB");
   CHECK(FormatBytes(24LL << 30) == "24.0 GiB");
-  CHECK(FormatBytes(2612345678LL, UnitStyle::kDecimal) == "2.61 GB");
-  CHECK(FormatBytes(2612345678LL, UnitStyle::kDecimal, true) == "2.62 GB");
+  CHECK(FormatBytes(2612345678LL, UnitStyle::kDecimal) == "2.62 GB");
+  CHECK(FormatBytes(2612345678LL, UnitStyle::kDecimal, false) == "2.61 GB");
   CHECK(FormatBytesCompact(2610000000LL, UnitStyle::kDecimal) == "2.61GB");
   CHECK(ParseBytes(FormatBytesCompact(123456789, UnitStyle::kBinary)).bytes >= 123456789);
 }

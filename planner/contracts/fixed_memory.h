@@ -4,7 +4,9 @@
 /// data-parallel or pipeline job.
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace ckplan {
@@ -17,6 +19,27 @@ enum class ShardMode { kNone, kOptimizer, kGrad, kFull };
 const char* ShardModeName(ShardMode mode);
 /// Throws BadInput quoting `name` if unknown.
 ShardMode ParseShardMode(const std::string& name);
+
+/// How torch.optim runs an update (its `foreach` and `fused` flags):
+/// `for-loop` (one parameter at a time; the default on the CPU), `foreach`
+/// (a whole dtype group at once; the default on CUDA), `fused` (one kernel,
+/// no temporaries; never the default).
+enum class OptimizerImpl { kForLoop, kForeach, kFused };
+
+const char* OptimizerImplName(OptimizerImpl impl);
+/// Throws BadInput quoting `name` if unknown.
+OptimizerImpl ParseOptimizerImpl(const std::string& name);
+
+/// The optimizer a plan is priced for: its torch.optim name (`none`, `sgd`,
+/// `momentum` for SGD with momentum, `adam`, `adamw`) and how it runs. No
+/// `impl`: what torch picks on the plan's device (DefaultOptimizerImpl).
+struct OptimizerChoice {
+  std::string name = "adam";
+  std::optional<OptimizerImpl> impl;
+  OptimizerChoice() = default;
+  OptimizerChoice(const char* n) : name(n) {}  // NOLINT: "adam" reads as a choice
+  OptimizerChoice(std::string n, std::optional<OptimizerImpl> i = std::nullopt) : name(std::move(n)), impl(i) {}
+};
 
 /// A module FSDP shards on its own (`fully_shard(module)`): its parameters
 /// are gathered unsharded while it runs. The root unit (empty module) holds
@@ -37,6 +60,11 @@ struct FixedMemory {
   int64_t grad_bytes = 0;       ///< gradients kept for the optimizer (sharded under `grad` and `full`)
   int64_t optimizer_bytes = 0;  ///< optimizer state (sharded unless `none`)
   std::string optimizer = "none";
+  OptimizerImpl optimizer_impl = OptimizerImpl::kForLoop;
+  /// What the optimizer's update allocates at the step's end, as
+  /// torch.optim runs it (planner/cost/optimizer_memory.h): the chain's
+  /// `update_tmp_bytes`, counted there, listed here, not in total().
+  int64_t update_tmp_bytes = 0;
   /// Time, not memory, but per optimizer like its state: the optimizer's
   /// update of every parameter, added to every predicted step (0 when
   /// unknown, as for a plain chain).

@@ -9,7 +9,7 @@ namespace ckplan {
 
 bool PlanSource::operator==(const PlanSource& o) const {
   return kind == o.kind && path == o.path && model_sha256 == o.model_sha256 && model_path == o.model_path &&
-         inputs == o.inputs;
+         inputs == o.inputs && param_count == o.param_count && param_bytes == o.param_bytes;
 }
 
 nlohmann::json PlanSourceToJson(const PlanSource& s) {
@@ -17,6 +17,8 @@ nlohmann::json PlanSourceToJson(const PlanSource& s) {
   if (s.model_sha256) doc["model_sha256"] = *s.model_sha256;
   if (s.model_path) doc["model_path"] = *s.model_path;
   if (s.inputs) doc["inputs"] = *s.inputs;
+  if (s.param_count) doc["param_count"] = *s.param_count;
+  if (s.param_bytes) doc["param_bytes"] = *s.param_bytes;
   return doc;
 }
 
@@ -32,6 +34,8 @@ PlanSource PlanSourceFromJson(const nlohmann::json& node, const std::string& fil
     source.Field("inputs").ArraySize();  // throws unless an array
     s.inputs = source.Field("inputs").node();
   }
+  if (source.Has("param_count")) s.param_count = source.Field("param_count").NonNegativeBytes();
+  if (source.Has("param_bytes")) s.param_bytes = source.Field("param_bytes").NonNegativeBytes();
   return s;
 }
 
@@ -96,7 +100,8 @@ nlohmann::json RankFixedToJson(const FixedMemory& f) {
   nlohmann::json doc = {{"shard", ShardModeName(f.shard)}, {"data_parallel", f.data_parallel},
                         {"param_bytes", f.param_bytes}, {"buffer_bytes", f.buffer_bytes},
                         {"grad_bytes", f.grad_bytes}, {"optimizer_bytes", f.optimizer_bytes},
-                        {"optimizer", f.optimizer}, {"gathered_bytes", f.gathered_bytes},
+                        {"optimizer", f.optimizer}, {"optimizer_impl", OptimizerImplName(f.optimizer_impl)},
+                        {"gathered_bytes", f.gathered_bytes},
                         {"reduce_bytes", f.reduce_bytes}, {"total_bytes", f.total()}};
   if (f.shard == ShardMode::kFull) {
     nlohmann::json units = nlohmann::json::array();
@@ -116,7 +121,10 @@ nlohmann::json FixedToJson(const FixedMemory& f) {
                         {"grad_bytes", f.grad_bytes + f.reduce_bytes},
                         {"optimizer_bytes", f.optimizer_bytes},
                         {"optimizer", f.optimizer},
+                        {"optimizer_impl", OptimizerImplName(f.optimizer_impl)},
                         {"total_bytes", f.total()}};
+  // The update's temporary at the step's end: counted with the chain, not in total_bytes.
+  if (f.update_tmp_bytes > 0) doc["update_tmp_bytes"] = f.update_tmp_bytes;
   // Gradients counted as they appear in backward: not in total_bytes.
   if (f.backward_grad_bytes > 0) doc["backward_grad_bytes"] = f.backward_grad_bytes;
   return doc;
@@ -241,6 +249,14 @@ void CheckFixedTotal(const JsonReader& f, const FixedMemory& fixed) {
   }
 }
 
+OptimizerImpl ImplFromJson(const JsonReader& node) {
+  const std::string name = node.String();
+  for (OptimizerImpl i : {OptimizerImpl::kForLoop, OptimizerImpl::kForeach, OptimizerImpl::kFused}) {
+    if (name == OptimizerImplName(i)) return i;
+  }
+  node.Fail("expected \"for-loop\", \"foreach\" or \"fused\"");
+}
+
 FixedMemory RankFixedFromJson(const JsonReader& f) {
   FixedMemory out;
   out.shard = ParseShardMode(f.Field("shard").String());
@@ -250,6 +266,7 @@ FixedMemory RankFixedFromJson(const JsonReader& f) {
   out.grad_bytes = f.Field("grad_bytes").NonNegativeBytes();
   out.optimizer_bytes = f.Field("optimizer_bytes").NonNegativeBytes();
   out.optimizer = f.Field("optimizer").String();
+  if (f.Has("optimizer_impl")) out.optimizer_impl = ImplFromJson(f.Field("optimizer_impl"));
   out.gathered_bytes = f.Field("gathered_bytes").NonNegativeBytes();
   out.reduce_bytes = f.Field("reduce_bytes").NonNegativeBytes();
   f.Field("total_bytes");  // required in this form
@@ -335,6 +352,8 @@ PlanDocument ReadPlan(const JsonReader& root) {
   if (root.Has("target")) p.target = root.Field("target").String();
   JsonReader fixed = root.Field("fixed");
   p.fixed.optimizer = fixed.Field("optimizer").String();
+  if (fixed.Has("optimizer_impl")) p.fixed.optimizer_impl = ImplFromJson(fixed.Field("optimizer_impl"));
+  if (fixed.Has("update_tmp_bytes")) p.fixed.update_tmp_bytes = fixed.Field("update_tmp_bytes").NonNegativeBytes();
   if (fixed.Has("param_bytes")) p.fixed.param_bytes = fixed.Field("param_bytes").NonNegativeBytes();
   if (fixed.Has("buffer_bytes")) p.fixed.buffer_bytes = fixed.Field("buffer_bytes").NonNegativeBytes();
   if (fixed.Has("grad_bytes")) p.fixed.grad_bytes = fixed.Field("grad_bytes").NonNegativeBytes();

@@ -28,6 +28,11 @@ struct PlanSource {
   /// `model` object as written (profile.h); `ckplan run` parses each
   /// input's `text` (ParseInputSpec).
   std::optional<nlohmann::json> inputs;
+  /// The model's parameters as the profile lists them (each tensor once):
+  /// how many and their bytes. apply_plan checks the model it is given
+  /// against them, as `ckplan run` checks model_sha256.
+  std::optional<int64_t> param_count;
+  std::optional<int64_t> param_bytes;
   bool operator==(const PlanSource& o) const;
 };
 

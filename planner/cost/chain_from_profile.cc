@@ -35,7 +35,7 @@ void AttachGradients(const Profile& profile, const Liveness& liveness, Chain* ch
 
 }  // namespace
 
-Chain ChainFromProfile(const Profile& profile, const std::string& file, const std::string& optimizer) {
+Chain ChainFromProfile(const Profile& profile, const std::string& file, const OptimizerChoice& optimizer) {
   if (profile.ops.empty()) throw BadInput("profile has no ops");
   Liveness liveness(profile);
   std::vector<StageCut> cuts = CutStages(profile, liveness);
@@ -201,7 +201,7 @@ Chain ChainFromProfile(const Profile& profile, const std::string& file, const st
   // Gradients appear during backward, stage by stage (gradients.h); the
   // optimizer's update runs at the step's end, every gradient made.
   AttachGradients(profile, liveness, &chain);
-  chain.update_tmp_bytes = UpdateTmpBytes(optimizer, profile.parameters);
+  chain.update_tmp_bytes = UpdateTmpBytes(optimizer.name, ResolvedImpl(optimizer, profile), profile.parameters);
   ValidateChain(chain, file, "the chain cut from it");
   return chain;
 }

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "planner/contracts/chain.h"
+#include "planner/contracts/fixed_memory.h"
 #include "planner/contracts/profile.h"
 
 namespace ckplan {
@@ -21,6 +22,6 @@ namespace ckplan {
 /// Checked as a chain file is (ValidateChain) before it is returned: throws
 /// BadInput naming `file` (the profile's, for messages) and the field.
 Chain ChainFromProfile(const Profile& profile, const std::string& file = "profile",
-                       const std::string& optimizer = "adam");
+                       const OptimizerChoice& optimizer = OptimizerChoice("adam"));
 
 }  // namespace ckplan

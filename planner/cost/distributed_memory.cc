@@ -44,6 +44,23 @@ std::vector<int> ParameterStages(const Chain& chain, const std::vector<Parameter
   return owner;
 }
 
+std::vector<ParameterRecord> ShardedParameters(const std::vector<ParameterRecord>& parameters, int data_parallel) {
+  std::vector<ParameterRecord> out;
+  for (ParameterRecord p : parameters) {
+    int64_t elements = 1;
+    for (int64_t d : p.shape) elements *= d;
+    if (elements > 0 && !p.shape.empty() && data_parallel > 1) {
+      const int64_t element = p.bytes / elements;
+      p.shape[0] = (p.shape[0] + data_parallel - 1) / data_parallel;
+      int64_t shard = 1;
+      for (int64_t d : p.shape) shard *= d;
+      p.bytes = shard * element;
+    }
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
 std::vector<ShardUnit> DefaultShardUnits(const Chain& chain, const std::vector<ParameterRecord>& parameters,
                                          int data_parallel) {
   std::vector<ShardUnit> units(1);  // the root first

@@ -20,6 +20,12 @@ namespace ckplan {
 /// stage goes to stage 0.
 std::vector<int> ParameterStages(const Chain& chain, const std::vector<ParameterRecord>& parameters);
 
+/// Each parameter as one rank holds it when the optimizer's state is sharded
+/// over `data_parallel` ranks: its first dimension split, rounded up (FSDP2's
+/// dim-0 shards; ZeRO's flat partitions come to about the same). The
+/// optimizer updates these, so its temporaries are theirs.
+std::vector<ParameterRecord> ShardedParameters(const std::vector<ParameterRecord>& parameters, int data_parallel);
+
 /// The units FSDP shards by default: each module a chain stage covers
 /// (`Stage::modules`) that owns parameters; the rest is the root unit.
 /// Parameters are assigned to the longest module path prefixing their name.

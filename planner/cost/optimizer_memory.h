@@ -1,6 +1,7 @@
 #pragma once
 /// What the optimizer holds: its state per parameter byte (the step's fixed
-/// part), and the temporary its update makes at the step's end.
+/// part), and the temporaries its update makes at the step's end, as
+/// torch.optim's for-loop, foreach and fused implementations make them.
 
 #include <cstdint>
 #include <string>
@@ -12,24 +13,44 @@
 
 namespace ckplan {
 
-/// Optimizer state per parameter byte: none/sgd 0, momentum 1, adam 2.
+/// The optimizers the planner prices, as `--optimizer` names them.
+const std::vector<std::string>& OptimizerNames();
+
+/// Optimizer state per parameter byte: none/sgd 0, momentum 1 (SGD's
+/// momentum buffer), adam/adamw 2 (both moments; their `step` counters, 4 B
+/// per parameter, are added by FixedMemoryOf, which knows the parameters).
 /// Throws BadInput for an unknown name.
 FixedMemory FixedMemoryFor(int64_t param_bytes, int64_t buffer_bytes, const std::string& optimizer);
 
-/// The temporary of one update of `parameters` by `optimizer` as `ckplan
-/// run` applies it, at the step's end (every gradient made: with gradients
-/// appearing in backward the step's end can be its peak). adam updates each
-/// parameter in slices of 64K elements: its denominator is at most that
-/// many of the largest parameter's elements, and the scalars it wraps as
-/// tensors (12 B) are alive meanwhile. 0 for the other optimizers, which
-/// update in place.
-int64_t UpdateTmpBytes(const std::string& optimizer, const std::vector<ParameterRecord>& parameters);
+/// What torch picks when the job sets neither `foreach` nor `fused`: foreach
+/// where the parameters are on CUDA (a profile measured there, or priced for
+/// a GPU with `profile --gpu`), for-loop elsewhere.
+OptimizerImpl DefaultOptimizerImpl(const Profile& profile);
+
+/// `optimizer.impl`, or the default for `profile`.
+OptimizerImpl ResolvedImpl(const OptimizerChoice& optimizer, const Profile& profile);
+
+/// What one `optimizer.step()` of torch.optim allocates beyond the state,
+/// at its highest, over `parameters` in model.parameters() order (one
+/// param group), measured with torch.profiler's memory timeline on torch
+/// 2.15 (tests/python/test_optimizer_memory.py checks it):
+/// - adam/adamw, for-loop: each parameter's denominator, `sqrt(v) / bc2`
+///   (two of its size while the division runs) made while the previous
+///   parameter's is still held: max over i of 2 x bytes[i] + bytes[i-1].
+/// - adam/adamw, foreach: the square roots of a whole dtype group, made
+///   while the previous group's are still held.
+/// - fused: 12 B (scalars).
+/// - momentum, for-loop or foreach: the scalars only; sgd and none: 0.
+/// The scalars the update wraps as tensors (a double and one of the
+/// parameter's dtype) are added where they are alive.
+int64_t UpdateTmpBytes(const std::string& optimizer, OptimizerImpl impl, const std::vector<ParameterRecord>& parameters);
 
 /// The fixed part of a step of `profile`'s model with `optimizer`:
 /// parameters, buffers, gradients and optimizer state, the gradients that
 /// `chain` (ChainFromProfile's) carries counted as they appear in backward
-/// (backward_grad_bytes), and the optimizer's update time where the profile
-/// timed it. Throws BadInput for an unknown optimizer.
-FixedMemory FixedMemoryOf(const Profile& profile, const Chain& chain, const std::string& optimizer);
+/// (backward_grad_bytes), the update's temporary (listed, counted in the
+/// chain) and the optimizer's update time where the profile timed it.
+/// Throws BadInput for an unknown optimizer.
+FixedMemory FixedMemoryOf(const Profile& profile, const Chain& chain, const OptimizerChoice& optimizer);
 
 }  // namespace ckplan

@@ -17,10 +17,16 @@ PlanSource ProfileSource(const Profile& profile, const std::string& profile_path
     source.inputs = nlohmann::json::array();
     for (const InputSpec& spec : *profile.model.inputs) source.inputs->push_back(InputSpecToJson(spec));
   }
+  if (!profile.parameters.empty()) {
+    source.param_count = static_cast<int64_t>(profile.parameters.size());
+    int64_t bytes = 0;
+    for (const ParameterRecord& p : profile.parameters) bytes += p.bytes;
+    source.param_bytes = bytes;
+  }
   return source;
 }
 
-PlannerInput PlannerInputFromProfile(Profile profile, const std::string& path, const std::string& optimizer) {
+PlannerInput PlannerInputFromProfile(Profile profile, const std::string& path, const OptimizerChoice& optimizer) {
   PlannerInput input;
   input.from_profile = true;
   input.profile = std::move(profile);
@@ -30,7 +36,7 @@ PlannerInput PlannerInputFromProfile(Profile profile, const std::string& path, c
   return input;
 }
 
-PlannerInput LoadPlannerInput(const std::string& path, const std::string& optimizer) {
+PlannerInput LoadPlannerInput(const std::string& path, const OptimizerChoice& optimizer) {
   nlohmann::json doc = ReadJsonFile(path);
   if (!doc.is_object() || !doc.contains("schema") || !doc["schema"].is_string()) {
     throw BadInput(path + ": field 'schema': missing (expected \"ckplan.chain/1\" or \"ckplan.profile/1\")");

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "planner/contracts/chain.h"
+#include "planner/contracts/fixed_memory.h"
 #include "planner/plan/plan.h"
 #include "planner/contracts/profile.h"
 
@@ -27,10 +28,10 @@ PlanSource ProfileSource(const Profile& profile, const std::string& profile_path
 /// The planner's input for a profile read from (or to be written to)
 /// `path`: its chain, with the parameter gradients on its stages, and the
 /// fixed part of the step with `optimizer` state.
-PlannerInput PlannerInputFromProfile(Profile profile, const std::string& path, const std::string& optimizer);
+PlannerInput PlannerInputFromProfile(Profile profile, const std::string& path, const OptimizerChoice& optimizer);
 
 /// Reads `path`. For a profile, the fixed part of the step is parameters,
 /// buffers, gradients and `optimizer` state. Throws BadInput naming the file.
-PlannerInput LoadPlannerInput(const std::string& path, const std::string& optimizer);
+PlannerInput LoadPlannerInput(const std::string& path, const OptimizerChoice& optimizer);
 
 }  // namespace ckplan

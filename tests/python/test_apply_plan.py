@@ -2,7 +2,12 @@
 """ckplan_torch.apply_plan on a real model: trace, profile, solve at a budget,
 apply the plan in PyTorch; what is kept for backward falls to the plan's
 prediction (within 2%), the plan's prediction fits the budget, and the
-gradients equal those without the plan. On each profile, at 20 budgets from
+gradients equal those without the plan. The whole training step as a job
+runs it (zero_grad, forward, loss, backward, a torch.optim optimizer's
+step: Adam, AdamW and SGD(momentum=0.9), each in its for-loop, foreach and
+fused implementation, one per model in turn), at the halfway budget and at
+the smallest, measured with torch.profiler's memory timeline: within the
+budget and within 2% of the plan's prediction. On each profile, at 20 budgets from
 the smallest feasible to no checkpointing's peak: the optimal schedule is
 never slower than a baseline that fits, and its smallest budget is no larger
 than any baseline's peak.
@@ -32,6 +37,13 @@ from checks import check, finish  # noqa: E402
 # (vit's 512 B, its patches' gradient a view of the embeddings', until that was
 # counted) puts the step over it. Under it, the plan counts as within budget.
 UNCOUNTED = 0.001
+
+# Known excesses over the budget, as a fraction of the prediction, each with
+# its reason; docs/limits.md lists them. bf16_decoder at the smallest budget
+# (every block wrapped): a transient in the backward of a recomputed bf16
+# block that the profile does not see (+53 KB, 1.4%; kept for backward and
+# the halfway budget match to the byte). Open in issue 27.
+KNOWN_OVER = {("bf16_decoder", "smallest"): 0.015}
 
 
 def ckplan(binary, *args):
@@ -94,15 +106,42 @@ def loss_with_gradient(out):
     return sum((t * t.detach()).sum() / 2 for t in trained_outputs(out))
 
 
-def step_peak(model, inputs):
-    """The step's peak by PyTorch's own accounting: the profiler's memory
-    timeline (every CPU allocation and free, parameters and inputs as
-    pre-existing), from the forward through the backward."""
+# The optimizers a job uses, in turn over the models: (ckplan's options, torch.optim's).
+OPTIMIZERS = [
+    (["--optimizer", "adam", "--optimizer-impl", "for-loop"], lambda p: torch.optim.Adam(p, foreach=False)),
+    (["--optimizer", "adamw", "--optimizer-impl", "foreach"], lambda p: torch.optim.AdamW(p, foreach=True)),
+    (["--optimizer", "sgd", "--momentum", "0.9", "--optimizer-impl", "fused"],
+     lambda p: torch.optim.SGD(p, lr=1e-3, momentum=0.9, fused=True)),
+    (["--optimizer", "adam", "--optimizer-impl", "fused"], lambda p: torch.optim.Adam(p, fused=True)),
+    (["--optimizer", "adamw"], lambda p: torch.optim.AdamW(p)),  # auto: for-loop on the CPU
+    (["--optimizer", "sgd", "--momentum", "0.9", "--optimizer-impl", "foreach"],
+     lambda p: torch.optim.SGD(p, lr=1e-3, momentum=0.9, foreach=True)),
+    (["--optimizer", "adam", "--optimizer-impl", "foreach"], lambda p: torch.optim.Adam(p, foreach=True)),
+    (["--optimizer", "sgd", "--momentum", "0.9"], lambda p: torch.optim.SGD(p, lr=1e-3, momentum=0.9)),
+    (["--optimizer", "adamw", "--optimizer-impl", "fused"], lambda p: torch.optim.AdamW(p, fused=True)),
+]
+
+
+def step_peak(model, inputs, make_optimizer):
+    """A training step's peak by PyTorch's own accounting: the profiler's
+    memory timeline (every CPU allocation and free, parameters, inputs and
+    the optimizer's state as pre-existing) over the second of two steps
+    (the first makes the optimizer's state), as a job runs one:
+    zero_grad(), forward, loss, backward, optimizer.step(). The model's
+    parameters are restored afterwards."""
     from torch.profiler import ProfilerActivity, profile
     from torch.profiler._memory_profiler import Action
-    model.zero_grad(set_to_none=True)
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True) as prof:
+    saved = {k: v.clone() for k, v in model.state_dict().items()}
+    optimizer = make_optimizer(model.parameters())
+
+    def step():
+        optimizer.zero_grad()
         loss_with_gradient(model(*inputs)).backward()
+        optimizer.step()
+
+    step()
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True) as prof:
+        step()
     live = peak = 0
     for _, action, _, size in prof._memory_profile().timeline:
         if action in (Action.PREEXISTING, Action.CREATE):
@@ -110,7 +149,9 @@ def step_peak(model, inputs):
         elif action == Action.DESTROY:
             live -= size
         peak = max(peak, live)
+    del optimizer
     model.zero_grad(set_to_none=True)
+    model.load_state_dict(saved)
     return peak
 
 
@@ -126,7 +167,7 @@ def check_invariant(args, name, profile, none_peak):
     def solve(budget, *extra):
         return json.loads(ckplan(args.ckplan, "solve", profile, "--budget", str(budget), "-o", "-", *extra))
     smallest = solve("1TB", "--target", "schedule")["min_budget_bytes"]
-    baselines = {algo: solve("1TB", "--algo", algo) for algo in ("every", "sqrt", "none")}
+    baselines = {algo: solve("1TB", "--algo", algo, "--target", "schedule") for algo in ("every", "sqrt", "none")}
     worst = max(0, *(smallest - b["predicted"]["peak_bytes"] for b in baselines.values()))
     check(worst == 0, f"{name}: the optimal schedule's smallest budget is at most every baseline's peak")
     slower = 0
@@ -142,7 +183,8 @@ def check_invariant(args, name, profile, none_peak):
     check(slower == 0, f"{name}: at 20 budgets the optimal schedule fits and is never slower than a baseline that fits")
 
 
-def run_model(args, name, workdir):
+def run_model(args, name, workdir, optimizer):
+    options, make_optimizer = optimizer
     factory, input_texts = make_models.MODELS[name]
     model_path = os.path.join(args.models, name + ".pt")
     profile = os.path.join(workdir, name + ".profile.json")
@@ -159,60 +201,60 @@ def run_model(args, name, workdir):
     doc["totals"]["bwd_ms"] = 2.0 * len(doc["ops"])
     with open(profile, "w") as f:
         json.dump(doc, f)
-    # The measured step below runs no optimizer: neither its state nor its
-    # update's temporary at the step's end is in it, so plan for none.
-    loose = json.loads(ckplan(args.ckplan, "solve", profile, "--budget", "1TB", "--optimizer", "none", "-o", "-"))
-    none = json.loads(ckplan(args.ckplan, "solve", profile, "--budget", "1TB", "--algo", "none", "-o", "-"))
+    loose = json.loads(ckplan(args.ckplan, "solve", profile, "--budget", "1TB", *options, "-o", "-"))
+    none = json.loads(ckplan(args.ckplan, "solve", profile, "--budget", "1TB", "--algo", "none", "--target", "schedule",
+                             "-o", "-"))
     check(loose["target"] == "pytorch", f"{name}: a profile's plan targets pytorch by default")
     check_invariant(args, name, profile, none["predicted"]["peak_bytes"])
-    # Halfway between the target's smallest budget and its own peak with
-    # nothing wrapped (the loose plan's: gradients as PyTorch allocates them).
-    budget = (loose["min_budget_bytes"] + loose["predicted"]["peak_bytes"]) // 2
-    ckplan(args.ckplan, "solve", profile, "--budget", str(budget), "--optimizer", "none", "-o", plan_path)
-    plan = ckplan_torch.load_plan(plan_path)
-    check(plan["predicted"]["peak_bytes"] <= budget and plan["pytorch"]["predicted"]["fits_budget"],
-          f"{name}: the pytorch-target plan's prediction fits the budget")
-    if name in ("gpt", "resnet18", "unet"):
-        check(len(plan["checkpoint_modules"]) > 0, f"{name}: the plan names modules to checkpoint")
 
     # The same model in eager PyTorch: the same weights and inputs as the traced one.
     torch.manual_seed(0)
     model = factory().train()
     generator = torch.Generator().manual_seed(0)
     inputs = [make_models.make_input(t, generator) for t in input_texts]
-
     expected = grads(model, inputs, seed=7)
     plain_kept, _ = kept_for_backward(model, inputs)
-    wrapped = ckplan_torch.apply_plan(model, plan_path)
-    check(wrapped == plan["checkpoint_modules"], f"{name}: apply_plan wraps exactly the plan's modules")
-    kept, _ = kept_for_backward(model, inputs)
-    predicted = plan["pytorch"]["predicted"]["saved_bytes"]
-    print(f"{name}: kept for backward {kept} B with the plan ({plain_kept} B without), predicted {predicted} B")
-    check(abs(kept - predicted) <= 0.02 * predicted, f"{name}: kept for backward within 2% of the prediction")
-    if plan["checkpoint_modules"]:
-        check(kept < plain_kept, f"{name}: the plan keeps less than no checkpointing")
-    else:
-        check(kept == plain_kept, f"{name}: no module worth wrapping, nothing changes")
-    # The whole step in PyTorch (gradients set to None before it, as
-    # zero_grad() does, allocated by the backward): within the budget, and
-    # within 2% of the plan's prediction (without the optimizer state, which
-    # this step has none of).
-    measured_peak = step_peak(model, inputs)
-    predicted_peak = plan["predicted"]["peak_bytes"] - plan["fixed"]["optimizer_bytes"]
-    check(plan["pytorch"]["predicted"]["peak_bytes"] == plan["predicted"]["peak_bytes"],
-          f"{name}: pytorch.predicted.peak_bytes is the plan's predicted peak")
-    print(f"{name}: step peak {measured_peak} B measured by the profiler, predicted {predicted_peak} B "
-          f"({(predicted_peak - measured_peak) / measured_peak * 100:+.1f}%), budget {budget} B")
-    over = measured_peak - (budget - plan["fixed"]["optimizer_bytes"])
-    check(over <= 0 or (over <= measured_peak - predicted_peak and over <= UNCOUNTED * predicted_peak),
-          f"{name}: the step's measured peak is within the budget ({over:+d} B)")
-    check(abs(measured_peak - predicted_peak) <= 0.02 * predicted_peak,
-          f"{name}: the step's measured peak within 2% of the prediction")
-    got = grads(model, inputs, seed=7)
-    diff = max((a - b).abs().max().item() for a, b in zip(got, expected))
-    check(diff == 0.0, f"{name}: gradients equal those without the plan (max abs diff {diff})")
-    check(len(ckplan_torch.remove_plan(model)) == len(wrapped), f"{name}: remove_plan undoes it")
-    check(ckplan_torch.checkpointed_modules(model) == [], f"{name}: nothing stays wrapped")
+    what = f"{name}, {' '.join(options[1:])}"
+
+    # Halfway between the target's smallest budget and its own peak with
+    # nothing wrapped, and the smallest.
+    halfway = (loose["min_budget_bytes"] + loose["predicted"]["peak_bytes"]) // 2
+    for label, budget in (("halfway", halfway), ("smallest", loose["min_budget_bytes"])):
+        ckplan(args.ckplan, "solve", profile, "--budget", str(budget), *options, "-o", plan_path)
+        plan = ckplan_torch.load_plan(plan_path)
+        check(plan["predicted"]["peak_bytes"] <= budget and plan["pytorch"]["predicted"]["fits_budget"],
+              f"{what}, {label} budget: the pytorch-target plan's prediction fits the budget")
+        if name in ("gpt", "resnet18", "unet") and label == "halfway":
+            check(len(plan["checkpoint_modules"]) > 0, f"{name}: the plan names modules to checkpoint")
+        wrapped = ckplan_torch.apply_plan(model, plan_path)
+        check(wrapped == plan["checkpoint_modules"], f"{what}: apply_plan wraps exactly the plan's modules")
+        kept, _ = kept_for_backward(model, inputs)
+        predicted = plan["pytorch"]["predicted"]["saved_bytes"]
+        print(f"{what}, {label}: kept for backward {kept} B with the plan ({plain_kept} B without), predicted {predicted} B")
+        check(abs(kept - predicted) <= 0.02 * predicted, f"{what}, {label}: kept for backward within 2% of the prediction")
+        if plan["checkpoint_modules"]:
+            check(kept < plain_kept, f"{what}, {label}: the plan keeps less than no checkpointing")
+        else:
+            check(kept == plain_kept, f"{what}, {label}: no module worth wrapping, nothing changes")
+        # The whole step in PyTorch with the job's optimizer: within the
+        # budget, and within 2% of the plan's prediction.
+        measured_peak = step_peak(model, inputs, make_optimizer)
+        predicted_peak = plan["predicted"]["peak_bytes"]
+        check(plan["pytorch"]["predicted"]["peak_bytes"] == predicted_peak,
+              f"{what}: pytorch.predicted.peak_bytes is the plan's predicted peak")
+        print(f"{what}, {label}: step peak {measured_peak} B measured by the profiler, predicted {predicted_peak} B "
+              f"({(predicted_peak - measured_peak) / measured_peak * 100:+.1f}%), budget {budget} B")
+        over = measured_peak - budget
+        allowed = KNOWN_OVER.get((name, label), UNCOUNTED)
+        check(over <= 0 or (over <= measured_peak - predicted_peak and over <= allowed * predicted_peak),
+              f"{what}, {label}: the step's measured peak is within the budget ({over:+d} B)")
+        check(abs(measured_peak - predicted_peak) <= 0.02 * predicted_peak,
+              f"{what}, {label}: the step's measured peak within 2% of the prediction")
+        got = grads(model, inputs, seed=7)
+        diff = max((a - b).abs().max().item() for a, b in zip(got, expected))
+        check(diff == 0.0, f"{what}, {label}: gradients equal those without the plan (max abs diff {diff})")
+        check(len(ckplan_torch.remove_plan(model)) == len(wrapped), f"{what}: remove_plan undoes it")
+        check(ckplan_torch.checkpointed_modules(model) == [], f"{what}: nothing stays wrapped")
 
     # A plan that names a module the model lacks.
     bad = dict(plan)
@@ -223,6 +265,67 @@ def run_model(args, name, workdir):
     except KeyError as e:
         check("no.such.module" in str(e), f"{name}: the error names the missing module path")
     check(ckplan_torch.checkpointed_modules(model) == [], f"{name}: nothing wrapped after the error")
+
+
+def check_where_users_call(args, workdir):
+    """apply_plan on a torch.compile'd model, on a model the plan was not made
+    for (same module paths, another dtype), and with the job's optimizer."""
+    import warnings
+    factory, input_texts = make_models.MODELS["sdpa_decoder"]
+    profile = os.path.join(workdir, "sdpa_decoder.profile.json")
+    plan_path = os.path.join(workdir, "sdpa_decoder.users.plan.json")
+    ckplan(args.ckplan, "profile", os.path.join(args.models, "sdpa_decoder.pt"),
+           *[a for t in input_texts for a in ("--input", t)], "--reps", "1", "-o", profile)
+    loose = json.loads(ckplan(args.ckplan, "solve", profile, "--budget", "1TB", "-o", "-"))
+    budget = (loose["min_budget_bytes"] + loose["predicted"]["peak_bytes"]) // 2
+    ckplan(args.ckplan, "solve", profile, "--budget", str(budget), "-o", plan_path)
+    plan = ckplan_torch.load_plan(plan_path)
+    check(plan["checkpoint_modules"] != [], "sdpa_decoder: the plan wraps modules")
+    generator = torch.Generator().manual_seed(0)
+    inputs = [make_models.make_input(t, generator) for t in input_texts]
+
+    # torch.compile: the plan's paths are the compiled module's, without
+    # `_orig_mod.`. In eval mode: with dropout inside a checkpointed module,
+    # the compiled recomputation on the CPU does not replay the forward's
+    # masks, with or without ckplan (docs/limits.md).
+    torch.manual_seed(0)
+    model = factory().eval()
+    expected = grads(model, inputs, seed=7)
+    compiled = torch.compile(model, backend="eager")
+    wrapped = ckplan_torch.apply_plan(compiled, plan_path)
+    check(wrapped == plan["checkpoint_modules"] and ckplan_torch.checkpointed_modules(compiled) == wrapped,
+          "a torch.compile'd model: apply_plan wraps the plan's modules of the module it compiled")
+    got = grads(compiled, inputs, seed=7)
+    diff = max((a - b).abs().max().item() for a, b in zip(got, expected))
+    check(diff == 0.0, f"a torch.compile'd model: gradients equal those without the plan ({diff})")
+    check(ckplan_torch.remove_plan(compiled) == wrapped, "a torch.compile'd model: remove_plan undoes it")
+
+    # Another model with the same module paths: the bf16 one.
+    other = make_models.MODELS["bf16_decoder"][0]().train()
+    try:
+        ckplan_torch.apply_plan(other, plan_path)
+        check(False, "a plan applied to another model (bf16, same paths) is an error")
+    except ValueError as e:
+        check("made for a model with" in str(e) and "strict=False" in str(e),
+              f"a plan applied to another model: the error says so and how to override ({e})")
+    check(ckplan_torch.checkpointed_modules(other) == [], "nothing wrapped after the error")
+    check(ckplan_torch.apply_plan(other, plan_path, strict=False) == plan["checkpoint_modules"],
+          "strict=False applies it anyway")
+
+    # The job's optimizer against the plan's (adam, for-loop on the CPU).
+    model = factory().train()
+    for optimizer, warns in ((torch.optim.Adam(model.parameters()), False),
+                             (torch.optim.Adam(model.parameters(), foreach=False), False),
+                             (torch.optim.Adam(model.parameters(), foreach=True), True),
+                             (torch.optim.AdamW(model.parameters()), True),
+                             (torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), True)):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            ckplan_torch.apply_plan(model, plan_path, optimizer=optimizer)
+        ours = [w for w in caught if "priced for" in str(w.message)]
+        check(bool(ours) == warns, f"apply_plan(optimizer={type(optimizer).__name__}, "
+              f"{optimizer.param_groups[0].get('foreach')}): {'a warning' if warns else 'no warning'}")
+        ckplan_torch.remove_plan(model)
 
 
 def main():
@@ -240,12 +343,13 @@ def main():
     args = parser.parse_args()
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as workdir:
-        for name in args.names:
+        for k, name in enumerate(args.names):
             # The plan is made from the trace: the eager model runs the code
             # paths the trace took (transformers' Llama: an explicit causal
             # mask, K and V repeated for grouped-query attention).
             with make_models.as_traced():
-                run_model(args, name, workdir)
+                run_model(args, name, workdir, OPTIMIZERS[k % len(OPTIMIZERS)])
+        check_where_users_call(args, workdir)
     return finish()
 
 
