@@ -90,7 +90,9 @@ void ValidateChain(const Chain& chain, const std::string& file, const std::strin
   };
   if (chain.stages.empty()) fail("stages", "a chain needs at least one stage");
   // Every byte figure together: the planner's sums of them then fit in an int64.
-  int64_t total = SaturatingAdd(SaturatingAdd(chain.input_bytes, chain.loss_bwd_tmp_bytes), chain.update_tmp_bytes);
+  int64_t total = SaturatingAdd(SaturatingAdd(SaturatingAdd(chain.input_bytes, chain.loss_bwd_tmp_bytes),
+                                              chain.update_tmp_bytes),
+                                chain.output_held_bytes);
   for (const auto& entry : chain.input_storages) total = SaturatingAdd(total, entry.second);
   for (const Stage& s : chain.stages) {
     for (int64_t bytes : {s.out_bytes, s.saved_bytes, s.fwd_tmp_bytes, s.bwd_tmp_bytes, s.private_saved_bytes.value_or(0),
@@ -225,6 +227,7 @@ Chain ChainFromJson(const nlohmann::json& doc, const std::string& file) {
   }
   if (root.Has("checkpoint_call_ms")) chain.checkpoint_call_ms = root.Field("checkpoint_call_ms").NonNegativeNumber();
   if (root.Has("update_tmp_bytes")) chain.update_tmp_bytes = root.Field("update_tmp_bytes").NonNegativeBytes();
+  if (root.Has("output_held_bytes")) chain.output_held_bytes = root.Field("output_held_bytes").NonNegativeBytes();
   if (root.Has("checkpoint_state_bytes")) {
     chain.checkpoint_state_bytes = root.Field("checkpoint_state_bytes").NonNegativeBytes();
   }
@@ -272,6 +275,7 @@ nlohmann::json ChainToJson(const Chain& chain) {
                         {"loss", {{"bwd_ms", chain.loss_bwd_ms}, {"bwd_tmp_bytes", chain.loss_bwd_tmp_bytes}}}};
   if (!chain.input_storages.empty()) doc["input_storages"] = chain.input_storages;
   if (chain.update_tmp_bytes > 0) doc["update_tmp_bytes"] = chain.update_tmp_bytes;
+  if (chain.output_held_bytes > 0) doc["output_held_bytes"] = chain.output_held_bytes;
   if (chain.checkpoint_state_bytes > 0) doc["checkpoint_state_bytes"] = chain.checkpoint_state_bytes;
   if (chain.module_loss_bwd_ms) doc["loss"]["module_bwd_ms"] = *chain.module_loss_bwd_ms;
   if (chain.checkpoint_call_ms > 0) doc["checkpoint_call_ms"] = chain.checkpoint_call_ms;

@@ -87,6 +87,12 @@ struct Chain {
   /// Optional: the optimizer update's temporary, at the step's end (after
   /// the last backward, every gradient made); 0 when none.
   int64_t update_tmp_bytes = 0;
+  /// Optional, for the PyTorch target: the model's output as the training
+  /// loop holds it (`out = model(x); loss = loss_fn(out, y)`: `out` lives
+  /// through `backward()` and `optimizer.step()`), from the loss to the
+  /// step's end, where no op saves it (then it is kept anyway); 0 when not
+  /// counted.
+  int64_t output_held_bytes = 0;
   /// Optional: what torch.utils.checkpoint keeps per wrapped module beyond
   /// tensors (StageGradients::checkpoint_state_bytes); 0 when not counted.
   int64_t checkpoint_state_bytes = 0;

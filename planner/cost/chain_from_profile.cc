@@ -202,6 +202,17 @@ Chain ChainFromProfile(const Profile& profile, const std::string& file, const Op
   // optimizer's update runs at the step's end, every gradient made.
   AttachGradients(profile, liveness, &chain);
   chain.update_tmp_bytes = UpdateTmpBytes(optimizer.name, ResolvedImpl(optimizer, profile), profile.parameters);
+  // The training loop holds the model's output to the step's end: each
+  // output storage no op keeps for backward (one kept is counted anyway).
+  std::set<int> kept_storages, held_storages;
+  for (const TensorRecord& t : profile.tensors) {
+    if (t.kept) kept_storages.insert(t.storage);
+  }
+  for (int id : profile.outputs) {
+    const TensorRecord& t = profile.tensors[static_cast<size_t>(id)];
+    if (t.external || kept_storages.count(t.storage) != 0) continue;
+    if (held_storages.insert(t.storage).second) chain.output_held_bytes += t.bytes;
+  }
   ValidateChain(chain, file, "the chain cut from it");
   return chain;
 }

@@ -52,6 +52,12 @@ int64_t LossScalarBytes(ModuleAccounting accounting, const Chain& chain) {
   return accounting == ModuleAccounting::kPyTorch && chain.checkpoint_state_bytes > 0 ? kLossScalarBytes : 0;
 }
 
+// PyTorch's accounting: the model's output, which the training loop holds
+// from the loss to the step's end (Chain::output_held_bytes).
+int64_t OutputHeldBytes(ModuleAccounting accounting, const Chain& chain) {
+  return accounting == ModuleAccounting::kPyTorch ? chain.output_held_bytes : 0;
+}
+
 // One step of the frontier walk: stage `first` run normally (wrapped < 0),
 // or module `wrapped` (stages first..last). `need` is the largest memory it
 // needs above what is held at its first stage's boundary, over its forward
@@ -184,7 +190,8 @@ FrontierSteps FrontierStepsOf(const Chain& chain, const std::vector<WrappableMod
   // Stage k's backward above what it keeps: replayed as PyTorch runs it
   // where known (StageGradients::pytorch_bwd_peak_bytes), else both its boundary
   // gradients and its transient at their maxima over the stage.
-  const int64_t loss_held = LossScalarBytes(accounting, chain);
+  // From the loss on: its scalars and the model's output held by the caller.
+  const int64_t loss_held = LossScalarBytes(accounting, chain) + OutputHeldBytes(accounting, chain);
   auto backward = [&](int k) {
     const size_t at = static_cast<size_t>(k);
     if (chain.stages[at].pytorch_bwd_peak_bytes) {
@@ -273,8 +280,8 @@ FrontierSteps FrontierStepsOf(const Chain& chain, const std::vector<WrappableMod
 // The step's end: the inputs and every parameter gradient held, the
 // optimizer's update running (its temporary, Chain::update_tmp_bytes), the
 // activations gone.
-int64_t StepEndBytes(const Chain& chain, int64_t input_bytes) {
-  return input_bytes + chain.update_tmp_bytes + chain.ParamGradBytes();
+int64_t StepEndBytes(const Chain& chain, int64_t input_bytes, ModuleAccounting accounting) {
+  return input_bytes + chain.update_tmp_bytes + chain.ParamGradBytes() + OutputHeldBytes(accounting, chain);
 }
 
 struct FrontierState {
@@ -354,7 +361,7 @@ ModuleSolution SolveModules(const Chain& chain, const std::vector<WrappableModul
   Prune(&last);
   const int64_t loss_need =
       chain.StageInputBytes(length) + chain.loss_bwd_tmp_bytes + LossScalarBytes(accounting, chain);
-  const int64_t end_need = StepEndBytes(chain, input);
+  const int64_t end_need = StepEndBytes(chain, input, accounting);
   if (end_need > budget_bytes) return solution;
   int best = -1;
   for (size_t s = 0; s < last.size(); ++s) {
@@ -430,7 +437,7 @@ ModuleSolution EvaluateModules(const Chain& chain, const std::vector<WrappableMo
   solution.peak_bytes = std::max({peak,
                                   state.held + chain.StageInputBytes(length) + chain.loss_bwd_tmp_bytes +
                                       LossScalarBytes(accounting, chain),
-                                  StepEndBytes(chain, input)});
+                                  StepEndBytes(chain, input, accounting)});
   solution.schedule = ModuleSchedule(length, solution.wrapped);
   return solution;
 }

@@ -127,16 +127,19 @@ def step_peak(model, inputs, make_optimizer):
     memory timeline (every CPU allocation and free, parameters, inputs and
     the optimizer's state as pre-existing) over the second of two steps
     (the first makes the optimizer's state), as a job runs one:
-    zero_grad(), forward, loss, backward, optimizer.step(). The model's
+    zero_grad(), out = forward, loss, backward, optimizer.step(), `out`
+    held to the end. The model's
     parameters are restored afterwards."""
     from torch.profiler import ProfilerActivity, profile
     from torch.profiler._memory_profiler import Action
     saved = {k: v.clone() for k, v in model.state_dict().items()}
     optimizer = make_optimizer(model.parameters())
 
-    def step():
+    def step():  # as a training loop writes it: the output and the loss held to the step's end
         optimizer.zero_grad()
-        loss_with_gradient(model(*inputs)).backward()
+        out = model(*inputs)
+        loss = loss_with_gradient(out)
+        loss.backward()
         optimizer.step()
 
     step()
@@ -224,7 +227,9 @@ def run_model(args, name, workdir, optimizer):
         plan = ckplan_torch.load_plan(plan_path)
         check(plan["predicted"]["peak_bytes"] <= budget and plan["pytorch"]["predicted"]["fits_budget"],
               f"{what}, {label} budget: the pytorch-target plan's prediction fits the budget")
-        if name in ("gpt", "resnet18", "unet") and label == "halfway":
+        # Where checkpointing can lower the peak (not where the optimizer's
+        # update at the step's end is the peak: resnet18 with foreach), it does.
+        if name in ("gpt", "resnet18", "unet") and label == "halfway" and loose["min_budget_bytes"] < halfway:
             check(len(plan["checkpoint_modules"]) > 0, f"{name}: the plan names modules to checkpoint")
         wrapped = ckplan_torch.apply_plan(model, plan_path)
         check(wrapped == plan["checkpoint_modules"], f"{what}: apply_plan wraps exactly the plan's modules")
