@@ -383,12 +383,13 @@ void ScheduleRunner::EndNodeStep(Environment& env, Measure& m, const std::functi
   m.live_after_forward_bytes = tracker_.live_bytes() - m.other_bytes;
   at::Tensor loss = Loss(outputs);
   env.clear();
-  // As a training loop holds them (`out = model(x)`): the outputs alive
-  // through the backward and the optimizer's step (Chain::output_held_bytes).
+  // As a training loop holds them (`out = model(x)`, `loss`): the outputs
+  // and the loss alive through the backward and the optimizer's step
+  // (Chain::output_held_bytes).
   torch::autograd::backward({loss});
-  loss = at::Tensor();
   after_backward();
   Step();
+  loss = at::Tensor();
   outputs.clear();
   SynchronizeDevice(device_);  // kernels run after their launch returns
 }

@@ -280,8 +280,11 @@ FrontierSteps FrontierStepsOf(const Chain& chain, const std::vector<WrappableMod
 // The step's end: the inputs and every parameter gradient held, the
 // optimizer's update running (its temporary, Chain::update_tmp_bytes), the
 // activations gone.
+// In PyTorch's accounting the training loop still holds the model's output
+// and the loss (a float32 scalar: the gradient it started from is gone).
 int64_t StepEndBytes(const Chain& chain, int64_t input_bytes, ModuleAccounting accounting) {
-  return input_bytes + chain.update_tmp_bytes + chain.ParamGradBytes() + OutputHeldBytes(accounting, chain);
+  return input_bytes + chain.update_tmp_bytes + chain.ParamGradBytes() + OutputHeldBytes(accounting, chain) +
+         LossScalarBytes(accounting, chain) / 2;
 }
 
 struct FrontierState {
