@@ -38,6 +38,12 @@ std::vector<at::Tensor> OptimizerStep::state() const {
 void OptimizerStep::Prepare(const std::vector<at::Tensor>& params) {
   if (!adam() && name_ != "momentum") return;
   c10::NoGradGuard no_grad;
+  MakeState(params);
+}
+
+// Zeros as torch.optim's _init_group makes them: momentum buffers; adam's
+// moments and float32 `step` counters.
+void OptimizerStep::MakeState(const std::vector<at::Tensor>& params) {
   Reset();
   for (const auto& p : params) {
     first_.push_back(at::zeros_like(p));
@@ -73,13 +79,7 @@ void OptimizerStep::ApplyAdam(const std::vector<at::Tensor>& all_params) {
   const double b1 = 0.9, b2 = 0.999, eps = 1e-8, decay = name_ == "adamw" ? 0.01 : 0.0;
   // The state, made on the first update (as torch.optim's _init_group does)
   // unless Prepare made it.
-  if (first_.empty()) {
-    for (const auto& p : all_params) {
-      first_.push_back(at::zeros_like(p));
-      second_.push_back(at::zeros_like(p));
-      steps_.push_back(at::zeros({}, at::TensorOptions().dtype(at::kFloat)));
-    }
-  }
+  if (first_.empty()) MakeState(all_params);
   std::vector<at::Tensor> params, grads, m, v, steps;
   for (size_t k = 0; k < all_params.size(); ++k) {
     if (!all_params[k].grad().defined()) continue;

@@ -59,6 +59,7 @@ class OptimizerStep {
  private:
   bool adam() const { return name_ == "adam" || name_ == "adamw"; }
   void ApplyAdam(const std::vector<at::Tensor>& params);
+  void MakeState(const std::vector<at::Tensor>& params);
   std::string name_;
   double lr_;
   OptimizerImpl impl_;
