@@ -22,6 +22,7 @@ again during backward. Non-reentrant checkpointing where the installed torch
 has it; the RNG state is kept, so dropout gives the same masks. No dependency
 beyond torch.
 """
+import contextlib
 import functools
 import inspect
 import json
@@ -339,14 +340,56 @@ def _plain(value):
     return value
 
 
+def _bound_names(model, example_inputs):
+    """The names of forward's parameters the example inputs are passed as."""
+    try:
+        return set(inspect.signature(model.forward).bind_partial(*example_inputs).arguments)
+    except (TypeError, ValueError):
+        return set()
+
+
+@contextlib.contextmanager
+def _follow_eager(model, example_inputs):
+    """While the model is exported, transformers' masking code takes the
+    paths it takes in eager, decided from shapes alone as eager decides them.
+    Under torch.export it takes its general path instead, because it cannot
+    read values: a causal mask made explicit (eager leaves it to SDPA's
+    is_causal), so K and V repeated for grouped-query attention (eager: SDPA's
+    enable_gqa), and position ids checked for packed sequences (eager finds
+    none in the positions the model makes itself). The general path stays
+    where values decide: with an attention mask among the inputs (a padded
+    batch needs the mask) or position ids given (they may pack sequences)."""
+    import sys
+    masking = sys.modules.get("transformers.masking_utils")
+    if masking is None or not any(type(m).__module__.startswith("transformers.") for m in model.modules()):
+        yield
+        return
+    patches = {"is_torchdynamo_exporting": lambda: False}
+    if "position_ids" not in _bound_names(model, example_inputs):
+        patches["find_packed_sequence_indices"] = lambda *args, **kwargs: None
+    patches = {n: f for n, f in patches.items() if hasattr(masking, n)}
+    originals = {n: getattr(masking, n) for n in patches}
+    try:
+        for n, f in patches.items():
+            setattr(masking, n, f)
+        yield
+    finally:
+        for n, f in originals.items():
+            setattr(masking, n, f)
+
+
 def _export_program(model, example_inputs, dynamic_batch):
+    def attempt(dynamic_shapes):
+        with _follow_eager(model, example_inputs):
+            return torch.export.export(model, example_inputs, dynamic_shapes=dynamic_shapes, strict=False)
+
     dynamic_shapes = None
     if dynamic_batch:
         batch = torch.export.Dim("batch", min=1, max=1 << 20)
         dynamic_shapes = tuple({0: batch} if x.dim() > 0 else None for x in example_inputs)
     try:
         try:
-            return torch.export.export(model, example_inputs, dynamic_shapes=dynamic_shapes, strict=False)
+            return attempt(dynamic_shapes)
         except Exception as error:  # noqa: BLE001 - PyTorch raises many kinds
             if dynamic_shapes is None:
                 raise
@@ -354,7 +397,7 @@ def _export_program(model, example_inputs, dynamic_batch):
             # constant): export it with static shapes, and say so.
             warnings.warn(f"ckplan_torch.export: the batch dimension cannot be dynamic "
                           f"({str(error).splitlines()[0][:200]}); exported with the example's batch size")
-            return torch.export.export(model, example_inputs, strict=False)
+            return attempt(None)
     except Exception as error:  # noqa: BLE001
         reason = _first_line(error)
         if "cache_utils" in reason:  # transformers' key-value cache as an output

@@ -493,10 +493,13 @@ def make(name, out_dir):
     with as_traced():
         torch.manual_seed(0)
         _, total, per_module = saved_tensor_count(model, inputs)
+    # And on the eager model as users run it, unpatched: what the .pt2 keeps
+    # (ckplan_torch.export follows the eager model's code paths).
+    torch.manual_seed(0)
+    _, eager_total, _ = saved_tensor_count(model, inputs)
     # The same model through torch.export (ckplan_torch.export: train mode,
-    # dynamic batch), and PyTorch's count on the exported program itself:
-    # it may take other code paths than the traced one (transformers builds
-    # an explicit attention mask under export).
+    # dynamic batch, transformers' data-dependent choices as the eager run
+    # made them), and PyTorch's count on the exported program itself.
     import ckplan_torch
     pt2_path = os.path.join(out_dir, name + ".pt2")
     torch.manual_seed(0)
@@ -506,8 +509,8 @@ def make(name, out_dir):
     _, pt2_total, _ = saved_tensor_count(exported, inputs)
     with open(os.path.join(out_dir, name + ".json"), "w") as f:
         json.dump({"name": name, "inputs": input_texts, "saved_bytes": total, "module_saved": per_module,
-                   "pt2_saved_bytes": pt2_total}, f, indent=1)
-    print(f"{name}: saved {total} bytes, exported program {pt2_total}")
+                   "pt2_saved_bytes": pt2_total, "eager_saved_bytes": eager_total}, f, indent=1)
+    print(f"{name}: saved {total} bytes (traced paths), {eager_total} (eager), exported program {pt2_total}")
 
 
 def hf_as_users_trace(name):

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""ckplan_torch.apply_plan on a real model: trace, profile, solve at a budget,
-apply the plan in PyTorch; what is kept for backward falls to the plan's
+"""ckplan_torch.apply_plan on a real model: export (ckplan_torch.export, which
+follows the eager model's code paths), profile, solve at a budget, apply the
+plan to the eager model as users run it; what is kept for backward falls to the plan's
 prediction (within 2%), the plan's prediction fits the budget, and the
 gradients equal those without the plan. The whole training step as a job
 runs it (zero_grad, forward, loss, backward, a torch.optim optimizer's
@@ -10,7 +11,9 @@ the smallest, measured with torch.profiler's memory timeline: within the
 budget and within 2% of the plan's prediction. On each profile, at 20 budgets from
 the smallest feasible to no checkpointing's peak: the optimal schedule is
 never slower than a baseline that fits, and its smallest budget is no larger
-than any baseline's peak.
+than any baseline's peak. On the Hugging Face models: ckplan's smallest
+budget is at most the step peak of the model's own checkpointing of every
+layer (`gradient_checkpointing_enable()`).
 
     test_apply_plan.py --ckplan BUILD/ckplan --models BUILD/test_models
 """
@@ -71,10 +74,13 @@ def kept_for_backward(model, inputs):
             if ptr not in excluded:
                 kept[ptr] = storage_of(t).nbytes()
 
+    def inputs_held(module, args, kwargs):  # a checkpointed module holds what it is called with
+        note(list(args) + list(kwargs.values()))
+
     hooks = []
     for path in ckplan_torch.checkpointed_modules(model):
         module = dict(model.named_modules())[path]
-        hooks.append(module.register_forward_pre_hook(lambda mod, args: [note(a) for a in args] and None))
+        hooks.append(module.register_forward_pre_hook(inputs_held, with_kwargs=True))
 
     def pack(t):
         note(t)
@@ -145,8 +151,15 @@ def step_peak(model, inputs, make_optimizer):
     step()
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True) as prof:
         step()
-    live = peak = 0
-    for _, action, _, size in prof._memory_profile().timeline:
+    timeline = prof._memory_profile().timeline
+    # The timeline lists only the storages the step touched: a buffer no op
+    # reads (transformers' Llama keeps `original_inv_freq` beside the
+    # `inv_freq` it uses) is memory all the same.
+    seen = {key.storage.ptr for _, _, (key, _), _ in timeline if hasattr(key, "storage")}
+    untouched = {make_models.storage_of(t).data_ptr(): make_models.storage_of(t).nbytes()
+                 for t in list(model.parameters()) + list(model.buffers())}
+    live = peak = sum(size for ptr, size in untouched.items() if ptr not in seen)
+    for _, action, _, size in timeline:
         if action in (Action.PREEXISTING, Action.CREATE):
             live += size
         elif action == Action.DESTROY:
@@ -189,7 +202,8 @@ def check_invariant(args, name, profile, none_peak):
 def run_model(args, name, workdir, optimizer):
     options, make_optimizer = optimizer
     factory, input_texts = make_models.MODELS[name]
-    model_path = os.path.join(args.models, name + ".pt")
+    # The exported program, which follows the eager model's code paths.
+    model_path = os.path.join(args.models, name + ".pt2")
     profile = os.path.join(workdir, name + ".profile.json")
     plan_path = os.path.join(workdir, name + ".plan.json")
     input_args = [a for t in input_texts for a in ("--input", t)]
@@ -210,7 +224,7 @@ def run_model(args, name, workdir, optimizer):
     check(loose["target"] == "pytorch", f"{name}: a profile's plan targets pytorch by default")
     check_invariant(args, name, profile, none["predicted"]["peak_bytes"])
 
-    # The same model in eager PyTorch: the same weights and inputs as the traced one.
+    # The same model in eager PyTorch as users run it: the same weights and inputs as the exported one.
     torch.manual_seed(0)
     model = factory().train()
     generator = torch.Generator().manual_seed(0)
@@ -222,6 +236,7 @@ def run_model(args, name, workdir, optimizer):
     # Halfway between the target's smallest budget and its own peak with
     # nothing wrapped, and the smallest.
     halfway = (loose["min_budget_bytes"] + loose["predicted"]["peak_bytes"]) // 2
+    measured_at = {}
     for label, budget in (("halfway", halfway), ("smallest", loose["min_budget_bytes"])):
         ckplan(args.ckplan, "solve", profile, "--budget", str(budget), *options, "-o", plan_path)
         plan = ckplan_torch.load_plan(plan_path)
@@ -244,6 +259,7 @@ def run_model(args, name, workdir, optimizer):
         # The whole step in PyTorch with the job's optimizer: within the
         # budget, and within 2% of the plan's prediction.
         measured_peak = step_peak(model, inputs, make_optimizer)
+        measured_at[label] = measured_peak
         predicted_peak = plan["predicted"]["peak_bytes"]
         check(plan["pytorch"]["predicted"]["peak_bytes"] == predicted_peak,
               f"{what}: pytorch.predicted.peak_bytes is the plan's predicted peak")
@@ -261,6 +277,9 @@ def run_model(args, name, workdir, optimizer):
         check(len(ckplan_torch.remove_plan(model)) == len(wrapped), f"{what}: remove_plan undoes it")
         check(ckplan_torch.checkpointed_modules(model) == [], f"{what}: nothing stays wrapped")
 
+    if name in HF_LAYERS:
+        check_hf_checkpointing(name, loose, make_optimizer, what, measured_at["smallest"])
+
     # A plan that names a module the model lacks.
     bad = dict(plan)
     bad["checkpoint_modules"] = plan["checkpoint_modules"] + ["no.such.module"]
@@ -270,6 +289,40 @@ def run_model(args, name, workdir, optimizer):
     except KeyError as e:
         check("no.such.module" in str(e), f"{name}: the error names the missing module path")
     check(ckplan_torch.checkpointed_modules(model) == [], f"{name}: nothing wrapped after the error")
+
+
+# Hugging Face test models: what their own checkpointing wraps.
+HF_LAYERS = {"gpt2", "llama", "bert", "vit"}
+
+# Where ckplan's smallest budget is known to be above what the model's own
+# checkpointing measures (bytes), with the reason; docs/limits.md lists them.
+# llama: the prediction for a wrapped decoder layer's backward is 7,680 B
+# (0.13%) above eager PyTorch's (none wrapped: exact); where that backward is
+# the step's peak (Adam for-loop), the smallest budget is that much above.
+KNOWN_ABOVE_HF = {"llama": 7680}
+
+
+def check_hf_checkpointing(name, loose, make_optimizer, what, smallest_measured):
+    """ckplan's smallest budget against what the model's own one line,
+    activation (gradient) checkpointing of every layer, measures in the same
+    step with the same optimizer: ckplan accepts a budget that low, and its
+    plan at that budget measures no more."""
+    factory, input_texts = make_models.MODELS[name]
+    torch.manual_seed(0)
+    model = factory().train()
+    generator = torch.Generator().manual_seed(0)
+    inputs = [make_models.make_input(t, generator) for t in input_texts]
+    hf = model.model
+    enable = getattr(hf, "activation_checkpointing_enable", None) or hf.gradient_checkpointing_enable
+    enable()
+    measured = step_peak(model, inputs, make_optimizer)
+    smallest = loose["min_budget_bytes"]
+    print(f"{what}: smallest budget {smallest} B, the model's own checkpointing of every layer measures {measured} B")
+    check(smallest <= measured + KNOWN_ABOVE_HF.get(name, 0),
+          f"{what}: ckplan's smallest budget ({smallest} B) is at most what the model's own "
+          f"checkpointing measures ({measured} B)")
+    check(smallest_measured <= measured, f"{what}: ckplan's plan at its smallest budget measures {smallest_measured} B, "
+          f"at most the model's own checkpointing's {measured} B")
 
 
 def check_where_users_call(args, workdir):
@@ -349,11 +402,7 @@ def main():
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as workdir:
         for k, name in enumerate(args.names):
-            # The plan is made from the trace: the eager model runs the code
-            # paths the trace took (transformers' Llama: an explicit causal
-            # mask, K and V repeated for grouped-query attention).
-            with make_models.as_traced():
-                run_model(args, name, workdir, OPTIMIZERS[k % len(OPTIMIZERS)])
+            run_model(args, name, workdir, OPTIMIZERS[k % len(OPTIMIZERS)])
         check_where_users_call(args, workdir)
     return finish()
 

@@ -21,11 +21,7 @@ import make_models  # noqa: E402
 
 
 # Where meta and the CPU part ways, and why (docs/cost-model.md).
-KNOWN_DIFFERENCES = {
-    "vit.pt2": "its exported program passes SDPA an explicit attention mask; on meta tensors the CPU's backend "
-               "choice falls back to the math path (attention probabilities kept: 24 KiB more per layer) where the "
-               "CPU takes flash attention",
-}
+KNOWN_DIFFERENCES = {}
 # Models whose routing depends on the token values, which meta tensors do not have: ckplan refuses them
 # on meta in one line naming the op (asserted below), and they are profiled on the CPU.
 NOT_ON_META = {
@@ -119,10 +115,12 @@ def saved_per_layer(model, inputs, layer_prefix):
             saved[key] = (t.untyped_storage().nbytes(), producers.get(key, stack[-1]))
         return t
 
-    # As make_models does: transformers skips its data-dependent mask checks
-    # (.item(), which meta tensors cannot answer) while tracing, as export does.
+    # On meta tensors transformers' data-dependent mask checks (.item(),
+    # which meta tensors cannot answer) are skipped as a trace skips them;
+    # real tensors run the eager model as users run it, as exported.
     is_tracing = torch.jit.is_tracing
-    torch.jit.is_tracing = lambda: True
+    if any(t.is_meta for t in inputs):
+        torch.jit.is_tracing = lambda: True
     try:
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), Producers(stack, producers):
             model(*inputs)
