@@ -207,6 +207,7 @@ int RunSolve(const SolveOptions& o) {
   if (plan.target == "pytorch") {
     std::fprintf(human, "pytorch target: wrap %zu modules with torch.utils.checkpoint (apply_plan)\n",
                  plan.pytorch.checkpoint_modules.size());
+    std::fprintf(human, "under torch.compile: %s\n", UnderTorchCompile().c_str());
   }
   if (plan.algorithm == Algorithm::kOptimal && !plan.proven_optimal) {
     std::fprintf(human,

@@ -54,7 +54,7 @@ bool PlanPyTorch::operator==(const PlanPyTorch& o) const {
   return checkpoint_modules == o.checkpoint_modules && skipped_stages == o.skipped_stages &&
          use_reentrant == o.use_reentrant && preserve_rng_state == o.preserve_rng_state && peak_bytes == o.peak_bytes &&
          held_at_loss_bytes == o.held_at_loss_bytes && time_ms == o.time_ms && overhead_pct == o.overhead_pct &&
-         fits_budget == o.fits_budget;
+         fits_budget == o.fits_budget && under_torch_compile == o.under_torch_compile;
 }
 
 bool PlanSolver::operator==(const PlanSolver& o) const {
@@ -208,6 +208,7 @@ nlohmann::json PlanToJson(const PlanDocument& p) {
                       {"time_ms", e.time_ms},
                       {"overhead_pct", e.overhead_pct},
                       {"fits_budget", e.fits_budget}}}};
+  if (!e.under_torch_compile.empty()) doc["pytorch"]["under_torch_compile"] = e.under_torch_compile;
   if (p.slots) doc["slots"] = *p.slots;
   if (p.slot_bytes) doc["slot_bytes"] = *p.slot_bytes;
   if (p.solver) {
@@ -414,6 +415,7 @@ PlanDocument ReadPlan(const JsonReader& root) {
       p.pytorch.overhead_pct = ep.Field("overhead_pct").FiniteNumber();
       p.pytorch.fits_budget = ep.Field("fits_budget").Bool();
     }
+    if (e.Has("under_torch_compile")) p.pytorch.under_torch_compile = e.Field("under_torch_compile").String();
   }
   if (root.Has("slots")) p.slots = root.Field("slots").IntegerIn(0, INT_MAX);
   if (root.Has("slot_bytes")) p.slot_bytes = root.Field("slot_bytes").NonNegativeBytes();

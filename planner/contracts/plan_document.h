@@ -75,6 +75,8 @@ struct PlanPyTorch {
   double time_ms = 0;
   double overhead_pct = 0;
   bool fits_budget = false;
+  /// What a torch.compile'd job should expect of the prediction (made for eager PyTorch).
+  std::string under_torch_compile;
   bool operator==(const PlanPyTorch& o) const;
 };
 

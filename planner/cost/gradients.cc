@@ -84,7 +84,15 @@ int64_t StageBackwardPeak(const Chain& chain, const Profile& profile, int index,
   }
   std::set<int64_t> out_ids;
   for (const auto& entry : stage.out_storages) out_ids.insert(entry.first);
-  int64_t boundary = chain.StageInputBytes(index + 1), held = 0;
+  // The gradient of the stage's output: of its storages that hold a value
+  // autograd differentiates (not the rotary tables or a mask passed along).
+  std::set<int64_t> differentiable;
+  for (const TensorRecord& t : profile.tensors) {
+    if (t.requires_grad && out_ids.count(t.storage) != 0) differentiable.insert(t.storage);
+  }
+  int64_t boundary = 0, held = 0;
+  for (const auto& [id, bytes] : stage.out_storages) boundary += differentiable.count(id) != 0 ? bytes : 0;
+  if (stage.out_storages.empty()) boundary = chain.StageInputBytes(index + 1);
   int64_t peak = boundary + extra + beyond;
   std::set<int> grads;
   for (int op = last_op; op >= first_op; --op) {
@@ -140,7 +148,7 @@ int64_t StageBackwardPeak(const Chain& chain, const Profile& profile, int index,
       if (grads.erase(t)) extra -= out.nbytes;
       auto it = made_out.find(out.storage);
       if (it != made_out.end() && out.producer == op && !executor) {
-        boundary -= it->second;
+        if (differentiable.count(it->first) != 0) boundary -= it->second;
         made_out.erase(it);
       }
     }

@@ -36,7 +36,8 @@ struct StageGradients {
   /// Optional (empty, or per stage; -1 where unknown): the stage's backward
   /// peak above what it keeps and the gradients of later stages' parameters,
   /// as PyTorch runs it: its ops' backward replayed in reverse, the gradient
-  /// of each of its output storages held until the op that made it has
+  /// of each of its output storages that some tensor requiring grad lives in
+  /// (not a mask or rotary table passed along) held until the op that made it has
   /// back-propagated, each gradient of its input made by the first op that
   /// back-propagates into it and held from then on, its parameters'
   /// gradients held once made, saved storages released when the profile

@@ -127,6 +127,45 @@ TEST_CASE("a stage's backward as PyTorch runs it: boundary gradients as they liv
   CHECK(Gradients(chain, profile).pytorch_bwd_peak_bytes == std::vector<int64_t>{100, 102});
 }
 
+TEST_CASE("a stage's backward: no gradient for a value passed along that autograd does not differentiate") {
+  // As above, and op 0 also makes a 16 B mask (requires no gradient: a
+  // causal mask, the rotary tables) that stage 1's op 2 reads: it crosses
+  // the cut, but no gradient of it is made or held.
+  Profile profile;
+  AddTensor(&profile, 100, 40, -1, false);
+  AddTensor(&profile, 1, 100, 0, true);
+  AddTensor(&profile, 2, 60, 1, false);
+  AddTensor(&profile, 3, 50, 2, false);
+  AddTensor(&profile, 9, 16, 0, false);
+  profile.tensors[4].requires_grad = false;
+  auto op = [&](std::vector<int> in, std::vector<int> out, int64_t saved, int64_t bwd_tmp) {
+    OpRecord r;
+    r.id = static_cast<int>(profile.ops.size());
+    r.inputs = std::move(in);
+    r.outputs = std::move(out);
+    r.saved_bytes = saved;
+    r.bwd_tmp_bytes = bwd_tmp;
+    profile.ops.push_back(r);
+  };
+  op({0}, {1, 4}, 100, 0);
+  op({1}, {2}, 0, 100);
+  op({2, 4}, {3}, 8, 60);
+  profile.inputs = {0};
+  profile.outputs = {3};
+  Chain chain;
+  chain.input_bytes = 40;
+  chain.stages.resize(2);
+  chain.stages[0].ops = OpRange{0, 0};
+  chain.stages[0].out_bytes = 116;
+  chain.stages[0].out_storages = {{1, 100}, {9, 16}};
+  chain.stages[0].kept_out_storages = {1};
+  chain.stages[1].ops = OpRange{1, 2};
+  chain.stages[1].out_bytes = 50;
+  chain.stages[1].out_storages = {{3, 50}};
+  // Stage 0: t1's gradient alone (100), not 116.
+  CHECK(Gradients(chain, profile).pytorch_bwd_peak_bytes == std::vector<int64_t>{100, 102});
+}
+
 TEST_CASE("a submodule's parameter used by its parent's op goes to that op, not to every layer's") {
   // nn.MultiheadAttention calls out_proj's weight from its own op: two
   // layers, each `h.k.attn` taking `h.k.attn.out_proj.weight` (same shape).

@@ -17,6 +17,10 @@ namespace ckplan {
 /// for another model).
 PlanDocument MakePlanDocument(const Plan& plan, const Chain& chain, const PlanSource& source);
 
+/// What a torch.compile'd job should expect of a PyTorch-target plan's
+/// prediction, which is made for eager PyTorch (`pytorch.under_torch_compile`).
+const std::string& UnderTorchCompile();
+
 /// PlanToJson(MakePlanDocument(plan, chain, source)).
 nlohmann::json PlanToJson(const Plan& plan, const Chain& chain, const PlanSource& source);
 

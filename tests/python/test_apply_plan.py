@@ -47,6 +47,9 @@ UNCOUNTED = 0.001
 # block that the profile does not see (+53 KB, 1.4%; kept for backward and
 # the halfway budget match to the byte). Open in issue 27.
 KNOWN_OVER = {("bf16_decoder", "smallest"): 0.015}
+# Under UNCOUNTED, also known: llama at its smallest budget, +512 B: a wrapped
+# decoder layer holds the position ids transformers passes it, which none of
+# its ops reads, so the profile does not see them held.
 
 
 def ckplan(binary, *args):
@@ -294,14 +297,6 @@ def run_model(args, name, workdir, optimizer):
 # Hugging Face test models: what their own checkpointing wraps.
 HF_LAYERS = {"gpt2", "llama", "bert", "vit"}
 
-# Where ckplan's smallest budget is known to be above what the model's own
-# checkpointing measures (bytes), with the reason; docs/limits.md lists them.
-# llama: the prediction for a wrapped decoder layer's backward is 7,680 B
-# (0.13%) above eager PyTorch's (none wrapped: exact); where that backward is
-# the step's peak (Adam for-loop), the smallest budget is that much above.
-KNOWN_ABOVE_HF = {"llama": 7680}
-
-
 def check_hf_checkpointing(name, loose, make_optimizer, what, smallest_measured):
     """ckplan's smallest budget against what the model's own one line,
     activation (gradient) checkpointing of every layer, measures in the same
@@ -318,7 +313,7 @@ def check_hf_checkpointing(name, loose, make_optimizer, what, smallest_measured)
     measured = step_peak(model, inputs, make_optimizer)
     smallest = loose["min_budget_bytes"]
     print(f"{what}: smallest budget {smallest} B, the model's own checkpointing of every layer measures {measured} B")
-    check(smallest <= measured + KNOWN_ABOVE_HF.get(name, 0),
+    check(smallest <= measured,
           f"{what}: ckplan's smallest budget ({smallest} B) is at most what the model's own "
           f"checkpointing measures ({measured} B)")
     check(smallest_measured <= measured, f"{what}: ckplan's plan at its smallest budget measures {smallest_measured} B, "
