@@ -25,6 +25,55 @@ void AddTensor(Profile* profile, int storage, int64_t bytes, int producer, bool 
   profile->tensors.push_back(t);
 }
 
+// Two stages: op 0 (stage 0): input -> t1 (saved by op 1); op 1, op 2
+// (stage 1): t1 -> t2 -> t3, the model output, which no op saves; op 2 saves
+// 8 B of its own. With `mask`, op 0 also makes a 16 B mask (no gradient: a
+// causal mask, the rotary tables) that op 2 reads.
+struct TwoStages {
+  Profile profile;
+  Chain chain;
+};
+
+TwoStages TwoStageModel(bool mask) {
+  TwoStages m;
+  AddTensor(&m.profile, 100, 40, -1, false);
+  AddTensor(&m.profile, 1, 100, 0, true);
+  AddTensor(&m.profile, 2, 60, 1, false);
+  AddTensor(&m.profile, 3, 50, 2, false);
+  auto op = [&](std::vector<int> in, std::vector<int> out, int64_t saved, int64_t bwd_tmp) {
+    OpRecord r;
+    r.id = static_cast<int>(m.profile.ops.size());
+    r.inputs = std::move(in);
+    r.outputs = std::move(out);
+    r.saved_bytes = saved;
+    r.bwd_tmp_bytes = bwd_tmp;  // the gradient of its input
+    m.profile.ops.push_back(r);
+  };
+  op({0}, {1}, 100, 0);  // t1's storage, counted where it was made
+  op({1}, {2}, 0, 100);
+  op({2}, {3}, 8, 60);
+  m.profile.inputs = {0};
+  m.profile.outputs = {3};
+  m.chain.input_bytes = 40;
+  m.chain.stages.resize(2);
+  m.chain.stages[0].ops = OpRange{0, 0};
+  m.chain.stages[0].out_bytes = 100;
+  m.chain.stages[0].out_storages = {{1, 100}};
+  m.chain.stages[0].kept_out_storages = {1};
+  m.chain.stages[1].ops = OpRange{1, 2};
+  m.chain.stages[1].out_bytes = 50;
+  m.chain.stages[1].out_storages = {{3, 50}};
+  if (mask) {
+    AddTensor(&m.profile, 9, 16, 0, false);
+    m.profile.tensors.back().requires_grad = false;
+    m.profile.ops[0].outputs.push_back(4);
+    m.profile.ops[2].inputs.push_back(4);
+    m.chain.stages[0].out_bytes += 16;
+    m.chain.stages[0].out_storages.push_back({9, 16});
+  }
+  return m;
+}
+
 StageGradients Gradients(const Chain& chain, const Profile& profile) {
   return GradientsFromProfile(chain, profile, Liveness(profile));
 }
@@ -64,40 +113,9 @@ TEST_CASE("each parameter's gradient goes to the last stage that uses it, a tied
 }
 
 TEST_CASE("a stage's backward as PyTorch runs it: boundary gradients as they live, saved storages as released") {
-  // op 0 (stage 0): input -> t1 (saved by op 1); op 1, op 2 (stage 1): t1 ->
-  // t2 -> t3, the model output, which no op saves; op 2 saves 8 B of its own.
-  Profile profile;
-  auto tensor = [&](int storage, int64_t bytes, int producer, bool kept) {
-    AddTensor(&profile, storage, bytes, producer, kept);
-  };
-  tensor(100, 40, -1, false);
-  tensor(1, 100, 0, true);
-  tensor(2, 60, 1, false);
-  tensor(3, 50, 2, false);
-  auto op = [&](int in, int out, int64_t saved, int64_t bwd_tmp) {
-    OpRecord r;
-    r.id = static_cast<int>(profile.ops.size());
-    r.inputs = {in};
-    r.outputs = {out};
-    r.saved_bytes = saved;
-    r.bwd_tmp_bytes = bwd_tmp;  // the gradient of its input
-    profile.ops.push_back(r);
-  };
-  op(0, 1, 100, 0);  // t1's storage, counted where it was made
-  op(1, 2, 0, 100);
-  op(2, 3, 8, 60);
-  profile.inputs = {0};
-  profile.outputs = {3};
-  Chain chain;
-  chain.input_bytes = 40;
-  chain.stages.resize(2);
-  chain.stages[0].ops = OpRange{0, 0};
-  chain.stages[0].out_bytes = 100;
-  chain.stages[0].out_storages = {{1, 100}};
-  chain.stages[0].kept_out_storages = {1};
-  chain.stages[1].ops = OpRange{1, 2};
-  chain.stages[1].out_bytes = 50;
-  chain.stages[1].out_storages = {{3, 50}};
+  TwoStages m = TwoStageModel(false);
+  Profile& profile = m.profile;
+  const Chain& chain = m.chain;
   // Above what the stage keeps (t3, 50 B, held by the loss until its
   // backward), stage 1: the loss has released t3 and its gradient (50) has
   // arrived; op 2 makes t2's gradient (60), then releases t3's and its own
@@ -128,42 +146,10 @@ TEST_CASE("a stage's backward as PyTorch runs it: boundary gradients as they liv
 }
 
 TEST_CASE("a stage's backward: no gradient for a value passed along that autograd does not differentiate") {
-  // As above, and op 0 also makes a 16 B mask (requires no gradient: a
-  // causal mask, the rotary tables) that stage 1's op 2 reads: it crosses
-  // the cut, but no gradient of it is made or held.
-  Profile profile;
-  AddTensor(&profile, 100, 40, -1, false);
-  AddTensor(&profile, 1, 100, 0, true);
-  AddTensor(&profile, 2, 60, 1, false);
-  AddTensor(&profile, 3, 50, 2, false);
-  AddTensor(&profile, 9, 16, 0, false);
-  profile.tensors[4].requires_grad = false;
-  auto op = [&](std::vector<int> in, std::vector<int> out, int64_t saved, int64_t bwd_tmp) {
-    OpRecord r;
-    r.id = static_cast<int>(profile.ops.size());
-    r.inputs = std::move(in);
-    r.outputs = std::move(out);
-    r.saved_bytes = saved;
-    r.bwd_tmp_bytes = bwd_tmp;
-    profile.ops.push_back(r);
-  };
-  op({0}, {1, 4}, 100, 0);
-  op({1}, {2}, 0, 100);
-  op({2, 4}, {3}, 8, 60);
-  profile.inputs = {0};
-  profile.outputs = {3};
-  Chain chain;
-  chain.input_bytes = 40;
-  chain.stages.resize(2);
-  chain.stages[0].ops = OpRange{0, 0};
-  chain.stages[0].out_bytes = 116;
-  chain.stages[0].out_storages = {{1, 100}, {9, 16}};
-  chain.stages[0].kept_out_storages = {1};
-  chain.stages[1].ops = OpRange{1, 2};
-  chain.stages[1].out_bytes = 50;
-  chain.stages[1].out_storages = {{3, 50}};
-  // Stage 0: t1's gradient alone (100), not 116.
-  CHECK(Gradients(chain, profile).pytorch_bwd_peak_bytes == std::vector<int64_t>{100, 102});
+  // The mask crosses the cut, but no gradient of it is made or held: stage
+  // 0's backward holds t1's gradient alone (100), not 116.
+  const TwoStages m = TwoStageModel(true);
+  CHECK(Gradients(m.chain, m.profile).pytorch_bwd_peak_bytes == std::vector<int64_t>{100, 102});
 }
 
 TEST_CASE("a submodule's parameter used by its parent's op goes to that op, not to every layer's") {
