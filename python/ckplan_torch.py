@@ -27,6 +27,7 @@ import functools
 import inspect
 import json
 import os
+import sys
 import warnings
 
 import torch
@@ -359,7 +360,6 @@ def _follow_eager(model, example_inputs):
     none in the positions the model makes itself). The general path stays
     where values decide: with an attention mask among the inputs (a padded
     batch needs the mask) or position ids given (they may pack sequences)."""
-    import sys
     masking = sys.modules.get("transformers.masking_utils")
     if masking is None or not any(type(m).__module__.startswith("transformers.") for m in model.modules()):
         yield

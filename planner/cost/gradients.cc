@@ -22,7 +22,8 @@ struct GradientViews {
 // pytorch_bwd_peak_bytes): its ops in reverse, each at its measured transient on top
 // of the gradients alive and the parameter gradients already made, less the
 // saved storages already released. `storage_producer`: the op that made
-// each activation storage.
+// each activation storage; `differentiable`: the storages some tensor that
+// requires grad lives in (the others get no gradient: a mask, rotary tables).
 // `released`: per op, the bytes autograd frees as its backward runs (what
 // it saved, or what later ops saved of it when no release was measured);
 // `released_later`: those of the stage's own storages that the backward of
@@ -33,7 +34,8 @@ struct GradientViews {
 // the model output held (the caller passes `released` without the storages
 // of the cuts, and no `released_later`).
 int64_t StageBackwardPeak(const Chain& chain, const Profile& profile, int index,
-                          const std::map<int, int>& storage_producer, const std::vector<int64_t>& op_grads,
+                          const std::map<int, int>& storage_producer, const std::set<int64_t>& differentiable,
+                          const std::vector<int64_t>& op_grads,
                           const std::vector<int64_t>& released, int64_t released_later,
                           const Liveness& liveness, const GradientViews& grad_views, bool executor = false,
                           const std::vector<int64_t>* cut_released = nullptr) {
@@ -84,12 +86,7 @@ int64_t StageBackwardPeak(const Chain& chain, const Profile& profile, int index,
   }
   std::set<int64_t> out_ids;
   for (const auto& entry : stage.out_storages) out_ids.insert(entry.first);
-  // The gradient of the stage's output: of its storages that hold a value
-  // autograd differentiates (not the rotary tables or a mask passed along).
-  std::set<int64_t> differentiable;
-  for (const TensorRecord& t : profile.tensors) {
-    if (t.requires_grad && out_ids.count(t.storage) != 0) differentiable.insert(t.storage);
-  }
+  // The gradient of the stage's output: of its differentiable storages.
   int64_t boundary = 0, held = 0;
   for (const auto& [id, bytes] : stage.out_storages) boundary += differentiable.count(id) != 0 ? bytes : 0;
   if (stage.out_storages.empty()) boundary = chain.StageInputBytes(index + 1);
@@ -307,6 +304,10 @@ StageGradients GradientsFromProfile(const Chain& chain, const Profile& profile, 
     auto it = storage_producer.find(t.storage);
     if (it == storage_producer.end() || t.producer < it->second) storage_producer[t.storage] = t.producer;
   }
+  std::set<int64_t> differentiable;
+  for (const TensorRecord& t : profile.tensors) {
+    if (t.requires_grad) differentiable.insert(t.storage);
+  }
   // Saved storages are released as measured (TensorRecord::released_by)
   // where the profile has it, else by the op that made them (the latest an
   // op that saves them can run its backward).
@@ -361,13 +362,14 @@ StageGradients GradientsFromProfile(const Chain& chain, const Profile& profile, 
     const Stage& stage = chain.stages[static_cast<size_t>(i)];
     if (!stage.ops || stage.ops->last >= static_cast<int>(profile.ops.size())) continue;
     out.pytorch_bwd_peak_bytes[static_cast<size_t>(i)] =
-        StageBackwardPeak(chain, profile, i, storage_producer, op_grads, released,
+        StageBackwardPeak(chain, profile, i, storage_producer, differentiable, op_grads, released,
                           released_later[static_cast<size_t>(i)], liveness, grad_views) +
         unused_grads[static_cast<size_t>(i)];
     // Releases not measured (an older profile): each op's saved bytes at
     // its backward, as for PyTorch.
     out.executor_bwd_peak_bytes[static_cast<size_t>(i)] =
-        StageBackwardPeak(chain, profile, i, storage_producer, op_grads, measured ? released_by_run : released, 0,
+        StageBackwardPeak(chain, profile, i, storage_producer, differentiable, op_grads,
+                          measured ? released_by_run : released, 0,
                           liveness, grad_views, /*executor=*/true, &cut_released) +
         unused_grads[static_cast<size_t>(i)];
   }

@@ -498,8 +498,8 @@ def make(name, out_dir):
     torch.manual_seed(0)
     _, eager_total, _ = saved_tensor_count(model, inputs)
     # The same model through torch.export (ckplan_torch.export: train mode,
-    # dynamic batch, transformers' data-dependent choices as the eager run
-    # made them), and PyTorch's count on the exported program itself.
+    # dynamic batch, transformers' masking deciding from shapes as in eager),
+    # and PyTorch's count on the exported program itself.
     import ckplan_torch
     pt2_path = os.path.join(out_dir, name + ".pt2")
     torch.manual_seed(0)
