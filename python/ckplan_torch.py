@@ -379,9 +379,27 @@ def _follow_eager(model, example_inputs):
 
 
 def _export_program(model, example_inputs, dynamic_batch):
+    # Every module's call signature is kept in the program (the graph is the
+    # same): the tensors each module is called with, those its ops never read
+    # included (a decoder layer's position ids), which torch.utils.checkpoint
+    # holds when the module is wrapped. A model whose signatures cannot be
+    # kept is exported without them, with a warning.
+    paths = tuple(name for name, _ in model.named_modules() if name)
+
     def attempt(dynamic_shapes):
         with _follow_eager(model, example_inputs):
-            return torch.export.export(model, example_inputs, dynamic_shapes=dynamic_shapes, strict=False)
+            if not paths:
+                return torch.export.export(model, example_inputs, dynamic_shapes=dynamic_shapes, strict=False)
+            try:
+                return torch.export.export(model, example_inputs, dynamic_shapes=dynamic_shapes, strict=False,
+                                           preserve_module_call_signature=paths)
+            except Exception as error:  # noqa: BLE001 - PyTorch raises many kinds
+                # A model that does not export at all raises its own reason here.
+                program = torch.export.export(model, example_inputs, dynamic_shapes=dynamic_shapes, strict=False)
+                warnings.warn(f"ckplan_torch.export: the modules' call signatures cannot be kept "
+                              f"({_first_line(error)[:200]}); exported without them: a wrapped module's "
+                              f"arguments its ops never read are not counted")
+                return program
 
     dynamic_shapes = None
     if dynamic_batch:

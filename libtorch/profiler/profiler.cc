@@ -292,6 +292,7 @@ struct StepRecord {
   std::vector<double> op_dropout_p;  // an argument named dropout_p (attention), else 0
   std::vector<OpRecord> op_arguments;  // approximate, recurrent (RecordCostArguments), grad_nodes
   std::vector<int> inputs, outputs;
+  std::map<std::string, std::vector<int>> module_inputs;  // module path -> tensors it was called with
   int64_t saved_bytes = 0;
   int64_t output_bytes = 0;
   int64_t peak_bytes = 0;
@@ -417,6 +418,7 @@ class Profiler {
     profile.tensors = record.tensors;
     profile.inputs = record.inputs;
     profile.outputs = record.outputs;
+    profile.module_inputs = record.module_inputs;
     for (size_t k = 0; k < ops; ++k) {
       const ProgramNode& node = program.nodes()[program.OpNode(static_cast<int>(k))];
       OpRecord op;
@@ -511,6 +513,7 @@ class Profiler {
       record->op_inputs.assign(ops, {});
       record->op_args.assign(ops, {});
       record->op_outputs.assign(ops, {});
+      record->module_inputs.clear();
       record->op_fwd_tmp.assign(ops, 0);
       record->op_saved.assign(ops, 0);
       record->op_dropout_p.assign(ops, 0.0);
@@ -637,6 +640,18 @@ class Profiler {
       }
       for (const at::Tensor& t : outputs) {
         if (seen.insert(StorageData(t)).second) record->output_bytes += StorageBytes(t);
+      }
+      // The tensors each module was called with (a .pt2 whose export kept
+      // the call signatures).
+      for (const ProgramNode& node : program.nodes()) {
+        for (const auto& [path, value] : ModuleCallInputs(node.node)) {
+          auto it = value_tensors.find(value);
+          if (it == value_tensors.end()) continue;
+          std::vector<int>& ids = record->module_inputs[path];
+          for (int id : it->second) {
+            if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+          }
+        }
       }
     }
     // What survives once the outputs are dropped is what autograd keeps.

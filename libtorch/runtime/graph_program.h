@@ -112,6 +112,9 @@ bool IsExportArchive(const std::string& path);
 torch::jit::Module LoadExportedProgram(const std::string& path);
 /// The module path a node of an exported program was tagged with, or "".
 std::string ExportModulePath(const torch::jit::Node* node);
+/// The modules an exported program's node's outputs were passed to, as the
+/// program's module call signatures record them: (module path, output).
+std::vector<std::pair<std::string, const torch::jit::Value*>> ModuleCallInputs(const torch::jit::Node* node);
 
 /// Inputs from specs: float ones from a normal distribution (or uniform in
 /// LO..HI), integer ones uniform in [LO, HI). Seeded: the same every run.

@@ -34,6 +34,7 @@ using torch::jit::Node;
 using torch::jit::Value;
 
 const c10::Symbol kModuleAttr = c10::Symbol::attr("ckplan_module");
+const c10::Symbol kCallInputAttr = c10::Symbol::attr("ckplan_call_input_of");
 
 // torch/_export/serde/schema.py ScalarType -> c10.
 c10::ScalarType ScalarTypeOf(int code, const std::string& where) {
@@ -328,6 +329,7 @@ class Pt2Reader {
       }
     }
     for (const json& node : g["nodes"]) AddNode(*graph, node);
+    TagModuleCallInputs(module);
     std::vector<Value*> outputs;
     for (const json& spec : signature["output_specs"]) {
       if (!spec.contains("user_output")) continue;  // buffer mutations are done in place by the ops
@@ -348,6 +350,35 @@ class Pt2Reader {
     // batch norm); a program with none runs alike in either mode.
     if (eval_mode_ops_ > 0 && train_mode_ops_ == 0) root_.train(false);
     return root_;
+  }
+
+  // The tensors each module was called with, where the export kept the
+  // modules' call signatures (`module_call_graph`, ckplan_torch.export keeps
+  // them): the node making each such value is tagged "OUTPUT_INDEX PATH"
+  // (kCallInputAttr; ModuleCallInputs reads it back). A module called more
+  // than once ("relu@1") counts every call under its path. Model inputs and
+  // weights are left out: a step holds them anyway.
+  void TagModuleCallInputs(const json& module) {
+    if (!module.contains("module_call_graph") || !module["module_call_graph"].is_array()) return;
+    std::map<Node*, std::set<std::string>> tags;
+    auto tag = [&](const std::string& name, const std::string& path) {
+      auto it = values_.find(name);
+      if (it == values_.end() || it->second->node()->kind() == c10::prim::Param) return;
+      tags[it->second->node()].insert(std::to_string(it->second->offset()) + " " + path);
+    };
+    for (const json& entry : module["module_call_graph"]) {
+      if (!entry.contains("fqn") || !entry.contains("signature") || !entry["signature"].is_object()) continue;
+      std::string path = entry["fqn"].get<std::string>();
+      path = path.substr(0, path.find('@'));
+      if (path.empty() || !entry["signature"].contains("inputs")) continue;
+      for (const json& arg : entry["signature"]["inputs"]) {
+        if (arg.contains("as_tensor")) tag(arg["as_tensor"]["name"].get<std::string>(), path);
+        if (arg.contains("as_tensors")) {
+          for (const json& t : arg["as_tensors"]) tag(t["name"].get<std::string>(), path);
+        }
+      }
+    }
+    for (auto& [node, entries] : tags) node->ss_(kCallInputAttr, std::vector<std::string>(entries.begin(), entries.end()));
   }
 
   // torch.export records no training flag: a program's mode shows in the ops
@@ -655,6 +686,19 @@ torch::jit::Module LoadExportedProgram(const std::string& path) {
 
 std::string ExportModulePath(const torch::jit::Node* node) {
   return node->hasAttribute(kModuleAttr) ? node->s(kModuleAttr) : std::string();
+}
+
+std::vector<std::pair<std::string, const torch::jit::Value*>> ModuleCallInputs(const torch::jit::Node* node) {
+  std::vector<std::pair<std::string, const torch::jit::Value*>> out;
+  if (!node->hasAttribute(kCallInputAttr)) return out;
+  for (const std::string& entry : node->ss(kCallInputAttr)) {
+    const size_t space = entry.find(' ');
+    if (space == std::string::npos) continue;
+    const size_t offset = std::stoul(entry.substr(0, space));
+    if (offset >= node->outputs().size()) continue;
+    out.push_back({entry.substr(space + 1), node->outputs()[offset]});
+  }
+  return out;
 }
 
 }  // namespace ckplan

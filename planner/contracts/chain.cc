@@ -101,6 +101,9 @@ void ValidateChain(const Chain& chain, const std::string& file, const std::strin
     }
     for (const auto& entry : s.out_storages) total = SaturatingAdd(total, entry.second);
   }
+  for (const auto& [path, storages] : chain.module_call_storages) {
+    for (const auto& entry : storages) total = SaturatingAdd(total, entry.second);
+  }
   if (total > kMaxTotalBytes) {
     fail("stages", "its byte figures add up to more than " + LimitText(kMaxTotalBytes) + ", more than any model has");
   }
@@ -235,6 +238,15 @@ Chain ChainFromJson(const nlohmann::json& doc, const std::string& file) {
     JsonReader list = root.Field("input_storages");
     for (size_t k = 0; k < list.ArraySize(); ++k) chain.input_storages.push_back(ReadStorage(list.Item(k)));
   }
+  if (root.Has("module_call_storages")) {
+    const JsonReader modules = root.Field("module_call_storages");
+    modules.ExpectObject();
+    for (const auto& item : modules.node().items()) {
+      const JsonReader list = modules.Field(item.key());
+      auto& storages = chain.module_call_storages[item.key()];
+      for (size_t k = 0; k < list.ArraySize(); ++k) storages.push_back(ReadStorage(list.Item(k)));
+    }
+  }
   ValidateChain(chain, file, "");
   return chain;
 }
@@ -274,6 +286,7 @@ nlohmann::json ChainToJson(const Chain& chain) {
                         {"stages", std::move(stages)},
                         {"loss", {{"bwd_ms", chain.loss_bwd_ms}, {"bwd_tmp_bytes", chain.loss_bwd_tmp_bytes}}}};
   if (!chain.input_storages.empty()) doc["input_storages"] = chain.input_storages;
+  if (!chain.module_call_storages.empty()) doc["module_call_storages"] = chain.module_call_storages;
   if (chain.update_tmp_bytes > 0) doc["update_tmp_bytes"] = chain.update_tmp_bytes;
   if (chain.output_held_bytes > 0) doc["output_held_bytes"] = chain.output_held_bytes;
   if (chain.checkpoint_state_bytes > 0) doc["checkpoint_state_bytes"] = chain.checkpoint_state_bytes;

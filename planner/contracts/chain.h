@@ -7,6 +7,7 @@
 /// included) until its backward.
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -109,6 +110,14 @@ struct Chain {
   double ModuleLossBwdMs() const { return module_loss_bwd_ms ? *module_loss_bwd_ms : loss_bwd_ms; }
   /// Optional: the storages of the chain input (see Stage::out_storages).
   std::vector<std::pair<int64_t, int64_t>> input_storages;
+  /// Optional, for the PyTorch target: per module path, the storages (id,
+  /// bytes, ids as in Stage::out_storages) of the tensors it is called with,
+  /// model inputs, weights and storages some op saves aside
+  /// (Profile::module_inputs):
+  /// torch.utils.checkpoint holds each of them for a wrapped module, those
+  /// its ops never read (a decoder layer's position ids) and so cross no cut
+  /// included. Empty when unknown.
+  std::map<std::string, std::vector<std::pair<int64_t, int64_t>>> module_call_storages;
 
   /// True when every stage knows its storages: the simulator shares them.
   bool has_storages() const;

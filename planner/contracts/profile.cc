@@ -268,6 +268,13 @@ Profile ProfileFromJson(const nlohmann::json& doc, const std::string& file) {
   }
   p.inputs = ReadIds(root.Field("inputs"), tensor_count);
   p.outputs = ReadIds(root.Field("outputs"), tensor_count);
+  if (root.Has("module_inputs")) {  // optional: {module path: [tensor id, ...]}
+    const JsonReader modules = root.Field("module_inputs");
+    modules.ExpectObject();
+    for (const auto& item : modules.node().items()) {
+      p.module_inputs[item.key()] = ReadIds(modules.Field(item.key()), tensor_count);
+    }
+  }
   {
     std::set<int> seen;
     for (size_t i = 0; i < p.inputs.size(); ++i) {
@@ -352,6 +359,7 @@ nlohmann::json ProfileToJson(const Profile& p) {
                         {"ops", std::move(ops)},
                         {"edges", std::move(edges)}};
   if (!p.calibration.empty()) doc["calibration"] = CalibrationToJson(p.calibration);
+  if (!p.module_inputs.empty()) doc["module_inputs"] = p.module_inputs;
   if (!p.parameters.empty()) {
     nlohmann::json params = nlohmann::json::array();
     for (const ParameterRecord& rec : p.parameters) {

@@ -209,6 +209,12 @@ struct Profile {
   std::vector<OpRecord> ops;          ///< indexed by id, in execution order
   std::vector<int> inputs;            ///< tensor ids of the model inputs
   std::vector<int> outputs;           ///< tensor ids of the model outputs
+  /// Optional (`module_inputs`): per module path, the tensors it is called
+  /// with, as an export that kept the modules' call signatures records them
+  /// (ckplan_torch.export), those its ops never read included (a decoder
+  /// layer's position ids); model inputs and weights are not listed. Empty
+  /// when unknown (TorchScript models, older archives and profiles).
+  std::map<std::string, std::vector<int>> module_inputs;
   std::vector<ParameterRecord> parameters;  ///< optional: empty for older profiles
 };
 

@@ -5,6 +5,7 @@
 
 #include <doctest/doctest.h>
 
+#include "planner/base/error.h"
 #include "planner/base/json_io.h"
 
 using namespace ckplan;
@@ -33,4 +34,13 @@ TEST_CASE("the example profile round-trips through ckplan.profile/1") {
   Profile spanned = profile;
   spanned.ops[0].bwd_span_peak_bytes = 4096;
   CHECK(ProfileFromJson(ProfileToJson(spanned), "spanned.json").ops[0].bwd_span_peak_bytes == 4096);
+  // The tensors each module is called with, where the export kept the call signatures.
+  CHECK(back.module_inputs.empty());
+  Profile called = profile;
+  const int last = static_cast<int>(profile.tensors.size()) - 1;
+  called.module_inputs = {{"layers.0", {0, last}}, {"layers.1", {last}}};
+  CHECK(ProfileFromJson(ProfileToJson(called), "called.json").module_inputs == called.module_inputs);
+  nlohmann::json bad = ProfileToJson(called);
+  bad["module_inputs"]["layers.1"] = {last + 1};
+  CHECK_THROWS_WITH_AS(ProfileFromJson(bad, "bad.json"), doctest::Contains("tensor id out of range"), ckplan::Error);
 }

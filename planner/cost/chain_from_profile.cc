@@ -213,6 +213,17 @@ Chain ChainFromProfile(const Profile& profile, const std::string& file, const Op
     if (t.external || kept_storages.count(t.storage) != 0) continue;
     if (held_storages.insert(t.storage).second) chain.output_held_bytes += t.bytes;
   }
+  // The tensors each module is called with, by storage: checkpoint holds
+  // them for a wrapped module (model inputs and weights are held anyway, and
+  // a storage some op saves is counted where that op is).
+  for (const auto& [path, ids] : profile.module_inputs) {
+    std::set<int> seen;
+    for (int id : ids) {
+      const TensorRecord& t = profile.tensors[static_cast<size_t>(id)];
+      if (t.external || storage_kept[t.storage] || !seen.insert(t.storage).second) continue;
+      chain.module_call_storages[path].push_back({t.storage, liveness.StorageBytes(t.storage)});
+    }
+  }
   ValidateChain(chain, file, "the chain cut from it");
   return chain;
 }

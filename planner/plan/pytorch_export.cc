@@ -45,6 +45,15 @@ ModuleExport ExportFor(const Chain& chain, const std::vector<WrappableModule>& w
       }
     }
     for (const auto& entry : chain.stages.back().out_storages) held.insert(entry.first);
+    // The tensors a wrapped module is called with that cross no cut into it.
+    for (const WrappableModule& m : wrapped) {
+      auto found = chain.module_call_storages.find(m.path);
+      if (found == chain.module_call_storages.end()) continue;
+      for (const auto& [id, bytes] : found->second) {
+        bytes_of.emplace(id, bytes);
+        held.insert(id);
+      }
+    }
     int64_t shared = 0;
     for (int64_t id : held) shared += bytes_of[id];
     out.held_at_loss_bytes = own + shared;

@@ -170,6 +170,35 @@ FrontierSteps FrontierStepsOf(const Chain& chain, const std::vector<WrappableMod
       result.bit_bytes.push_back(bytes);
     }
   }
+  // The tensors a module is called with that cross no cut into it (its ops
+  // never read them: a decoder layer's position ids), held as its input
+  // when it is wrapped: a bit each too, shared by every module called with
+  // them (beyond 30 bits, counted per module: more, never less).
+  std::vector<uint32_t> call_bits(modules.size(), 0);
+  std::vector<int64_t> call_own(modules.size(), 0);
+  if (accounting == ModuleAccounting::kPyTorch) {
+    for (size_t m = 0; m < modules.size(); ++m) {
+      auto found = chain.module_call_storages.find(modules[m].path);
+      if (found == chain.module_call_storages.end() || modules[m].first_stage < 0 ||
+          modules[m].first_stage > length) {
+        continue;
+      }
+      const std::set<int64_t> input = Ids(cuts.storages[static_cast<size_t>(modules[m].first_stage)]);
+      for (const auto& [id, bytes] : found->second) {
+        if (input.count(id) != 0 || cuts.kept.count(id) != 0) continue;
+        auto bit = bit_of.find(id);
+        if (bit == bit_of.end()) {
+          if (result.bit_bytes.size() >= 30) {
+            call_own[m] += bytes;
+            continue;
+          }
+          bit = bit_of.emplace(id, static_cast<int>(result.bit_bytes.size())).first;
+          result.bit_bytes.push_back(bytes);
+        }
+        call_bits[m] |= 1u << bit->second;
+      }
+    }
+  }
   auto bits_at = [&](int k) {
     uint32_t bits = 0;
     for (const auto& entry : cuts.storages[static_cast<size_t>(k)]) {
@@ -266,11 +295,11 @@ FrontierSteps FrontierStepsOf(const Chain& chain, const std::vector<WrappableMod
     }
     // What checkpoint keeps beyond tensors (the RNG state), from its
     // forward to the end of its backward.
-    need += chain.checkpoint_state_bytes;
-    FrontierStep unit{a, b, static_cast<int>(m), 0, adds + chain.checkpoint_state_bytes, time};
+    need += chain.checkpoint_state_bytes + call_own[m];
+    FrontierStep unit{a, b, static_cast<int>(m), 0, adds + chain.checkpoint_state_bytes + call_own[m], time};
     unit.need_input = need;
     unit.input_own = loose[static_cast<size_t>(a)];
-    unit.input_bits = bits_at(a);
+    unit.input_bits = bits_at(a) | call_bits[m];
     units[static_cast<size_t>(a)].push_back(unit);
   }
   result.by_stage = std::move(units);

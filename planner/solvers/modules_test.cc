@@ -10,6 +10,7 @@
 #include "planner/solvers/baselines.h"
 #include "planner/plan/plan.h"
 #include "planner/plan/plan_to_document.h"
+#include "planner/plan/pytorch_export.h"
 #include "planner/cost/gradients.h"
 #include "planner/cost/simulator.h"
 
@@ -156,6 +157,42 @@ TEST_CASE("with shared storages (skip connections), the module solver still equa
     }
   }
   CHECK(compared > 500);
+}
+
+TEST_CASE("a wrapped module holds the tensors it is called with that cross no cut, once however many take them") {
+  // A tensor every module is called with and none of their ops reads (a
+  // decoder layer's position ids): no cut carries it.
+  constexpr int64_t kCalledWith = 37;
+  int compared = 0;
+  for (int length = 2; length <= 6; ++length) {
+    for (uint32_t seed = 0; seed < 5; ++seed) {
+      const Chain chain = SharedStorageChain(length, 1300 * length + seed);
+      const std::vector<WrappableModule> modules = RandomModules(length, seed + 29);
+      Chain called = chain;
+      for (const WrappableModule& m : modules) called.module_call_storages[m.path] = {{4242, kCalledWith}};
+      CAPTURE(length);
+      CAPTURE(seed);
+      int64_t smallest = INT64_MAX;
+      for (const auto& set : DisjointSets(modules, length)) {
+        const ModuleSolution without = EvaluateModules(chain, set, ModuleAccounting::kPyTorch);
+        const ModuleSolution with = EvaluateModules(called, set, ModuleAccounting::kPyTorch);
+        smallest = std::min(smallest, with.peak_bytes);
+        // Nothing wrapped holds it for no module; any wrapped module holds
+        // it once, to the loss and on through its backward.
+        const int64_t held = set.empty() ? 0 : kCalledWith;
+        CHECK(with.kept_bytes == without.kept_bytes + held);
+        CHECK(with.peak_bytes >= without.peak_bytes);
+        CHECK(with.peak_bytes <= without.peak_bytes + held);
+        CHECK(ExportForModules(called, set).held_at_loss_bytes == ExportForModules(chain, set).held_at_loss_bytes + held);
+        // The simulator's accounting (ckplan run's executor) is unchanged.
+        CHECK(EvaluateModules(called, set).peak_bytes == EvaluateModules(chain, set).peak_bytes);
+        ++compared;
+      }
+      // The solver's frontier counts it as the walk along one set does.
+      CHECK(MinimumModulesMemory(called, modules, ModuleAccounting::kPyTorch) == smallest);
+    }
+  }
+  CHECK(compared > 200);
 }
 
 TEST_CASE("wrapping every stage on its own is every's schedule, and wrapping nothing is none's") {
