@@ -67,6 +67,7 @@ FixedMemory RankFor(const PlannerInput& in, const std::vector<ParameterRecord>& 
   FixedMemory m = RankFixedMemory(chain, parameters, param_bytes, in.profile.totals.buffer_bytes, optimizer,
                                   o.data_parallel, ParseShardMode(o.shard), in.source.path);
   m.optimizer_impl = in.fixed.optimizer_impl;
+  m.optimizer_flags = in.fixed.optimizer_flags;
   return m;
 }
 
@@ -83,8 +84,10 @@ int RunDataParallel(const DistributedOptions& o, const PlannerInput& in, const B
   // With the optimizer's state sharded, each rank updates its shards: the
   // update's temporaries are theirs.
   if (in.from_profile && ParseShardMode(o.shard) != ShardMode::kNone) {
+    OptimizerChoice choice(optimizer);
+    choice.flags = in.fixed.optimizer_flags;
     chain.update_tmp_bytes =
-        UpdateTmpBytes(optimizer, in.fixed.optimizer_impl, ShardedParameters(params, o.data_parallel));
+        UpdateTmpBytes(choice, in.fixed.optimizer_impl, ShardedParameters(params, o.data_parallel));
   }
   FILE* human = output == "-" ? stderr : stdout;
   if (!OptimalBudgetFeasible(chain, rank, budget.bytes, slots)) {

@@ -1,6 +1,8 @@
 #pragma once
-/// `--optimizer`, `--momentum` and `--optimizer-impl`, as `solve` and
-/// `report` take them: the optimizer a plan is priced for.
+/// `--optimizer`, `--momentum`, `--optimizer-impl` and the options that
+/// change the optimizer's memory (`--weight-decay`, `--amsgrad`,
+/// `--nesterov`), as `solve` and `report` take them: the optimizer a plan
+/// is priced for.
 
 #include <string>
 
@@ -16,6 +18,9 @@ struct OptimizerOptions {
   std::string name = "adam";
   double momentum = 0;
   std::string impl = "auto";
+  double weight_decay = 0;
+  bool amsgrad = false;
+  bool nesterov = false;
 };
 
 void AddOptimizerOptions(CLI::App* cmd, OptimizerOptions* options);

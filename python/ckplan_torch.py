@@ -168,20 +168,56 @@ def _optimizer_of(optimizer):
     return name, impl
 
 
+def _optimizer_options_of(optimizer, name):
+    """The options of a torch.optim optimizer that change its memory, as a
+    plan's ``fixed.optimizer_options`` records them: a coupled weight decay
+    (Adam, SGD; AdamW's is in place), amsgrad (Adam, AdamW), nesterov (SGD
+    with momentum); each only where set. Several param groups: the first's."""
+    group = optimizer.param_groups[0] if optimizer.param_groups else {}
+    options = {}
+    if name in ("adam", "sgd", "momentum") and group.get("weight_decay", 0):
+        options["weight_decay"] = float(group["weight_decay"])
+    if name in ("adam", "adamw") and group.get("amsgrad"):
+        options["amsgrad"] = True
+    if name == "momentum" and group.get("nesterov"):
+        options["nesterov"] = True
+    return options
+
+
+def _solve_flags(name, impl, options):
+    flags = ["--optimizer", "sgd --momentum 0.9" if name == "momentum" else name, "--optimizer-impl", impl]
+    if "weight_decay" in options:
+        flags += ["--weight-decay", f"{options['weight_decay']:g}"]
+    flags += [f"--{key}" for key in ("amsgrad", "nesterov") if options.get(key)]
+    return " ".join(flags)
+
+
 def check_optimizer(optimizer, plan):
     """Warns when the job's optimizer is not the one the plan was priced for:
     its state and its update's temporaries at the step's end are in the plan's
-    prediction (``ckplan solve --optimizer NAME --optimizer-impl IMPL``).
-    Returns the warning's text, or None when they agree."""
+    prediction (``ckplan solve --optimizer NAME --optimizer-impl IMPL`` and
+    the options that change them: ``--weight-decay``, ``--amsgrad``,
+    ``--nesterov``), and ``maximize=True`` (a negated gradient per
+    parameter) is priced by none. Returns the warning's text, or None when
+    they agree."""
     fixed = load_plan(plan).get("fixed", {})
     want = (fixed.get("optimizer"), fixed.get("optimizer_impl", "for-loop"))
     have = _optimizer_of(optimizer)
-    if want[0] is None or want == have or (want[0] in ("none", "sgd") and have[0] in ("none", "sgd")):
+    want_options = {k: (float(v) if k == "weight_decay" else v)
+                    for k, v in fixed.get("optimizer_options", {}).items()}
+    have_options = _optimizer_options_of(optimizer, have[0])
+    plain = {"none", "sgd"}
+    same_kind = want == have or (want[0] in plain and have[0] in plain and not want_options and not have_options)
+    maximize = any(g.get("maximize") for g in optimizer.param_groups)
+    if want[0] is None or (same_kind and want_options == have_options and not maximize):
         return None
-    text = (f"ckplan_torch: the plan was priced for {want[0]} ({want[1]}) but the job's optimizer is "
-            f"{have[0]} ({have[1]}): its state and its update's temporaries differ, so the step may not fit the "
-            f"plan's budget; solve with --optimizer {have[0] if have[0] != 'momentum' else 'sgd --momentum 0.9'} "
-            f"--optimizer-impl {have[1]}")
+    if maximize and same_kind and want_options == have_options:
+        text = ("ckplan_torch: the job's optimizer has maximize=True, which makes a negated gradient per parameter "
+                "that no plan prices: the step may go over the plan's budget by the largest parameter's size")
+    else:
+        text = (f"ckplan_torch: the plan was priced for {_solve_flags(*want, want_options)} but the job's optimizer "
+                f"is {_solve_flags(*have, have_options)}: its state and its update's temporaries differ, so the "
+                f"step may not fit the plan's budget; solve with {_solve_flags(*have, have_options)}")
     warnings.warn(text)
     return text
 

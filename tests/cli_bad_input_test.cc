@@ -344,3 +344,21 @@ TEST_CASE("profile: unknown --gpu, --device meta without --gpu and a bad --dtype
                "invalid --dtype 'int8': use bf16, fp16 or fp32");
 }
 #endif
+
+TEST_CASE("optimizer options that torch.optim refuses or that change nothing are one-line errors naming the fix") {
+  std::string dir = TempDir();
+  std::string path = Write(dir, "chain.json", ChainToJson(RandomChain(5, 1)).dump());
+  struct Case {
+    const char* options;
+    const char* expected;
+  };
+  for (const Case& c : {Case{"--optimizer sgd --nesterov", "--nesterov needs SGD with momentum"},
+                        Case{"--optimizer adam --nesterov", "--nesterov needs SGD with momentum"},
+                        Case{"--optimizer sgd --momentum 0.9 --amsgrad", "--amsgrad is for --optimizer adam or adamw"},
+                        Case{"--optimizer adam --weight-decay -0.1", "invalid --weight-decay"}}) {
+    CAPTURE(c.options);
+    CheckRefusal(RunCkplan("solve " + path + " --budget 1GB " + c.options + " -o " + dir + "/plan.json", dir), 2,
+                 c.expected);
+    CHECK_FALSE(FileExists(dir + "/plan.json"));
+  }
+}

@@ -12,6 +12,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <sstream>
 
 #include "planner/solvers/baselines.h"
 #include "planner/base/error.h"
@@ -181,6 +182,7 @@ class Executor {
     modules_ = doc.target == "pytorch" && WrappedModules(schedule_, static_cast<int>(op_ranges_.size()), &wrapped_);
     optimizer_ = doc.fixed.optimizer;
     optimizer_impl_ = doc.fixed.optimizer_impl;
+    optimizer_flags_ = doc.fixed.optimizer_flags;
     algorithm_ = doc.algorithm;
     budget_bytes_ = doc.budget_bytes;
     predicted_peak_ = doc.predicted.peak_bytes;
@@ -249,7 +251,8 @@ class Executor {
   // are checked against, does not pay for the cuts: its difference is no
   // cost of recomputation).
   void MeasureModes(ScheduleRunner& runner, int stages, const std::vector<at::Tensor>& inputs, RunReport* report) {
-    OptimizerStep plain(optimizer_, options_.lr, optimizer_impl_), planned(optimizer_, options_.lr, optimizer_impl_);
+    OptimizerStep plain(optimizer_, options_.lr, optimizer_impl_, optimizer_flags_),
+        planned(optimizer_, options_.lr, optimizer_impl_, optimizer_flags_);
     const Schedule no_recompute = NoCheckpointSchedule(stages);
     std::vector<double> ms[2];
     std::vector<Measure> all[2];
@@ -291,8 +294,17 @@ class Executor {
     r.model_path = options_.model_path;
     r.plan_path = options_.plan_path;
     r.algorithm = algorithm_;
-    // With how it runs (its temporaries differ): "adam (for-loop)".
-    r.optimizer = optimizer_ == "none" ? optimizer_ : optimizer_ + " (" + OptimizerImplName(optimizer_impl_) + ")";
+    // With how it runs and its options (its temporaries differ): "adam (for-loop)",
+    // "sgd (foreach, weight_decay 0.0001)".
+    std::string how = OptimizerImplName(optimizer_impl_);
+    if (optimizer_flags_.weight_decay != 0) {
+      std::ostringstream decay;
+      decay << optimizer_flags_.weight_decay;
+      how += ", weight_decay " + decay.str();
+    }
+    if (optimizer_flags_.amsgrad) how += ", amsgrad";
+    if (optimizer_flags_.nesterov) how += ", nesterov";
+    r.optimizer = optimizer_ == "none" ? optimizer_ : optimizer_ + " (" + how + ")";
     r.budget_bytes = budget_bytes_;
     r.steps = options_.steps;
     r.predicted_peak_bytes = predicted_peak_;
@@ -316,6 +328,7 @@ class Executor {
   DeviceInfo device_;
   std::string sha256_, optimizer_, algorithm_;
   OptimizerImpl optimizer_impl_ = OptimizerImpl::kForLoop;
+  OptimizerFlags optimizer_flags_;
   std::vector<InputSpec> input_specs_;
   std::vector<std::pair<int, int>> op_ranges_;
   std::vector<std::vector<std::string>> stage_modules_;

@@ -26,12 +26,14 @@ void OptimizerStep::Reset() {
   first_.clear();
   second_.clear();
   steps_.clear();
+  max_second_.clear();
 }
 
 std::vector<at::Tensor> OptimizerStep::state() const {
   std::vector<at::Tensor> all(first_);
   all.insert(all.end(), second_.begin(), second_.end());
   all.insert(all.end(), steps_.begin(), steps_.end());
+  all.insert(all.end(), max_second_.begin(), max_second_.end());
   return all;
 }
 
@@ -50,6 +52,7 @@ void OptimizerStep::MakeState(const std::vector<at::Tensor>& params) {
     if (adam()) {
       second_.push_back(at::zeros_like(p));
       steps_.push_back(at::zeros({}, at::TensorOptions().dtype(at::kFloat)));
+      if (flags_.amsgrad) max_second_.push_back(at::zeros_like(p));
     }
   }
 }
@@ -61,26 +64,63 @@ void OptimizerStep::Apply(const std::vector<at::Tensor>& params) {
     ApplyAdam(params);
     return;
   }
+  const double decay = flags_.weight_decay, momentum = 0.9;
+  const bool nesterov = name_ == "momentum" && flags_.nesterov;
+  if (impl_ == OptimizerImpl::kForeach && (decay != 0 || nesterov)) {
+    // As _multi_tensor_sgd: the decayed gradients of the whole group at
+    // once; nesterov's look-ahead in place on them (on the gradients
+    // themselves without a decay).
+    std::vector<at::Tensor> ps, gs, bufs;
+    for (size_t k = 0; k < params.size(); ++k) {
+      if (!params[k].grad().defined()) continue;
+      ps.push_back(params[k]);
+      gs.push_back(params[k].grad());
+    }
+    if (ps.empty()) return;
+    if (decay != 0) gs = at::_foreach_add(gs, ps, decay);
+    if (name_ == "momentum") {
+      if (first_.empty()) MakeState(params);  // from zeros: the first update copies the gradient
+      for (size_t k = 0; k < params.size(); ++k) {
+        if (params[k].grad().defined()) bufs.push_back(first_[k]);
+      }
+      at::_foreach_mul_(bufs, momentum);
+      at::_foreach_add_(bufs, gs);
+      if (nesterov) {
+        at::_foreach_add_(gs, bufs, momentum);
+      } else {
+        gs = bufs;
+      }
+    }
+    at::_foreach_add_(ps, gs, -lr_);
+    return;
+  }
   for (size_t k = 0; k < params.size(); ++k) {
     at::Tensor p = params[k];
-    const at::Tensor& g = p.grad();
+    at::Tensor g = p.grad();
     if (!g.defined()) continue;
+    if (decay != 0) g = g.add(p, decay);  // as torch.optim: a new tensor
     if (name_ == "sgd") {
       p.add_(g, -lr_);
     } else if (name_ == "momentum") {  // in place in every implementation
       if (first_.size() <= k) first_.push_back(g.clone());
-      else first_[k].mul_(0.9).add_(g);
-      p.add_(first_[k], -lr_);
+      else first_[k].mul_(momentum).add_(g);
+      if (nesterov) {
+        g = g.add(first_[k], momentum);
+        p.add_(g, -lr_);
+      } else {
+        p.add_(first_[k], -lr_);
+      }
     }
   }
 }
 
 void OptimizerStep::ApplyAdam(const std::vector<at::Tensor>& all_params) {
   const double b1 = 0.9, b2 = 0.999, eps = 1e-8, decay = name_ == "adamw" ? 0.01 : 0.0;
+  const double coupled = name_ == "adam" ? flags_.weight_decay : 0.0;  // Adam's L2: grad + wd * param
   // The state, made on the first update (as torch.optim's _init_group does)
   // unless Prepare made it.
   if (first_.empty()) MakeState(all_params);
-  std::vector<at::Tensor> params, grads, m, v, steps;
+  std::vector<at::Tensor> params, grads, m, v, steps, vmax;
   for (size_t k = 0; k < all_params.size(); ++k) {
     if (!all_params[k].grad().defined()) continue;
     params.push_back(all_params[k]);
@@ -88,13 +128,14 @@ void OptimizerStep::ApplyAdam(const std::vector<at::Tensor>& all_params) {
     m.push_back(first_[k]);
     v.push_back(second_[k]);
     steps.push_back(steps_[k]);
+    if (flags_.amsgrad) vmax.push_back(max_second_[k]);
   }
   if (params.empty()) return;
   if (impl_ == OptimizerImpl::kFused) {
     if (decay > 0) {
-      at::_fused_adamw_(params, grads, m, v, {}, steps, lr_, b1, b2, decay, eps, false, false);
+      at::_fused_adamw_(params, grads, m, v, vmax, steps, lr_, b1, b2, decay, eps, flags_.amsgrad, false);
     } else {
-      at::_fused_adam_(params, grads, m, v, {}, steps, lr_, b1, b2, 0.0, eps, false, false);
+      at::_fused_adam_(params, grads, m, v, vmax, steps, lr_, b1, b2, coupled, eps, flags_.amsgrad, false);
     }
     return;
   }
@@ -102,13 +143,16 @@ void OptimizerStep::ApplyAdam(const std::vector<at::Tensor>& all_params) {
     at::Tensor denom;  // the previous parameter's, held until the next is made
     for (size_t k = 0; k < params.size(); ++k) {
       at::Tensor p = params[k];
+      at::Tensor g = grads[k];
+      if (coupled != 0) g = g.add(p, coupled);  // a new tensor, held through the update
       steps[k].add_(1);
       if (decay > 0) p.mul_(1 - lr_ * decay);
-      m[k].lerp_(grads[k], 1 - b1);
-      v[k].mul_(b2).addcmul_(grads[k], grads[k], 1 - b2);
+      m[k].lerp_(g, 1 - b1);
+      v[k].mul_(b2).addcmul_(g, g, 1 - b2);
       const double step = steps[k].item<double>();
       const double bc1 = 1 - std::pow(b1, step), bc2_sqrt = std::sqrt(1 - std::pow(b2, step));
-      at::Tensor next = (v[k].sqrt() / bc2_sqrt).add_(eps);
+      if (flags_.amsgrad) at::maximum_out(vmax[k], vmax[k], v[k]);
+      at::Tensor next = ((flags_.amsgrad ? vmax[k] : v[k]).sqrt() / bc2_sqrt).add_(eps);
       p.addcdiv_(m[k], next, -lr_ / bc1);
       denom = std::move(next);
     }
@@ -121,7 +165,7 @@ void OptimizerStep::ApplyAdam(const std::vector<at::Tensor>& all_params) {
   }
   std::vector<at::Tensor> roots;  // the previous group's, held until the next group's are made
   for (at::ScalarType dtype : dtypes) {
-    std::vector<at::Tensor> gp, gg, gm, gv, gs;
+    std::vector<at::Tensor> gp, gg, gm, gv, gs, gmax;
     for (size_t k = 0; k < params.size(); ++k) {
       if (params[k].scalar_type() != dtype) continue;
       gp.push_back(params[k]);
@@ -129,19 +173,23 @@ void OptimizerStep::ApplyAdam(const std::vector<at::Tensor>& all_params) {
       gm.push_back(m[k]);
       gv.push_back(v[k]);
       gs.push_back(steps[k]);
+      if (flags_.amsgrad) gmax.push_back(vmax[k]);
     }
     at::_foreach_add_(gs, 1);
+    if (coupled != 0) gg = at::_foreach_add(gg, gp, coupled);  // the group's decayed gradients
     if (decay > 0) at::_foreach_mul_(gp, 1 - lr_ * decay);
     at::_foreach_lerp_(gm, gg, 1 - b1);
     at::_foreach_mul_(gv, b2);
     at::_foreach_addcmul_(gv, gg, gg, 1 - b2);
+    gg.clear();  // dropped before the square roots, as _multi_tensor_adam does
+    if (flags_.amsgrad) at::_foreach_maximum_(gmax, gv);
     std::vector<at::Scalar> bc2_sqrt, step_size;
     for (const auto& s : gs) {
       const double step = s.item<double>();
       bc2_sqrt.emplace_back(std::sqrt(1 - std::pow(b2, step)));
       step_size.emplace_back(-lr_ / (1 - std::pow(b1, step)));
     }
-    std::vector<at::Tensor> next = at::_foreach_sqrt(gv);
+    std::vector<at::Tensor> next = at::_foreach_sqrt(flags_.amsgrad ? gmax : gv);
     at::_foreach_div_(next, bc2_sqrt);
     at::_foreach_add_(next, eps);
     at::_foreach_addcdiv_(gp, gm, next, step_size);

@@ -33,7 +33,9 @@ inline const std::vector<std::string>& TimedOptimizers() {
 }
 
 /// torch.optim's update, with its defaults (SGD momentum 0.9; Adam and
-/// AdamW betas (0.9, 0.999), eps 1e-8; AdamW weight decay 0.01), run the way
+/// AdamW betas (0.9, 0.999), eps 1e-8; AdamW weight decay 0.01) and the
+/// plan's options (a coupled weight decay for adam and SGD, amsgrad,
+/// nesterov: OptimizerFlags, making the tensors torch.optim makes), run the way
 /// `impl` says torch.optim runs it, so that its temporaries are the ones a
 /// training job's are (planner/cost/optimizer_memory.h): for-loop
 /// (`_single_tensor_adam`: each parameter's denominator made while the
@@ -42,8 +44,8 @@ inline const std::vector<std::string>& TimedOptimizers() {
 /// nothing. Parameters without a gradient are skipped.
 class OptimizerStep {
  public:
-  OptimizerStep(std::string name, double lr, OptimizerImpl impl = OptimizerImpl::kForLoop)
-      : name_(std::move(name)), lr_(lr), impl_(impl) {}
+  OptimizerStep(std::string name, double lr, OptimizerImpl impl = OptimizerImpl::kForLoop, OptimizerFlags flags = {})
+      : name_(std::move(name)), lr_(lr), impl_(impl), flags_(flags) {}
   /// One update of `params` from their gradients (under no-grad).
   void Apply(const std::vector<at::Tensor>& params);
   /// Makes the state (zeros) without an update, so that the next Apply costs
@@ -63,7 +65,8 @@ class OptimizerStep {
   std::string name_;
   double lr_;
   OptimizerImpl impl_;
-  std::vector<at::Tensor> first_, second_, steps_;
+  OptimizerFlags flags_;  // weight_decay (coupled: adam, sgd, momentum), amsgrad, nesterov
+  std::vector<at::Tensor> first_, second_, steps_, max_second_;
 };
 
 }  // namespace ckplan

@@ -44,7 +44,7 @@ bool ShardUnit::operator==(const ShardUnit& o) const {
 bool FixedMemory::operator==(const FixedMemory& o) const {
   return param_bytes == o.param_bytes && buffer_bytes == o.buffer_bytes && grad_bytes == o.grad_bytes &&
          optimizer_bytes == o.optimizer_bytes && optimizer == o.optimizer &&
-         optimizer_impl == o.optimizer_impl && update_tmp_bytes == o.update_tmp_bytes &&
+         optimizer_impl == o.optimizer_impl && optimizer_flags == o.optimizer_flags && update_tmp_bytes == o.update_tmp_bytes &&
          optimizer_step_ms == o.optimizer_step_ms && backward_grad_bytes == o.backward_grad_bytes &&
          shard == o.shard && data_parallel == o.data_parallel && gathered_bytes == o.gathered_bytes &&
          reduce_bytes == o.reduce_bytes && units == o.units;

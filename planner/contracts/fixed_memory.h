@@ -30,12 +30,30 @@ const char* OptimizerImplName(OptimizerImpl impl);
 /// Throws BadInput quoting `name` if unknown.
 OptimizerImpl ParseOptimizerImpl(const std::string& name);
 
+/// torch.optim options that change what an update allocates or the state
+/// it keeps, off by default as in torch.optim: `weight_decay` a coupled
+/// decay (Adam, SGD: `grad + weight_decay * param`, a new tensor; AdamW's
+/// decay is decoupled, in place, and changes nothing), `amsgrad` (adam,
+/// adamw: a third state tensor per parameter), `nesterov` (SGD with
+/// momentum: `grad + momentum * buf`, a new tensor).
+struct OptimizerFlags {
+  double weight_decay = 0;
+  bool amsgrad = false;
+  bool nesterov = false;
+  bool operator==(const OptimizerFlags& o) const {
+    return weight_decay == o.weight_decay && amsgrad == o.amsgrad && nesterov == o.nesterov;
+  }
+  bool any() const { return weight_decay != 0 || amsgrad || nesterov; }
+};
+
 /// The optimizer a plan is priced for: its torch.optim name (`none`, `sgd`,
-/// `momentum` for SGD with momentum, `adam`, `adamw`) and how it runs. No
-/// `impl`: what torch picks on the plan's device (DefaultOptimizerImpl).
+/// `momentum` for SGD with momentum, `adam`, `adamw`), how it runs and its
+/// options. No `impl`: what torch picks on the plan's device
+/// (DefaultOptimizerImpl).
 struct OptimizerChoice {
   std::string name = "adam";
   std::optional<OptimizerImpl> impl;
+  OptimizerFlags flags;
   OptimizerChoice() = default;
   OptimizerChoice(const char* n) : name(n) {}  // NOLINT: "adam" reads as a choice
   OptimizerChoice(std::string n, std::optional<OptimizerImpl> i = std::nullopt) : name(std::move(n)), impl(i) {}
@@ -61,6 +79,7 @@ struct FixedMemory {
   int64_t optimizer_bytes = 0;  ///< optimizer state (sharded unless `none`)
   std::string optimizer = "none";
   OptimizerImpl optimizer_impl = OptimizerImpl::kForLoop;
+  OptimizerFlags optimizer_flags;  ///< the plan's `optimizer_options` (absent: all off)
   /// What the optimizer's update allocates at the step's end, as
   /// torch.optim runs it (planner/cost/optimizer_memory.h): the chain's
   /// `update_tmp_bytes`, counted there, listed here, not in total().

@@ -95,6 +95,27 @@ bool PlanDocument::operator==(const PlanDocument& o) const {
 
 namespace {
 
+// `optimizer_options`: the options set, each only where it is not torch.optim's default.
+void WriteOptimizerFlags(const OptimizerFlags& flags, nlohmann::json* doc) {
+  if (!flags.any()) return;
+  nlohmann::json options = nlohmann::json::object();
+  if (flags.weight_decay != 0) options["weight_decay"] = flags.weight_decay;
+  if (flags.amsgrad) options["amsgrad"] = true;
+  if (flags.nesterov) options["nesterov"] = true;
+  (*doc)["optimizer_options"] = options;
+}
+
+OptimizerFlags ReadOptimizerFlags(const JsonReader& fixed) {
+  OptimizerFlags flags;
+  if (!fixed.Has("optimizer_options")) return flags;
+  const JsonReader options = fixed.Field("optimizer_options");
+  options.ExpectObject();
+  if (options.Has("weight_decay")) flags.weight_decay = options.Field("weight_decay").NonNegativeNumber();
+  if (options.Has("amsgrad")) flags.amsgrad = options.Field("amsgrad").Bool();
+  if (options.Has("nesterov")) flags.nesterov = options.Field("nesterov").Bool();
+  return flags;
+}
+
 // The rank form (`distributed.ranks[].fixed`, `pipeline_stage.fixed`).
 nlohmann::json RankFixedToJson(const FixedMemory& f) {
   nlohmann::json doc = {{"shard", ShardModeName(f.shard)}, {"data_parallel", f.data_parallel},
@@ -103,6 +124,7 @@ nlohmann::json RankFixedToJson(const FixedMemory& f) {
                         {"optimizer", f.optimizer}, {"optimizer_impl", OptimizerImplName(f.optimizer_impl)},
                         {"gathered_bytes", f.gathered_bytes},
                         {"reduce_bytes", f.reduce_bytes}, {"total_bytes", f.total()}};
+  WriteOptimizerFlags(f.optimizer_flags, &doc);
   if (f.shard == ShardMode::kFull) {
     nlohmann::json units = nlohmann::json::array();
     for (const ShardUnit& u : f.units) {
@@ -123,6 +145,7 @@ nlohmann::json FixedToJson(const FixedMemory& f) {
                         {"optimizer", f.optimizer},
                         {"optimizer_impl", OptimizerImplName(f.optimizer_impl)},
                         {"total_bytes", f.total()}};
+  WriteOptimizerFlags(f.optimizer_flags, &doc);
   // The update's temporary at the step's end: counted with the chain, not in total_bytes.
   if (f.update_tmp_bytes > 0) doc["update_tmp_bytes"] = f.update_tmp_bytes;
   // Gradients counted as they appear in backward: not in total_bytes.
@@ -268,6 +291,7 @@ FixedMemory RankFixedFromJson(const JsonReader& f) {
   out.optimizer_bytes = f.Field("optimizer_bytes").NonNegativeBytes();
   out.optimizer = f.Field("optimizer").String();
   if (f.Has("optimizer_impl")) out.optimizer_impl = ImplFromJson(f.Field("optimizer_impl"));
+  out.optimizer_flags = ReadOptimizerFlags(f);
   out.gathered_bytes = f.Field("gathered_bytes").NonNegativeBytes();
   out.reduce_bytes = f.Field("reduce_bytes").NonNegativeBytes();
   f.Field("total_bytes");  // required in this form
@@ -354,6 +378,7 @@ PlanDocument ReadPlan(const JsonReader& root) {
   JsonReader fixed = root.Field("fixed");
   p.fixed.optimizer = fixed.Field("optimizer").String();
   if (fixed.Has("optimizer_impl")) p.fixed.optimizer_impl = ImplFromJson(fixed.Field("optimizer_impl"));
+  p.fixed.optimizer_flags = ReadOptimizerFlags(fixed);
   if (fixed.Has("update_tmp_bytes")) p.fixed.update_tmp_bytes = fixed.Field("update_tmp_bytes").NonNegativeBytes();
   if (fixed.Has("param_bytes")) p.fixed.param_bytes = fixed.Field("param_bytes").NonNegativeBytes();
   if (fixed.Has("buffer_bytes")) p.fixed.buffer_bytes = fixed.Field("buffer_bytes").NonNegativeBytes();

@@ -201,7 +201,7 @@ Chain ChainFromProfile(const Profile& profile, const std::string& file, const Op
   // Gradients appear during backward, stage by stage (gradients.h); the
   // optimizer's update runs at the step's end, every gradient made.
   AttachGradients(profile, liveness, &chain);
-  chain.update_tmp_bytes = UpdateTmpBytes(optimizer.name, ResolvedImpl(optimizer, profile), profile.parameters);
+  chain.update_tmp_bytes = UpdateTmpBytes(optimizer, ResolvedImpl(optimizer, profile), profile.parameters);
   // The training loop holds the model's output to the step's end: each
   // output storage no op keeps for backward (one kept is counted anyway).
   std::set<int> kept_storages, held_storages;

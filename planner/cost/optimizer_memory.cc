@@ -39,6 +39,17 @@ OptimizerImpl ResolvedImpl(const OptimizerChoice& optimizer, const Profile& prof
   return optimizer.impl.value_or(DefaultOptimizerImpl(profile));
 }
 
+OptimizerFlags EffectiveFlags(const OptimizerChoice& optimizer) {
+  OptimizerFlags flags;
+  const bool adam = optimizer.name == "adam" || optimizer.name == "adamw";
+  if (optimizer.name == "adam" || optimizer.name == "sgd" || optimizer.name == "momentum") {
+    flags.weight_decay = optimizer.flags.weight_decay;
+  }
+  flags.amsgrad = adam && optimizer.flags.amsgrad;
+  flags.nesterov = optimizer.name == "momentum" && optimizer.flags.nesterov;
+  return flags;
+}
+
 namespace {
 
 // The scalars an update wraps as tensors while its temporaries are alive: a
@@ -52,58 +63,106 @@ int64_t ElementSize(const ParameterRecord& p) {
   return elements > 0 ? p.bytes / elements : 0;
 }
 
-int64_t AdamForLoopTmpBytes(const std::vector<ParameterRecord>& parameters) {
+// For-loop Adam: each parameter's denominator, `sqrt(v) / bc2` (two of its
+// size while the division runs), made while the previous parameter's is
+// still held; with a coupled weight decay, `grad + wd * param` (one more of
+// its size) held through it.
+int64_t AdamForLoopTmpBytes(const std::vector<ParameterRecord>& parameters, bool coupled_decay) {
   int64_t most = 0, previous = 0;
   for (const ParameterRecord& p : parameters) {
     const int64_t element = ElementSize(p);
     if (element == 0) continue;
-    most = std::max(most, 2 * p.bytes + previous + ScalarBytes(element));
+    most = std::max(most, (coupled_decay ? 3 : 2) * p.bytes + previous + ScalarBytes(element));
     previous = p.bytes;
   }
   return most;
 }
 
-int64_t AdamForeachTmpBytes(const std::vector<ParameterRecord>& parameters) {
-  // Groups by dtype (by element size here), in order of first appearance.
-  std::vector<int64_t> order;
-  std::map<int64_t, int64_t> group_bytes;
+// Parameters grouped by dtype (by element size here), in order of first
+// appearance: (element size, bytes of the group).
+std::vector<std::pair<int64_t, int64_t>> DtypeGroups(const std::vector<ParameterRecord>& parameters) {
+  std::vector<std::pair<int64_t, int64_t>> groups;
   for (const ParameterRecord& p : parameters) {
     const int64_t element = ElementSize(p);
     if (element == 0) continue;
-    if (group_bytes.count(element) == 0) order.push_back(element);
-    group_bytes[element] += p.bytes;
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == element; });
+    if (it == groups.end()) {
+      groups.push_back({element, p.bytes});
+    } else {
+      it->second += p.bytes;
+    }
   }
+  return groups;
+}
+
+// Foreach Adam: the square roots of a whole dtype group, made while the
+// previous group's are still held (a coupled decay's `grad + wd * param`
+// for the group is dropped before they are made).
+int64_t AdamForeachTmpBytes(const std::vector<ParameterRecord>& parameters) {
   int64_t most = 0, previous = 0;
-  for (int64_t element : order) {
-    most = std::max(most, group_bytes[element] + previous + ScalarBytes(element));
-    previous = group_bytes[element];
+  for (const auto& [element, bytes] : DtypeGroups(parameters)) {
+    most = std::max(most, bytes + previous + ScalarBytes(element));
+    previous = bytes;
+  }
+  return most;
+}
+
+// SGD, with or without momentum: `grad + wd * param` (coupled decay) and,
+// with nesterov, `grad + momentum * buf`, each a new tensor of the
+// parameter's size, one parameter at a time (for-loop) or a dtype group at
+// once (foreach); the momentum update's scalars alive with the first.
+int64_t SgdTmpBytes(const std::vector<ParameterRecord>& parameters, OptimizerImpl impl, bool momentum,
+                    const OptimizerFlags& flags) {
+  const bool decay = flags.weight_decay != 0, nesterov = momentum && flags.nesterov;
+  std::vector<std::pair<int64_t, int64_t>> units;  // (element size, bytes made at once)
+  if (impl == OptimizerImpl::kForLoop) {
+    for (const ParameterRecord& p : parameters) {
+      if (ElementSize(p) > 0) units.push_back({ElementSize(p), p.bytes});
+    }
+  } else {
+    units = DtypeGroups(parameters);
+  }
+  int64_t most = 0;
+  for (const auto& [element, bytes] : units) {
+    const int64_t scalars = momentum ? ScalarBytes(element) : 0;
+    // While the momentum buffer is updated: the decayed gradient (if any) and the scalars.
+    most = std::max(most, (decay ? bytes : 0) + scalars);
+    // Nesterov's look-ahead: a new tensor in the for-loop, in place on
+    // the (decayed) gradients in foreach.
+    if (nesterov && impl == OptimizerImpl::kForLoop) most = std::max(most, (decay ? 2 : 1) * bytes);
   }
   return most;
 }
 
 }  // namespace
 
-int64_t UpdateTmpBytes(const std::string& optimizer, OptimizerImpl impl, const std::vector<ParameterRecord>& parameters) {
+int64_t UpdateTmpBytes(const OptimizerChoice& optimizer, OptimizerImpl impl,
+                       const std::vector<ParameterRecord>& parameters) {
   int64_t element = 0;
   for (const ParameterRecord& p : parameters) element = std::max(element, ElementSize(p));
   if (element == 0) return 0;  // nothing to update
-  if (optimizer == "adam" || optimizer == "adamw") {
-    switch (impl) {
-      case OptimizerImpl::kForLoop: return AdamForLoopTmpBytes(parameters);
-      case OptimizerImpl::kForeach: return AdamForeachTmpBytes(parameters);
-      case OptimizerImpl::kFused: return 12;  // its scalars, whatever the dtype
-    }
+  if (impl == OptimizerImpl::kFused) {
+    return optimizer.name == "adam" || optimizer.name == "adamw" ? 12 : 0;  // adam's scalars, whatever the dtype
   }
-  if (optimizer == "momentum" && impl != OptimizerImpl::kFused) return ScalarBytes(element);
+  if (optimizer.name == "adam" || optimizer.name == "adamw") {
+    if (impl == OptimizerImpl::kForeach) return AdamForeachTmpBytes(parameters);
+    return AdamForLoopTmpBytes(parameters, optimizer.name == "adam" && optimizer.flags.weight_decay != 0);
+  }
+  if (optimizer.name == "sgd" || optimizer.name == "momentum") {
+    return SgdTmpBytes(parameters, impl, optimizer.name == "momentum", optimizer.flags);
+  }
   return 0;
 }
 
 FixedMemory FixedMemoryOf(const Profile& profile, const Chain& chain, const OptimizerChoice& optimizer) {
   FixedMemory fixed = FixedMemoryFor(profile.totals.param_bytes, profile.totals.buffer_bytes, optimizer.name);
   fixed.optimizer_impl = ResolvedImpl(optimizer, profile);
+  fixed.optimizer_flags = EffectiveFlags(optimizer);
   if (optimizer.name == "adam" || optimizer.name == "adamw") {
-    // Each parameter's `step`: a float32 scalar tensor.
+    // Each parameter's `step`: a float32 scalar tensor; with amsgrad, the
+    // largest second moment so far (max_exp_avg_sq) too.
     for (const ParameterRecord& p : profile.parameters) fixed.optimizer_bytes += ElementSize(p) > 0 ? 4 : 0;
+    if (optimizer.flags.amsgrad) fixed.optimizer_bytes += profile.totals.param_bytes;
   }
   fixed.update_tmp_bytes = chain.update_tmp_bytes;
   // Those the chain carries appear during backward, stage by stage.

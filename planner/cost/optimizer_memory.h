@@ -30,20 +30,31 @@ OptimizerImpl DefaultOptimizerImpl(const Profile& profile);
 /// `optimizer.impl`, or the default for `profile`.
 OptimizerImpl ResolvedImpl(const OptimizerChoice& optimizer, const Profile& profile);
 
+/// The options that change `optimizer`'s memory: a coupled weight decay
+/// (adam, sgd, momentum; adamw's decoupled one changes nothing), amsgrad
+/// (adam, adamw), nesterov (momentum); the others off.
+OptimizerFlags EffectiveFlags(const OptimizerChoice& optimizer);
+
 /// What one `optimizer.step()` of torch.optim allocates beyond the state,
 /// at its highest, over `parameters` in model.parameters() order (one
 /// param group), measured with torch.profiler's memory timeline on torch
 /// 2.15 (tests/python/test_optimizer_memory.py checks it):
 /// - adam/adamw, for-loop: each parameter's denominator, `sqrt(v) / bc2`
 ///   (two of its size while the division runs) made while the previous
-///   parameter's is still held: max over i of 2 x bytes[i] + bytes[i-1].
+///   parameter's is still held: max over i of 2 x bytes[i] + bytes[i-1];
+///   adam with a weight decay, 3 x bytes[i] (`grad + wd * param` held too).
 /// - adam/adamw, foreach: the square roots of a whole dtype group, made
-///   while the previous group's are still held.
-/// - fused: 12 B (scalars).
-/// - momentum, for-loop or foreach: the scalars only; sgd and none: 0.
+///   while the previous group's are still held (a decay's copy of the
+///   group's gradients is dropped before them).
+/// - fused: 12 B for adam/adamw (scalars), 0 for sgd.
+/// - sgd and momentum: with a weight decay, `grad + wd * param` of a
+///   parameter (for-loop) or a dtype group (foreach); nesterov's
+///   `grad + momentum * buf` one more parameter's (for-loop; in place in
+///   foreach); momentum's scalars with the first; plain sgd 0.
 /// The scalars the update wraps as tensors (a double and one of the
 /// parameter's dtype) are added where they are alive.
-int64_t UpdateTmpBytes(const std::string& optimizer, OptimizerImpl impl, const std::vector<ParameterRecord>& parameters);
+int64_t UpdateTmpBytes(const OptimizerChoice& optimizer, OptimizerImpl impl,
+                       const std::vector<ParameterRecord>& parameters);
 
 /// The fixed part of a step of `profile`'s model with `optimizer`:
 /// parameters, buffers, gradients and optimizer state, the gradients that

@@ -6,7 +6,8 @@ prediction (within 2%), the plan's prediction fits the budget, and the
 gradients equal those without the plan. The whole training step as a job
 runs it (zero_grad, forward, loss, backward, a torch.optim optimizer's
 step: Adam, AdamW and SGD(momentum=0.9), each in its for-loop, foreach and
-fused implementation, one per model in turn), at the halfway budget and at
+fused implementation, and with weight_decay, amsgrad or nesterov, one per
+model in turn), at the halfway budget and at
 the smallest, measured with torch.profiler's memory timeline: within the
 budget and within 2% of the plan's prediction. On each profile, at 20 budgets from
 the smallest feasible to no checkpointing's peak: the optimal schedule is
@@ -18,6 +19,7 @@ layer (`gradient_checkpointing_enable()`).
     test_apply_plan.py --ckplan BUILD/ckplan --models BUILD/test_models
 """
 import argparse
+import gc
 import json
 import os
 import subprocess
@@ -128,6 +130,13 @@ OPTIMIZERS = [
     (["--optimizer", "adam", "--optimizer-impl", "foreach"], lambda p: torch.optim.Adam(p, foreach=True)),
     (["--optimizer", "sgd", "--momentum", "0.9"], lambda p: torch.optim.SGD(p, lr=1e-3, momentum=0.9)),
     (["--optimizer", "adamw", "--optimizer-impl", "fused"], lambda p: torch.optim.AdamW(p, fused=True)),
+    # With the options that change the update's temporaries or the state.
+    (["--optimizer", "adam", "--optimizer-impl", "for-loop", "--weight-decay", "0.01"],
+     lambda p: torch.optim.Adam(p, foreach=False, weight_decay=0.01)),
+    (["--optimizer", "adam", "--optimizer-impl", "foreach", "--amsgrad"],
+     lambda p: torch.optim.Adam(p, foreach=True, amsgrad=True)),
+    (["--optimizer", "sgd", "--momentum", "0.9", "--nesterov", "--weight-decay", "0.0001", "--optimizer-impl", "for-loop"],
+     lambda p: torch.optim.SGD(p, lr=1e-3, momentum=0.9, nesterov=True, weight_decay=1e-4, foreach=False)),
 ]
 
 
@@ -152,6 +161,10 @@ def step_peak(model, inputs, make_optimizer):
         optimizer.step()
 
     step()
+    # Garbage from before (an earlier optimizer's state in a reference
+    # cycle) collected inside the window would show as memory held at its
+    # start: collect it first.
+    gc.collect()
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True) as prof:
         step()
     timeline = prof._memory_profile().timeline
@@ -371,14 +384,29 @@ def check_where_users_call(args, workdir):
                              (torch.optim.Adam(model.parameters(), foreach=False), False),
                              (torch.optim.Adam(model.parameters(), foreach=True), True),
                              (torch.optim.AdamW(model.parameters()), True),
-                             (torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), True)):
+                             (torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), True),
+                             # Options that change the update's memory, which the plan was not priced with.
+                             (torch.optim.Adam(model.parameters(), weight_decay=0.01), True),
+                             (torch.optim.Adam(model.parameters(), amsgrad=True), True),
+                             (torch.optim.Adam(model.parameters(), maximize=True), True)):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             ckplan_torch.apply_plan(model, plan_path, optimizer=optimizer)
-        ours = [w for w in caught if "priced for" in str(w.message)]
-        check(bool(ours) == warns, f"apply_plan(optimizer={type(optimizer).__name__}, "
-              f"{optimizer.param_groups[0].get('foreach')}): {'a warning' if warns else 'no warning'}")
+        ours = [w for w in caught if str(w.message).startswith("ckplan_torch: ") and "optimizer" in str(w.message)]
+        group = {k: v for k, v in optimizer.param_groups[0].items() if k != "params"}
+        check(bool(ours) == warns, f"apply_plan(optimizer={type(optimizer).__name__}, foreach "
+              f"{group.get('foreach')}, weight_decay {group.get('weight_decay')}, amsgrad {group.get('amsgrad')}, "
+              f"maximize {group.get('maximize')}): {'a warning' if warns else 'no warning'}")
         ckplan_torch.remove_plan(model)
+    # A plan priced with those options: the job with them gets no warning, one without them does.
+    priced = dict(plan, fixed=dict(plan["fixed"], optimizer_options={"weight_decay": 0.01, "amsgrad": True}))
+    check(ckplan_torch.check_optimizer(torch.optim.Adam(model.parameters(), weight_decay=0.01, amsgrad=True),
+                                       priced) is None, "a plan priced for Adam(weight_decay, amsgrad): no warning")
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        text = ckplan_torch.check_optimizer(torch.optim.Adam(model.parameters()), priced)
+    check(text is not None and "--amsgrad" in text,
+          f"a plan priced for amsgrad, a job without it: the warning names the options ({text})")
 
 
 def main():

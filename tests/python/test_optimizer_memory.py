@@ -3,7 +3,8 @@
 
 For each test model here (profiled with `ckplan profile`), and each of
 torch.optim.Adam, AdamW, SGD(momentum=0.9) and SGD in each implementation
-(for-loop, foreach, fused): the plan's `fixed.optimizer_bytes` equals the
+(for-loop, foreach, fused), and with the options that change their memory
+(Adam's and SGD's weight_decay, amsgrad, nesterov): the plan's `fixed.optimizer_bytes` equals the
 state torch.optim makes on its first step, and `fixed.update_tmp_bytes`
 equals what a later `optimizer.step()` allocates beyond it at its highest,
 both to the byte, measured with torch.profiler's memory timeline on the
@@ -13,6 +14,7 @@ torch picks there.
     test_optimizer_memory.py --ckplan BUILD/ckplan --models BUILD/test_models [names]
 """
 import argparse
+import gc
 import json
 import os
 import subprocess
@@ -21,11 +23,13 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "models"))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
 
 import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 from torch.profiler._memory_profiler import Action  # noqa: E402
 
+import ckplan_torch  # noqa: E402
 import make_models  # noqa: E402
 from checks import check, finish  # noqa: E402
 
@@ -37,6 +41,23 @@ OPTIMIZERS = {
     "sgd-momentum": (["--optimizer", "sgd", "--momentum", "0.9"],
                      lambda params, flags: torch.optim.SGD(params, lr=1e-3, momentum=0.9, **flags)),
     "sgd": (["--optimizer", "sgd"], lambda params, flags: torch.optim.SGD(params, lr=1e-3, **flags)),
+    # The options that change the state or the update's temporaries.
+    "adam-weight-decay": (["--optimizer", "adam", "--weight-decay", "0.01"],
+                          lambda params, flags: torch.optim.Adam(params, lr=1e-3, weight_decay=0.01, **flags)),
+    "adam-amsgrad": (["--optimizer", "adam", "--amsgrad"],
+                     lambda params, flags: torch.optim.Adam(params, lr=1e-3, amsgrad=True, **flags)),
+    "adamw-amsgrad": (["--optimizer", "adamw", "--amsgrad"],
+                      lambda params, flags: torch.optim.AdamW(params, lr=1e-3, amsgrad=True, **flags)),
+    "sgd-weight-decay": (["--optimizer", "sgd", "--weight-decay", "0.0001"],
+                         lambda params, flags: torch.optim.SGD(params, lr=1e-3, weight_decay=1e-4, **flags)),
+    "sgd-momentum-weight-decay": (["--optimizer", "sgd", "--momentum", "0.9", "--weight-decay", "0.0001"],
+                                  lambda params, flags: torch.optim.SGD(params, lr=1e-3, momentum=0.9,
+                                                                        weight_decay=1e-4, **flags)),
+    "sgd-nesterov": (["--optimizer", "sgd", "--momentum", "0.9", "--nesterov"],
+                     lambda params, flags: torch.optim.SGD(params, lr=1e-3, momentum=0.9, nesterov=True, **flags)),
+    "sgd-nesterov-weight-decay": (["--optimizer", "sgd", "--momentum", "0.9", "--nesterov", "--weight-decay", "0.0001"],
+                                  lambda params, flags: torch.optim.SGD(params, lr=1e-3, momentum=0.9, nesterov=True,
+                                                                        weight_decay=1e-4, **flags)),
 }
 
 
@@ -50,6 +71,7 @@ def ckplan(binary, *args):
 def timeline_growth(fn):
     """What `fn` allocates beyond what was alive before it, at its highest,
     and what it leaves allocated (torch.profiler's memory timeline)."""
+    gc.collect()  # garbage from before, collected inside the window, would count as held at its start
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True) as prof:
         fn()
     live = peak = 0
@@ -106,6 +128,8 @@ def run_model(args, name, workdir):
             check(update_peak == fixed.get("update_tmp_bytes", 0),
                   f"{what}: the plan's update temporary is what optimizer.step() allocates, to the byte")
             check(fixed["optimizer_impl"] == impl, f"{what}: the plan records the implementation")
+            check(ckplan_torch.check_optimizer(opt, plan) is None,
+                  f"{what}: apply_plan finds the job's optimizer the plan's (no warning)")
 
 
 def main():
