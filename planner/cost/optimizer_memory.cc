@@ -113,7 +113,7 @@ int64_t AdamForeachTmpBytes(const std::vector<ParameterRecord>& parameters) {
 // once (foreach); the momentum update's scalars alive with the first.
 int64_t SgdTmpBytes(const std::vector<ParameterRecord>& parameters, OptimizerImpl impl, bool momentum,
                     const OptimizerFlags& flags) {
-  const bool decay = flags.weight_decay != 0, nesterov = momentum && flags.nesterov;
+  const bool decay = flags.weight_decay != 0, nesterov = flags.nesterov;
   std::vector<std::pair<int64_t, int64_t>> units;  // (element size, bytes made at once)
   if (impl == OptimizerImpl::kForLoop) {
     for (const ParameterRecord& p : parameters) {
@@ -144,12 +144,14 @@ int64_t UpdateTmpBytes(const OptimizerChoice& optimizer, OptimizerImpl impl,
   if (impl == OptimizerImpl::kFused) {
     return optimizer.name == "adam" || optimizer.name == "adamw" ? 12 : 0;  // adam's scalars, whatever the dtype
   }
+  // Only the options that change this optimizer's memory (AdamW's decay does not).
+  const OptimizerFlags flags = EffectiveFlags(optimizer);
   if (optimizer.name == "adam" || optimizer.name == "adamw") {
     if (impl == OptimizerImpl::kForeach) return AdamForeachTmpBytes(parameters);
-    return AdamForLoopTmpBytes(parameters, optimizer.name == "adam" && optimizer.flags.weight_decay != 0);
+    return AdamForLoopTmpBytes(parameters, flags.weight_decay != 0);
   }
   if (optimizer.name == "sgd" || optimizer.name == "momentum") {
-    return SgdTmpBytes(parameters, impl, optimizer.name == "momentum", optimizer.flags);
+    return SgdTmpBytes(parameters, impl, optimizer.name == "momentum", flags);
   }
   return 0;
 }
@@ -162,7 +164,7 @@ FixedMemory FixedMemoryOf(const Profile& profile, const Chain& chain, const Opti
     // Each parameter's `step`: a float32 scalar tensor; with amsgrad, the
     // largest second moment so far (max_exp_avg_sq) too.
     for (const ParameterRecord& p : profile.parameters) fixed.optimizer_bytes += ElementSize(p) > 0 ? 4 : 0;
-    if (optimizer.flags.amsgrad) fixed.optimizer_bytes += profile.totals.param_bytes;
+    if (fixed.optimizer_flags.amsgrad) fixed.optimizer_bytes += profile.totals.param_bytes;
   }
   fixed.update_tmp_bytes = chain.update_tmp_bytes;
   // Those the chain carries appear during backward, stage by stage.
