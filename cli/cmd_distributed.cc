@@ -65,7 +65,7 @@ FixedMemory RankFor(const PlannerInput& in, const std::vector<ParameterRecord>& 
     return m;
   }
   FixedMemory m = RankFixedMemory(chain, parameters, param_bytes, in.profile.totals.buffer_bytes, optimizer,
-                                  o.data_parallel, ParseShardMode(o.shard), in.source.path);
+                                  o.data_parallel, ParseShardMode(o.shard), in.source.path, in.fixed.optimizer_flags);
   m.optimizer_impl = in.fixed.optimizer_impl;
   m.optimizer_flags = in.fixed.optimizer_flags;
   return m;

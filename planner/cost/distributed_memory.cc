@@ -89,7 +89,7 @@ std::vector<ShardUnit> DefaultShardUnits(const Chain& chain, const std::vector<P
 
 FixedMemory RankFixedMemory(const Chain& chain, const std::vector<ParameterRecord>& parameters, int64_t param_bytes,
                            int64_t buffer_bytes, const std::string& optimizer, int data_parallel, ShardMode shard,
-                           const std::string& file) {
+                           const std::string& file, const OptimizerFlags& flags) {
   if (data_parallel < 1) {
     throw BadInput("invalid --data-parallel " + std::to_string(data_parallel) + ": must be at least 1");
   }
@@ -101,7 +101,11 @@ FixedMemory RankFixedMemory(const Chain& chain, const std::vector<ParameterRecor
   // ZeRO-1/2 (DeepSpeed) partition flat buffers evenly; FSDP2 shards each
   // parameter on dim 0, padded to a multiple of the ranks.
   const int64_t even_shard = CeilDiv(param_bytes, data_parallel);
-  auto state_of = [&optimizer](int64_t bytes) { return FixedMemoryFor(bytes, 0, optimizer).optimizer_bytes; };
+  // amsgrad's max_exp_avg_sq: one more tensor the size of the rank's parameters.
+  const bool amsgrad = flags.amsgrad && (optimizer == "adam" || optimizer == "adamw");
+  auto state_of = [&optimizer, amsgrad](int64_t bytes) {
+    return FixedMemoryFor(bytes, 0, optimizer).optimizer_bytes + (amsgrad ? bytes : 0);
+  };
   switch (shard) {
     case ShardMode::kNone:
       m.param_bytes = m.grad_bytes = param_bytes;

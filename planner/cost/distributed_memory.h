@@ -38,9 +38,12 @@ int64_t ShardBytes(const ParameterRecord& p, int data_parallel);
 
 /// The fixed part one rank holds. `parameters` (from the profile) may be
 /// empty: sharded sizes are then ceil(bytes / N) and `full` needs the list
-/// (throws BadInput naming `file`). Throws BadInput for data_parallel < 1.
+/// (throws BadInput naming `file`). With `flags.amsgrad` (adam, adamw), a
+/// third state tensor the size of the rank's parameters. Throws BadInput
+/// for data_parallel < 1.
 FixedMemory RankFixedMemory(const Chain& chain, const std::vector<ParameterRecord>& parameters, int64_t param_bytes,
                             int64_t buffer_bytes, const std::string& optimizer, int data_parallel, ShardMode shard,
-                            const std::string& file);
+                            const std::string& file,
+                            const OptimizerFlags& flags = {});
 
 }  // namespace ckplan

@@ -3,8 +3,9 @@
 
 * FSDP2 (`fully_shard` on the plan's units, then the root) with the plan of
   `ckplan solve --data-parallel 2 --shard full` applied: per rank, PyTorch's
-  own sizes (the local shards of parameters, gradients and Adam state, the
-  unsharded parameters FSDP holds, the activations saved_tensors_hooks see)
+  own sizes (the local shards of parameters, gradients and Adam state with
+  amsgrad, the unsharded parameters FSDP holds, the activations
+  saved_tensors_hooks see)
   agree with the plan's per-rank prediction within 5%; loss and gradients
   equal those of the same step in one process.
 * A 2-stage pipeline (`torch.distributed.pipelining`, 1F1B and GPipe, 4
@@ -195,7 +196,7 @@ def fsdp_rank(rank, plan, x, out):
         fully_shard(model.get_submodule(unit), mesh=mesh)
     fully_shard(model, mesh=mesh)
     wrapped = ckplan_torch.apply_rank_plan(model, plan)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, amsgrad=True)  # as the plan: --amsgrad
     local = x[rank * BATCH:(rank + 1) * BATCH]
 
     counter = SavedCounter(model, excluded=[x])
@@ -357,7 +358,8 @@ def main():
         # gives the fixed part and the peak without checkpointing; take 60% of
         # the activations' share.
         plans = {"fsdp": os.path.join(tmp, "fsdp.json")}
-        dp = ["--data-parallel", str(WORLD), "--shard", "full"]
+        # amsgrad: a third state tensor per parameter, sharded as the moments are.
+        dp = ["--data-parallel", str(WORLD), "--shard", "full", "--optimizer", "adam", "--amsgrad"]
         free = json.loads(ckplan(args.ckplan, "solve", profile, "--budget", "1TB", *dp, "-o", "-"))
         rank = free["distributed"]["ranks"][0]
         budget = rank["fixed"]["total_bytes"] + (rank["peak_bytes"] - rank["fixed"]["total_bytes"]) * 6 // 10
