@@ -290,6 +290,7 @@ struct StepRecord {
   std::vector<int64_t> op_fwd_tmp;
   std::vector<int64_t> op_saved;
   std::vector<double> op_dropout_p;  // an argument named dropout_p (attention), else 0
+  std::vector<int64_t> op_wrapped_numbers;  // Python numbers eager autograd keeps (ExportWrappedNumberBytes)
   std::vector<OpRecord> op_arguments;  // approximate, recurrent (RecordCostArguments), grad_nodes
   std::vector<int> inputs, outputs;
   std::map<std::string, std::vector<int>> module_inputs;  // module path -> tensors it was called with
@@ -438,6 +439,7 @@ class Profiler {
       op.bwd_ms = Median(bwd_ms[k]);
       op.fwd_nograd_ms = Median(fwd_nograd_ms[k]);
       op.dropout_p = record.op_dropout_p[k];
+      op.wrapped_number_bytes = record.op_wrapped_numbers[k];
       op.approximate = record.op_arguments[k].approximate;
       op.is_causal = record.op_arguments[k].is_causal;
       op.recurrent = record.op_arguments[k].recurrent;
@@ -517,6 +519,7 @@ class Profiler {
       record->op_fwd_tmp.assign(ops, 0);
       record->op_saved.assign(ops, 0);
       record->op_dropout_p.assign(ops, 0.0);
+      record->op_wrapped_numbers.assign(ops, 0);
       record->op_arguments.assign(ops, OpRecord{});
     }
     auto new_tensor = [&](const at::Tensor& t, int producer) {
@@ -589,6 +592,11 @@ class Profiler {
         }
         record->op_fwd_tmp[op] = std::max<int64_t>(0, tracker_.window_peak_bytes() - tracker_.live_bytes());
         record->op_dropout_p[op] = DropoutP(node, env);
+        // Kept only where the op made an autograd node; host memory, so
+        // counted where the model runs on the host.
+        if (seq_after > seq_before && device_.device.is_cpu()) {
+          record->op_wrapped_numbers[op] = ExportWrappedNumberBytes(node.node);
+        }
         RecordCostArguments(node, env, &record->op_arguments[op]);
         record->op_arguments[op].grad_nodes = static_cast<int>(seq_after - seq_before);
         for (const torch::jit::Value* in : node.node->inputs()) {

@@ -115,6 +115,9 @@ std::string ExportModulePath(const torch::jit::Node* node);
 /// The modules an exported program's node's outputs were passed to, as the
 /// program's module call signatures record them: (module path, output).
 std::vector<std::pair<std::string, const torch::jit::Value*>> ModuleCallInputs(const torch::jit::Node* node);
+/// The bytes of Python numbers eager PyTorch's autograd node of an exported
+/// program's node keeps (mul and div by a number: a 0-dim host tensor), or 0.
+int64_t ExportWrappedNumberBytes(const torch::jit::Node* node);
 
 /// Inputs from specs: float ones from a normal distribution (or uniform in
 /// LO..HI), integer ones uniform in [LO, HI). Seeded: the same every run.

@@ -35,6 +35,26 @@ using torch::jit::Value;
 
 const c10::Symbol kModuleAttr = c10::Symbol::attr("ckplan_module");
 const c10::Symbol kCallInputAttr = c10::Symbol::attr("ckplan_call_input_of");
+const c10::Symbol kWrappedNumberAttr = c10::Symbol::attr("ckplan_wrapped_number_bytes");
+
+// Eager PyTorch passes a Python number given for a Tensor argument as a
+// 0-dim "wrapped number" host tensor (a double or an int64, 8 bytes), and
+// the autograd nodes of these ops save it (`x * 0.5`: MulBackward0 keeps the
+// 0.5 to scale the gradient); saved_tensors_hooks never see such a tensor.
+// ckplan runs the Scalar overload, which keeps a number: the bytes eager
+// keeps, by the exported target and the argument given as a number.
+int64_t WrappedNumberBytes(const std::string& target, const json& inputs) {
+  static const std::set<std::string> kSaveOther = {"torch.ops.aten.mul.Tensor", "torch.ops.aten.div.Tensor",
+                                                   "torch.ops.aten.div.Tensor_mode"};
+  if (kSaveOther.count(target) == 0) return 0;
+  for (const json& input : inputs) {
+    if (input.value("name", "") != "other") continue;
+    const json& arg = input["arg"];
+    if (arg.contains("as_float") || arg.contains("as_int")) return 8;
+    if (arg.contains("as_bool")) return 1;
+  }
+  return 0;
+}
 
 // torch/_export/serde/schema.py ScalarType -> c10.
 c10::ScalarType ScalarTypeOf(int code, const std::string& where) {
@@ -601,6 +621,7 @@ class Pt2Reader {
     Node* n = graph.create(symbol, returns.size());
     for (Value* v : inputs) n->addInput(v);
     if (!path.empty()) n->s_(kModuleAttr, path);
+    if (const int64_t bytes = WrappedNumberBytes(target, node["inputs"]); bytes > 0) n->i_(kWrappedNumberAttr, bytes);
     graph.insertNode(n);
     for (size_t r = 0; r < returns.size(); ++r) n->output(r)->setType(returns[r].type());
     if (!n->maybeOperator()) {
@@ -686,6 +707,10 @@ torch::jit::Module LoadExportedProgram(const std::string& path) {
 
 std::string ExportModulePath(const torch::jit::Node* node) {
   return node->hasAttribute(kModuleAttr) ? node->s(kModuleAttr) : std::string();
+}
+
+int64_t ExportWrappedNumberBytes(const torch::jit::Node* node) {
+  return node->hasAttribute(kWrappedNumberAttr) ? node->i(kWrappedNumberAttr) : 0;
 }
 
 std::vector<std::pair<std::string, const torch::jit::Value*>> ModuleCallInputs(const torch::jit::Node* node) {

@@ -104,6 +104,10 @@ void ValidateChain(const Chain& chain, const std::string& file, const std::strin
   for (const auto& [path, storages] : chain.module_call_storages) {
     for (const auto& entry : storages) total = SaturatingAdd(total, entry.second);
   }
+  for (const auto& [path, bytes] : chain.module_held_bytes) {
+    if (bytes < 0) fail("module_held_bytes", "'" + path + "' holds " + std::to_string(bytes) + " B: must be at least 0");
+    total = SaturatingAdd(total, bytes);
+  }
   if (total > kMaxTotalBytes) {
     fail("stages", "its byte figures add up to more than " + LimitText(kMaxTotalBytes) + ", more than any model has");
   }
@@ -247,6 +251,13 @@ Chain ChainFromJson(const nlohmann::json& doc, const std::string& file) {
       for (size_t k = 0; k < list.ArraySize(); ++k) storages.push_back(ReadStorage(list.Item(k)));
     }
   }
+  if (root.Has("module_held_bytes")) {
+    const JsonReader modules = root.Field("module_held_bytes");
+    modules.ExpectObject();
+    for (const auto& item : modules.node().items()) {
+      chain.module_held_bytes[item.key()] = modules.Field(item.key()).NonNegativeBytes();
+    }
+  }
   ValidateChain(chain, file, "");
   return chain;
 }
@@ -287,6 +298,7 @@ nlohmann::json ChainToJson(const Chain& chain) {
                         {"loss", {{"bwd_ms", chain.loss_bwd_ms}, {"bwd_tmp_bytes", chain.loss_bwd_tmp_bytes}}}};
   if (!chain.input_storages.empty()) doc["input_storages"] = chain.input_storages;
   if (!chain.module_call_storages.empty()) doc["module_call_storages"] = chain.module_call_storages;
+  if (!chain.module_held_bytes.empty()) doc["module_held_bytes"] = chain.module_held_bytes;
   if (chain.update_tmp_bytes > 0) doc["update_tmp_bytes"] = chain.update_tmp_bytes;
   if (chain.output_held_bytes > 0) doc["output_held_bytes"] = chain.output_held_bytes;
   if (chain.checkpoint_state_bytes > 0) doc["checkpoint_state_bytes"] = chain.checkpoint_state_bytes;

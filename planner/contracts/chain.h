@@ -118,6 +118,13 @@ struct Chain {
   /// its ops never read (a decoder layer's position ids) and so cross no cut
   /// included. Empty when unknown.
   std::map<std::string, std::vector<std::pair<int64_t, int64_t>>> module_call_storages;
+  /// Optional, for the PyTorch target: per module path, the bytes its ops'
+  /// autograd nodes keep that torch.utils.checkpoint cannot drop (the Python
+  /// numbers mul and div save, Profile's OpRecord::wrapped_number_bytes):
+  /// held by a wrapped module from its forward to its backward, as its
+  /// inputs are. Their stages' saved_bytes count them too (run normally,
+  /// they are saved as the rest). Empty when unknown or none.
+  std::map<std::string, int64_t> module_held_bytes;
 
   /// True when every stage knows its storages: the simulator shares them.
   bool has_storages() const;

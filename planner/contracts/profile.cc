@@ -238,6 +238,7 @@ Profile ProfileFromJson(const nlohmann::json& doc, const std::string& file) {
     if (r.Has("approximate")) op.approximate = r.Field("approximate").String();
     if (r.Has("is_causal")) op.is_causal = r.Field("is_causal").Bool();
     if (r.Has("grad_nodes")) op.grad_nodes = r.Field("grad_nodes").IntegerIn(0, 1 << 30);
+    if (r.Has("wrapped_number_bytes")) op.wrapped_number_bytes = r.Field("wrapped_number_bytes").NonNegativeBytes();
     if (r.Has("recurrent")) {
       JsonReader rnn = r.Field("recurrent");
       op.recurrent.batch_first = rnn.Field("batch_first").Bool();
@@ -334,6 +335,7 @@ nlohmann::json ProfileToJson(const Profile& p) {
     if (!op.approximate.empty()) ops.back()["approximate"] = op.approximate;
     if (op.is_causal) ops.back()["is_causal"] = true;
     if (op.grad_nodes) ops.back()["grad_nodes"] = *op.grad_nodes;
+    if (op.wrapped_number_bytes > 0) ops.back()["wrapped_number_bytes"] = op.wrapped_number_bytes;
     if (op.recurrent.num_layers > 0) {
       ops.back()["recurrent"] = {{"batch_first", op.recurrent.batch_first}, {"num_layers", op.recurrent.num_layers},
                                  {"bidirectional", op.recurrent.bidirectional}};

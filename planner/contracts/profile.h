@@ -88,6 +88,15 @@ struct OpRecord {
   /// numbers taken; a composite op makes several: a linear on 3-D input
   /// four, its views included); unset when absent.
   std::optional<int> grad_nodes;
+  /// Optional (`wrapped_number_bytes`, written where not 0): the Python
+  /// numbers its eager autograd node keeps, each a 0-dim host tensor
+  /// (`x * 0.5` saves the 0.5 as an 8-byte double to scale the gradient;
+  /// mul and div). saved_tensors_hooks never see them, so
+  /// torch.utils.checkpoint does not drop them: kept from the op's forward
+  /// to its backward whether or not its module is wrapped. Not in
+  /// saved_bytes (PyTorch's hook count); counted on the CPU only (on a GPU
+  /// they are host memory).
+  int64_t wrapped_number_bytes = 0;
 };
 
 /// A parameter of the model (optional in the contract: profiles made before

@@ -43,4 +43,13 @@ TEST_CASE("the example profile round-trips through ckplan.profile/1") {
   nlohmann::json bad = ProfileToJson(called);
   bad["module_inputs"]["layers.1"] = {last + 1};
   CHECK_THROWS_WITH_AS(ProfileFromJson(bad, "bad.json"), doctest::Contains("tensor id out of range"), ckplan::Error);
+  // The Python numbers an op's eager autograd node keeps, where it keeps any.
+  CHECK(back.ops[0].wrapped_number_bytes == 0);
+  CHECK(!ProfileToJson(back)["ops"][0].contains("wrapped_number_bytes"));
+  Profile scaled = profile;
+  scaled.ops[0].wrapped_number_bytes = 8;
+  CHECK(ProfileFromJson(ProfileToJson(scaled), "scaled.json").ops[0].wrapped_number_bytes == 8);
+  nlohmann::json negative = ProfileToJson(scaled);
+  negative["ops"][0]["wrapped_number_bytes"] = -8;
+  CHECK_THROWS_AS(ProfileFromJson(negative, "negative.json"), ckplan::Error);
 }

@@ -86,7 +86,8 @@ Chain ChainFromProfile(const Profile& profile, const std::string& file, const Op
       stage.bwd_ms += rec.bwd_ms;
       nograd_ms += rec.fwd_nograd_ms.value_or(0);
       nograd_known = nograd_known && rec.fwd_nograd_ms.has_value();
-      saved += rec.saved_bytes;
+      // The Python numbers its autograd node keeps are saved as the rest.
+      saved += rec.saved_bytes + rec.wrapped_number_bytes;
     }
     // A stage run without autograd (a checkpointed forward, a recomputation)
     // costs its ops as a step runs them and the executor's own cost of a
@@ -136,18 +137,25 @@ Chain ChainFromProfile(const Profile& profile, const std::string& file, const Op
     // Transient peaks, replaying the stage's tensors' lifetimes: without
     // autograd storages die at their last use in the stage; with autograd
     // the kept ones stay.
+    // With autograd, what each op saves beyond its outputs (attention's
+    // probabilities, a norm's statistics, the numbers mul keeps) stays too:
+    // a later op's transient comes on top of it.
     int64_t peak_above_out = 0;
     int64_t bwd_tmp = 0;
+    int64_t internal_saved = 0;
     std::map<int, int64_t> live_nograd, live_grad;
     for (int op = cut.first_op; op <= cut.last_op; ++op) {
       const OpRecord& rec = profile.ops[static_cast<size_t>(op)];
+      int64_t kept_outputs = 0;
       for (int t : rec.outputs) {
         int s = profile.tensors[static_cast<size_t>(t)].storage;
         if (liveness.StorageProducer(s) != op) continue;  // in place or a view
+        if (storage_kept[s] && live_grad.count(s) == 0) kept_outputs += liveness.StorageBytes(s);
         live_nograd[s] = liveness.StorageBytes(s);
         live_grad[s] = liveness.StorageBytes(s);
       }
-      int64_t sum_nograd = 0, sum_grad = 0;
+      internal_saved += std::max<int64_t>(0, rec.saved_bytes + rec.wrapped_number_bytes - kept_outputs);
+      int64_t sum_nograd = 0, sum_grad = internal_saved;
       for (const auto& kv : live_nograd) sum_nograd += kv.second;
       for (const auto& kv : live_grad) sum_grad += kv.second;
       peak_above_out = std::max(peak_above_out, std::max(sum_nograd, sum_grad) + rec.fwd_tmp_bytes - produced_out);
@@ -222,6 +230,15 @@ Chain ChainFromProfile(const Profile& profile, const std::string& file, const Op
       const TensorRecord& t = profile.tensors[static_cast<size_t>(id)];
       if (t.external || storage_kept[t.storage] || !seen.insert(t.storage).second) continue;
       chain.module_call_storages[path].push_back({t.storage, liveness.StorageBytes(t.storage)});
+    }
+  }
+  // The Python numbers ops keep, which checkpoint cannot drop: held by
+  // every module around the op that is wrapped.
+  for (const OpRecord& op : profile.ops) {
+    if (op.wrapped_number_bytes <= 0 || op.module.empty()) continue;
+    for (size_t dot = 0; dot != std::string::npos;) {
+      dot = op.module.find('.', dot + 1);
+      chain.module_held_bytes[op.module.substr(0, dot)] += op.wrapped_number_bytes;
     }
   }
   ValidateChain(chain, file, "the chain cut from it");

@@ -5,6 +5,7 @@
 
 #include <doctest/doctest.h>
 
+#include <map>
 #include <string>
 
 #include "tests/test_profiles.h"
@@ -58,6 +59,35 @@ TEST_CASE("a profile's chain: every stage term computed by hand") {
   CHECK(b.bwd_tmp_bytes == 3000);
   REQUIRE(b.out_storages.size() == 1);
   CHECK(b.out_storages[0] == std::pair<int64_t, int64_t>{5, 800});
+}
+
+TEST_CASE("a profile's chain: the Python numbers an op keeps are saved, and held by every wrapped module around it") {
+  nlohmann::json doc = TwoBlockProfile();
+  doc["ops"][3]["kind"] = "aten::mul";  // b.act: `x * 0.5` keeps the 0.5 as an 8-byte host tensor
+  doc["ops"][3]["wrapped_number_bytes"] = 8;
+  const Chain plain = ChainFromProfile(ProfileFromJson(TwoBlockProfile(), "two_blocks.json"));
+  const Chain chain = ChainFromProfile(ProfileFromJson(doc, "scaled.json"));
+  REQUIRE(chain.stages.size() == 3);
+  CHECK(chain.stages[2].saved_bytes == plain.stages[2].saved_bytes + 8);
+  CHECK(*chain.stages[2].private_saved_bytes == *plain.stages[2].private_saved_bytes + 8);
+  CHECK(chain.stages[0].saved_bytes == plain.stages[0].saved_bytes);
+  CHECK(plain.module_held_bytes.empty());
+  CHECK(chain.module_held_bytes == std::map<std::string, int64_t>{{"b", 8}, {"b.act", 8}});
+}
+
+TEST_CASE("a profile's chain: with autograd, what an op saves beyond its outputs stays under the transients after it") {
+  // b.fc saves 400 B of its own (not its output t3: attention's
+  // probabilities, a dropout mask); b's forward then peaks after tanh with
+  // t3, t4 and those 400 B: 800 above its output, 1200 with them.
+  nlohmann::json doc = TwoBlockProfile();
+  doc["ops"][2]["saved_bytes"] = 400;
+  const Chain plain = ChainFromProfile(ProfileFromJson(TwoBlockProfile(), "two_blocks.json"));
+  const Chain chain = ChainFromProfile(ProfileFromJson(doc, "internal.json"));
+  CHECK(plain.stages[2].fwd_tmp_bytes == 800);
+  CHECK(chain.stages[2].fwd_tmp_bytes == 1200);
+  CHECK(chain.stages[2].saved_bytes == plain.stages[2].saved_bytes + 400);
+  // An op whose saved bytes are its kept output adds nothing of its own (tanh's t4: unchanged above).
+  CHECK(chain.stages[0].fwd_tmp_bytes == plain.stages[0].fwd_tmp_bytes);
 }
 
 TEST_CASE("a profile's chain: a stage's backward transient counts the gradients it holds") {

@@ -74,6 +74,23 @@ TEST_CASE("per-rank fixed part: DDP, ZeRO-1, ZeRO-2, FSDP2") {
   CHECK(single.total() == ddp.total());
 }
 
+TEST_CASE("per-rank fixed part: amsgrad's third state is sharded as the moments are") {
+  const auto params = Parameters();
+  const int64_t P = Sum(params);
+  const Chain chain = TwoBlockChain();
+  OptimizerFlags amsgrad;
+  amsgrad.amsgrad = true;
+  for (ShardMode mode : {ShardMode::kNone, ShardMode::kOptimizer, ShardMode::kGrad, ShardMode::kFull}) {
+    const FixedMemory plain = RankFixedMemory(chain, params, P, 100, "adam", 4, mode, "p.json");
+    const FixedMemory with = RankFixedMemory(chain, params, P, 100, "adam", 4, mode, "p.json", amsgrad);
+    CHECK(with.optimizer_bytes * 2 == plain.optimizer_bytes * 3);
+    // adamw too; SGD has no amsgrad.
+    CHECK(RankFixedMemory(chain, params, P, 100, "adamw", 4, mode, "p.json", amsgrad).optimizer_bytes == with.optimizer_bytes);
+    CHECK(RankFixedMemory(chain, params, P, 100, "momentum", 4, mode, "p.json", amsgrad).optimizer_bytes ==
+          RankFixedMemory(chain, params, P, 100, "momentum", 4, mode, "p.json").optimizer_bytes);
+  }
+}
+
 TEST_CASE("bad distributed requests") {
   const Chain chain = TwoBlockChain();
   CHECK_THROWS_AS(RankFixedMemory(chain, Parameters(), 10, 0, "adam", 0, ShardMode::kNone, "p.json"), Error);

@@ -54,6 +54,11 @@ ModuleExport ExportFor(const Chain& chain, const std::vector<WrappableModule>& w
         held.insert(id);
       }
     }
+    // What their ops keep that checkpoint cannot drop.
+    for (const WrappableModule& m : wrapped) {
+      auto found = chain.module_held_bytes.find(m.path);
+      if (found != chain.module_held_bytes.end()) own += found->second;
+    }
     int64_t shared = 0;
     for (int64_t id : held) shared += bytes_of[id];
     out.held_at_loss_bytes = own + shared;

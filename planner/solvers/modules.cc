@@ -199,6 +199,17 @@ FrontierSteps FrontierStepsOf(const Chain& chain, const std::vector<WrappableMod
       }
     }
   }
+  // What its ops keep that checkpoint cannot drop (the Python numbers mul
+  // and div save): held from its forward on, as its inputs are; in its
+  // recomputation and backward its stages' own saved bytes count them (the
+  // recomputed ones die with the recomputation's graph).
+  std::vector<int64_t> numbers_held(modules.size(), 0);
+  if (accounting == ModuleAccounting::kPyTorch) {
+    for (size_t m = 0; m < modules.size(); ++m) {
+      auto held = chain.module_held_bytes.find(modules[m].path);
+      if (held != chain.module_held_bytes.end()) numbers_held[m] = held->second;
+    }
+  }
   auto bits_at = [&](int k) {
     uint32_t bits = 0;
     for (const auto& entry : cuts.storages[static_cast<size_t>(k)]) {
@@ -274,18 +285,22 @@ FrontierSteps FrontierStepsOf(const Chain& chain, const std::vector<WrappableMod
       inner = NewBytes(cut(k + 1), input);
       time += s.ModuleNoGradFwdMs() + s.fwd_ms + s.bwd_ms;  // the first forward without autograd, the rerun with it
     }
+    need += numbers_held[m];  // all of them made by its forward's end
     time += chain.checkpoint_call_ms;  // the wrap's own: its autograd function, its nested backward
     // It holds its input (what no op saves too: added as the frontier
     // walks, the bits once), and its output as kept.
     const int64_t adds = kept_bytes(cut(b + 1), input, true);
     // Backward: the gradient of its output held, recomputed with autograd,
     // then back-propagated stage by stage.
+    // torch.utils.checkpoint reruns it inside torch.random.fork_rng, which
+    // holds a copy of the RNG state it restores afterwards.
+    const int64_t forked = accounting == ModuleAccounting::kPyTorch ? chain.checkpoint_state_bytes : 0;
     int64_t kept = 0;
     std::vector<int64_t> kept_after(static_cast<size_t>(b - a + 1));
     for (int k = a; k <= b; ++k) {
       const Stage& s = chain.stages[static_cast<size_t>(k)];
       const int64_t own = cuts.own_saved[static_cast<size_t>(k)], out = fresh[static_cast<size_t>(k)];
-      need = std::max(need, loss_held + grad(b + 1) + grads_from[static_cast<size_t>(b) + 1] + kept +
+      need = std::max(need, loss_held + grad(b + 1) + grads_from[static_cast<size_t>(b) + 1] + kept + forked +
                                 std::max(own + out, out + s.fwd_tmp_bytes));
       kept += own + out;
       kept_after[static_cast<size_t>(k - a)] = kept;
@@ -296,7 +311,8 @@ FrontierSteps FrontierStepsOf(const Chain& chain, const std::vector<WrappableMod
     // What checkpoint keeps beyond tensors (the RNG state), from its
     // forward to the end of its backward.
     need += chain.checkpoint_state_bytes + call_own[m];
-    FrontierStep unit{a, b, static_cast<int>(m), 0, adds + chain.checkpoint_state_bytes + call_own[m], time};
+    FrontierStep unit{a, b, static_cast<int>(m), 0, adds + chain.checkpoint_state_bytes + call_own[m] + numbers_held[m],
+                      time};
     unit.need_input = need;
     unit.input_own = loose[static_cast<size_t>(a)];
     unit.input_bits = bits_at(a) | call_bits[m];
