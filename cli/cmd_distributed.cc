@@ -140,15 +140,17 @@ int RunPipeline(const DistributedOptions& o, const PlannerInput& in, const ByteQ
   }
   const std::vector<ParameterRecord>& params = in.profile.parameters;
   const std::vector<int> owner = ParameterStages(chain, params);
-  auto stage_rank = [&](int first, int last) {
+  auto stage_params = [&](int first, int last) {
     std::vector<ParameterRecord> mine;
-    int64_t bytes = 0;
     for (size_t k = 0; k < params.size(); ++k) {
-      if (owner[k] >= first && owner[k] < last) {
-        mine.push_back(params[k]);
-        bytes += params[k].bytes;
-      }
+      if (owner[k] >= first && owner[k] < last) mine.push_back(params[k]);
     }
+    return mine;
+  };
+  auto stage_rank = [&](int first, int last) {
+    const std::vector<ParameterRecord> mine = stage_params(first, last);
+    int64_t bytes = 0;
+    for (const ParameterRecord& p : mine) bytes += p.bytes;
     Chain sub = SubChain(chain, first, last);
     FixedMemory m = RankFor(in, mine, bytes, sub, o, optimizer);
     if (!in.from_profile) m.grad_bytes = SubChain(in.chain, first, last).ParamGradBytes();  // a chain's own
@@ -156,8 +158,20 @@ int RunPipeline(const DistributedOptions& o, const PlannerInput& in, const ByteQ
     return m;
   };
   const PipelineSchedule schedule = ParsePipelineSchedule(o.schedule);
-  PipelinePlan plan = PlanPipeline(chain, o.pipeline, o.microbatches, schedule, budget.bytes, slots,
-                                   [&](int first, int last) { return stage_rank(first, last).total(); });
+  // At the step's end each stage's rank updates its own parameters: the
+  // update's temporaries on top of its fixed part, its activations gone.
+  auto stage_end = [&](int first, int last) {
+    int64_t end = stage_rank(first, last).total();
+    if (in.from_profile) {
+      OptimizerChoice choice(optimizer);
+      choice.flags = in.fixed.optimizer_flags;
+      end += UpdateTmpBytes(choice, in.fixed.optimizer_impl, stage_params(first, last));
+    }
+    return end;
+  };
+  PipelinePlan plan = PlanPipeline(
+      chain, o.pipeline, o.microbatches, schedule, budget.bytes, slots,
+      [&](int first, int last) { return stage_rank(first, last).total(); }, stage_end);
   if (!plan.feasible) {
     std::string minimum = plan.min_budget_bytes > 0 ? FormatBytesCompact(plan.min_budget_bytes, budget.style) : "none";
     throw Error(ExitCode::kInfeasible,
@@ -205,8 +219,9 @@ int RunPipeline(const DistributedOptions& o, const PlannerInput& in, const ByteQ
     // What PyTorch keeps per microbatch: a later stage's input is an
     // activation it receives and holds (the first stage's is the model input).
     stage.pytorch_saved_bytes = p.pytorch.held_at_loss_bytes + (s > 0 ? sub.input_bytes : 0);
-    stage.pytorch_peak_bytes = rank.total() + (sp.in_flight - 1) * p.pytorch.simulation.live_after_forward_bytes +
-                               p.pytorch.peak_bytes;
+    stage.pytorch_peak_bytes =
+        std::max(rank.total() + (sp.in_flight - 1) * p.pytorch.simulation.live_after_forward_bytes + p.pytorch.peak_bytes,
+                 stage_end(sp.first, sp.last));
     for (const std::string& m : p.pytorch.checkpoint_modules) top.checkpoint_modules.push_back(m);
     distributed.stages.push_back(std::move(doc));
     rows.push_back({std::to_string(s), Format("%d-%d", sp.first, sp.last - 1), std::to_string(sp.in_flight),

@@ -317,21 +317,29 @@ Chain SubChain(const Chain& chain, int first, int last) {
   if (last == chain.length()) {
     sub.loss_bwd_ms = chain.loss_bwd_ms;
     sub.loss_bwd_tmp_bytes = chain.loss_bwd_tmp_bytes;
+    sub.module_loss_bwd_ms = chain.module_loss_bwd_ms;
+    sub.output_held_bytes = chain.output_held_bytes;  // the training loop holds the model's output
   }
+  // What the PyTorch target reads of a wrapped module (its modules are the
+  // chain's: the entries of other stages' modules are never looked up).
+  sub.checkpoint_state_bytes = chain.checkpoint_state_bytes;
+  sub.checkpoint_call_ms = chain.checkpoint_call_ms;
+  sub.module_call_storages = chain.module_call_storages;
+  sub.module_held_bytes = chain.module_held_bytes;
   return sub;
 }
 
 namespace {
 
 PipelineStagePlan PlanStage(const Chain& chain, int first, int last, int in_flight, int64_t budget_bytes, int slots,
-                            int64_t fixed_bytes) {
+                            int64_t fixed_bytes, int64_t end_bytes) {
   PipelineStagePlan plan;
   plan.first = first;
   plan.last = last;
   plan.in_flight = in_flight;
   plan.fixed_bytes = fixed_bytes;
   plan.activation_budget_bytes = budget_bytes - fixed_bytes;
-  if (plan.activation_budget_bytes <= 0) return plan;
+  if (plan.activation_budget_bytes <= 0 || end_bytes > budget_bytes) return plan;
   plan.slot_bytes = std::max<int64_t>(1, plan.activation_budget_bytes / slots);
   Chain sub = SubChain(chain, first, last);
   DiscreteChain d = Discretize(sub, plan.slot_bytes);
@@ -340,7 +348,7 @@ PipelineStagePlan PlanStage(const Chain& chain, int first, int last, int in_flig
   SimulationResult sim = Simulate(sub, plan.solution.schedule);
   plan.time_ms = sim.time_ms;
   plan.stored_after_forward_bytes = sim.live_after_forward_bytes;
-  plan.peak_bytes = fixed_bytes + (in_flight - 1) * sim.live_after_forward_bytes + sim.peak_bytes;
+  plan.peak_bytes = std::max(fixed_bytes + (in_flight - 1) * sim.live_after_forward_bytes + sim.peak_bytes, end_bytes);
   if (plan.peak_bytes > budget_bytes) {
     throw Error(ExitCode::kVerifyFailed, "pipeline stage plan for chain stages " + std::to_string(first) + ".." +
                                              std::to_string(last - 1) + " exceeds its budget in the simulator");
@@ -349,7 +357,8 @@ PipelineStagePlan PlanStage(const Chain& chain, int first, int last, int in_flig
 }
 
 PipelinePlan SplitAt(const Chain& chain, int stages, int microbatches, PipelineSchedule schedule,
-                     int64_t budget_bytes, int slots, const std::function<int64_t(int, int)>& stage_fixed_bytes) {
+                     int64_t budget_bytes, int slots, const std::function<int64_t(int, int)>& stage_fixed_bytes,
+                     const std::function<int64_t(int, int)>& stage_end_bytes) {
   const int L = chain.length();
   std::map<std::tuple<int, int, int>, PipelineStagePlan> cache;
   auto stage_plan = [&](int s, int first, int last) -> const PipelineStagePlan& {
@@ -357,7 +366,9 @@ PipelinePlan SplitAt(const Chain& chain, int stages, int microbatches, PipelineS
     auto key = std::make_tuple(first, last, k);
     auto found = cache.find(key);
     if (found != cache.end()) return found->second;
-    return cache[key] = PlanStage(chain, first, last, k, budget_bytes, slots, stage_fixed_bytes(first, last));
+    const int64_t fixed = stage_fixed_bytes(first, last);
+    const int64_t end = stage_end_bytes ? stage_end_bytes(first, last) : fixed;
+    return cache[key] = PlanStage(chain, first, last, k, budget_bytes, slots, fixed, end);
   };
   // best[s][a]: the slowest time of stages s..P-1 covering chain stages a..L-1.
   std::vector<std::vector<double>> best(U(stages) + 1, std::vector<double>(U(L) + 1, kInfinity));
@@ -399,26 +410,27 @@ PipelinePlan SplitAt(const Chain& chain, int stages, int microbatches, PipelineS
 }  // namespace
 
 PipelinePlan PlanPipeline(const Chain& chain, int stages, int microbatches, PipelineSchedule schedule,
-                          int64_t budget_bytes, int slots, const std::function<int64_t(int, int)>& stage_fixed_bytes) {
+                          int64_t budget_bytes, int slots, const std::function<int64_t(int, int)>& stage_fixed_bytes,
+                          const std::function<int64_t(int, int)>& stage_end_bytes) {
   if (stages < 1) throw BadInput("invalid --pipeline " + std::to_string(stages) + ": must be at least 1");
   if (microbatches < 1) throw BadInput("invalid --microbatches " + std::to_string(microbatches) + ": must be at least 1");
   if (stages > chain.length()) {
     throw BadInput("invalid --pipeline " + std::to_string(stages) + ": the chain has " + std::to_string(chain.length()) +
                    " stages, so at most --pipeline " + std::to_string(chain.length()));
   }
-  PipelinePlan plan = SplitAt(chain, stages, microbatches, schedule, budget_bytes, slots, stage_fixed_bytes);
+  PipelinePlan plan = SplitAt(chain, stages, microbatches, schedule, budget_bytes, slots, stage_fixed_bytes, stage_end_bytes);
   if (plan.feasible) return plan;
   // The smallest budget that works: double, then bisect (feasibility grows with the budget up to slot rounding).
   int64_t high = std::max<int64_t>(budget_bytes, 1024);
   int rounds = 0;
-  while (!SplitAt(chain, stages, microbatches, schedule, high, slots, stage_fixed_bytes).feasible) {
+  while (!SplitAt(chain, stages, microbatches, schedule, high, slots, stage_fixed_bytes, stage_end_bytes).feasible) {
     if (++rounds > 60 || high > (int64_t{1} << 56)) return plan;
     high *= 2;
   }
   int64_t low = budget_bytes;
   while (high - low > std::max<int64_t>(1, high / 2000)) {
     int64_t mid = low + (high - low) / 2;
-    if (SplitAt(chain, stages, microbatches, schedule, mid, slots, stage_fixed_bytes).feasible) {
+    if (SplitAt(chain, stages, microbatches, schedule, mid, slots, stage_fixed_bytes, stage_end_bytes).feasible) {
       high = mid;
     } else {
       low = mid;

@@ -82,8 +82,13 @@ struct PipelinePlan {
 /// stage's time (recomputation included) under `budget_bytes` per stage, each
 /// stage planned by SolveInFlight with `slots` memory slots. Throws BadInput
 /// when `stages` exceeds the chain's length or is below 1.
+/// `stage_end_bytes(first, last)` (optional): what the stage holds at the
+/// step's end, its activations gone and the optimizer's update running (the
+/// fixed part and the update's temporaries); a stage fits only where it is
+/// within the budget, and its peak is at least that.
 PipelinePlan PlanPipeline(const Chain& chain, int stages, int microbatches, PipelineSchedule schedule,
                           int64_t budget_bytes, int slots,
-                          const std::function<int64_t(int, int)>& stage_fixed_bytes);
+                          const std::function<int64_t(int, int)>& stage_fixed_bytes,
+                          const std::function<int64_t(int, int)>& stage_end_bytes = nullptr);
 
 }  // namespace ckplan

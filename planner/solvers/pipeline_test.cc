@@ -149,6 +149,33 @@ TEST_CASE("the split minimises the slowest stage, and each stage fits its budget
   CHECK(feasible > 40);
 }
 
+TEST_CASE("a stage's step end (its fixed part and the optimizer's update) is within the budget and in its peak") {
+  int compared = 0;
+  for (uint32_t seed = 7; seed < 12; ++seed) {
+    Chain chain = testing::RandomChain(6 + static_cast<int>(seed % 3), seed, 1000);
+    auto fixed = [&](int first, int last) { return int64_t{300} * (last - first); };
+    const int64_t whole = NoRecomputeMemory(Discretize(chain, 1));
+    for (int64_t update : {int64_t{0}, whole / 8, whole}) {
+      auto end = [&](int first, int last) { return fixed(first, last) + update * (last - first); };
+      for (int64_t budget : {whole / 2, whole, 3 * whole}) {
+        const PipelinePlan without = PlanPipeline(chain, 2, 4, PipelineSchedule::kOneFOneB, budget, 60, fixed);
+        const PipelinePlan with = PlanPipeline(chain, 2, 4, PipelineSchedule::kOneFOneB, budget, 60, fixed, end);
+        if (update == 0) {
+          CHECK(with.feasible == without.feasible);
+          if (with.feasible) CHECK(with.slowest_stage_ms == without.slowest_stage_ms);
+        }
+        if (!with.feasible) continue;
+        for (const PipelineStagePlan& st : with.stages) {
+          CHECK(st.peak_bytes <= budget);
+          CHECK(st.peak_bytes >= end(st.first, st.last));
+        }
+        ++compared;
+      }
+    }
+  }
+  CHECK(compared > 10);
+}
+
 TEST_CASE("bad pipeline requests name the value and the largest or smallest that works") {
   Chain chain = testing::ThreeStageChain();
   auto fixed = [](int, int) { return int64_t{0}; };
