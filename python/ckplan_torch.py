@@ -29,6 +29,7 @@ import json
 import os
 import sys
 import warnings
+import weakref
 
 import torch
 import torch.utils.checkpoint
@@ -485,6 +486,80 @@ def _export_plain_outputs(model, example_inputs, dynamic_batch):
             del model.forward
 
 
+def _eager_module_peaks(model, example_inputs):
+    """Per module path, the most bytes its forward holds at once beyond what
+    was held when it was called, as eager PyTorch runs it with autograd on
+    the example inputs (what a wrapped module's recomputation holds in
+    backward): every storage an op makes counted until it is freed, so
+    Python locals that outlive their last use count too (a value kept in a
+    variable until the function returns, which a graph frees at its last
+    reader). One forward, no backward; the buffers (batch norm's running
+    statistics) and the RNG state are restored after. None for a model or
+    inputs off the CPU (another device runs other kernels)."""
+    from torch.utils import _pytree
+    from torch.utils._python_dispatch import TorchDispatchMode
+    tensors = list(model.parameters()) + list(model.buffers()) + list(example_inputs)
+    if any(t.device.type != "cpu" for t in tensors):
+        return None
+    paths = {}
+    for name, m in model.named_modules():
+        paths.setdefault(id(m), name)
+    live, storages, frames, peaks = [0], {}, [], {}
+
+    def freed(key, nbytes):
+        storages.pop(key, None)
+        live[0] -= nbytes
+
+    class Count(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            # An output on an input's storage (a view, an in-place op) is no new memory.
+            read = {id(t.untyped_storage()) for t in _pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
+            for t in _pytree.tree_leaves(out):
+                if not isinstance(t, torch.Tensor):
+                    continue
+                s = t.untyped_storage()
+                if id(s) in storages or id(s) in read or s.nbytes() == 0:
+                    continue
+                storages[id(s)] = s.nbytes()
+                live[0] += s.nbytes()
+                weakref.finalize(s, freed, id(s), s.nbytes())
+            for frame in frames:
+                frame[2] = max(frame[2], live[0] - frame[1])
+            return out
+
+    def enter(module, args):
+        if id(module) in paths:
+            frames.append([paths[id(module)], live[0], 0])
+
+    def leave(module, args, output):
+        if id(module) in paths and frames and frames[-1][0] == paths[id(module)]:
+            path, _, peak = frames.pop()
+            peaks[path] = max(peaks.get(path, 0), peak)
+
+    buffers = {name: b.detach().clone() for name, b in model.named_buffers()}
+    rng = torch.get_rng_state()
+    hooks = [torch.nn.modules.module.register_module_forward_pre_hook(enter),
+             torch.nn.modules.module.register_module_forward_hook(leave, always_call=True)]
+    try:
+        with torch.enable_grad(), Count():
+            out = model(*example_inputs)
+        del out
+    except Exception:  # noqa: BLE001 - a measurement only: the archive is complete without it
+        return None
+    finally:
+        for h in hooks:
+            h.remove()
+        torch.set_rng_state(rng)
+        with torch.no_grad():
+            for name, b in model.named_buffers():
+                if name in buffers:
+                    b.copy_(buffers[name])
+    peaks.pop("", None)
+    return {"inputs": [{"shape": list(x.shape), "itemsize": x.element_size()} for x in example_inputs],
+            "bytes": peaks}
+
+
 def export(model, example_inputs, path, dynamic_batch=True):
     """Exports ``model`` in train mode for ckplan: ``torch.export.export``
     (non-strict, the training IR: ATen ops with autograd, dropout and batch
@@ -512,10 +587,14 @@ def export(model, example_inputs, path, dynamic_batch=True):
                           f"which torch.export.save cannot save; exported returning a plain tuple of its fields "
                           f"({', '.join(named._fields)})")
             program = _export_plain_outputs(model, example_inputs, dynamic_batch)
+        eager_peaks = _eager_module_peaks(model, example_inputs)
     finally:
         model.train(was_training)
     shapes_only = is_meta_model(model, example_inputs)
-    extra = json.dumps({"schema": "ckplan.pt2-extra/1", "shapes_only": shapes_only, "aliases": _aliases(model)})
+    record = {"schema": "ckplan.pt2-extra/1", "shapes_only": shapes_only, "aliases": _aliases(model)}
+    if eager_peaks is not None:
+        record["eager_module_peaks"] = eager_peaks
+    extra = json.dumps(record)
     # Written beside the target and renamed once it loads back.
     directory, name = os.path.split(os.path.abspath(os.fspath(path)))
     partial = os.path.join(directory, f".{name}.{os.getpid()}.partial")

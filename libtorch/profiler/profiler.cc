@@ -420,6 +420,11 @@ class Profiler {
     profile.inputs = record.inputs;
     profile.outputs = record.outputs;
     profile.module_inputs = record.module_inputs;
+    // The eager model's own liveness, measured at export on the CPU with the
+    // model's dtype: it holds only for the same inputs, device and dtype.
+    if (!meta && !device_.cuda() && !dtype && IsExportArchive(path)) {
+      profile.module_eager_peak_bytes = ExportEagerModulePeaks(path, inputs);
+    }
     for (size_t k = 0; k < ops; ++k) {
       const ProgramNode& node = program.nodes()[program.OpNode(static_cast<int>(k))];
       OpRecord op;

@@ -5,6 +5,7 @@
 #include <torch/script.h>
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -118,6 +119,11 @@ std::vector<std::pair<std::string, const torch::jit::Value*>> ModuleCallInputs(c
 /// The bytes of Python numbers eager PyTorch's autograd node of an exported
 /// program's node keeps (mul and div by a number: a 0-dim host tensor), or 0.
 int64_t ExportWrappedNumberBytes(const torch::jit::Node* node);
+/// Per module path, the most bytes its forward held at once in eager PyTorch
+/// beyond what it was called with, as ckplan_torch.export measured it on its
+/// example inputs (extra/ckplan.json); empty unless `path` is a .pt2 with
+/// that record and `inputs` have the example's shapes and element sizes.
+std::map<std::string, int64_t> ExportEagerModulePeaks(const std::string& path, const std::vector<at::Tensor>& inputs);
 
 /// Inputs from specs: float ones from a normal distribution (or uniform in
 /// LO..HI), integer ones uniform in [LO, HI). Seeded: the same every run.

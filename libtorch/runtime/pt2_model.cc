@@ -709,6 +709,32 @@ std::string ExportModulePath(const torch::jit::Node* node) {
   return node->hasAttribute(kModuleAttr) ? node->s(kModuleAttr) : std::string();
 }
 
+std::map<std::string, int64_t> ExportEagerModulePeaks(const std::string& path, const std::vector<at::Tensor>& inputs) {
+  std::map<std::string, int64_t> peaks;
+  try {
+    caffe2::serialize::PyTorchStreamReader reader(path);
+    if (!reader.hasRecord("extra/ckplan.json")) return peaks;
+    auto [data, size] = reader.getRecord("extra/ckplan.json");
+    const json record = json::parse(static_cast<const char*>(data.get()), static_cast<const char*>(data.get()) + size);
+    if (!record.contains("eager_module_peaks")) return peaks;
+    const json& measured = record["eager_module_peaks"];
+    const json& examples = measured.at("inputs");
+    if (!examples.is_array() || examples.size() != inputs.size()) return peaks;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (examples[i].at("shape").get<std::vector<int64_t>>() != inputs[i].sizes().vec() ||
+          examples[i].at("itemsize").get<int64_t>() != static_cast<int64_t>(inputs[i].element_size())) {
+        return peaks;  // measured at other shapes: not these
+      }
+    }
+    for (const auto& [module, bytes] : measured.at("bytes").items()) {
+      if (bytes.is_number_integer() && bytes.get<int64_t>() >= 0) peaks[module] = bytes.get<int64_t>();
+    }
+  } catch (const std::exception&) {
+    peaks.clear();  // a record this reader does not understand: a measurement only
+  }
+  return peaks;
+}
+
 int64_t ExportWrappedNumberBytes(const torch::jit::Node* node) {
   return node->hasAttribute(kWrappedNumberAttr) ? node->i(kWrappedNumberAttr) : 0;
 }

@@ -108,6 +108,12 @@ void ValidateChain(const Chain& chain, const std::string& file, const std::strin
     if (bytes < 0) fail("module_held_bytes", "'" + path + "' holds " + std::to_string(bytes) + " B: must be at least 0");
     total = SaturatingAdd(total, bytes);
   }
+  for (const auto& [path, bytes] : chain.module_eager_peak_bytes) {
+    if (bytes < 0 || bytes > kMaxTotalBytes) {
+      fail("module_eager_peak_bytes", "'" + path + "' holds " + std::to_string(bytes) + " B: must be 0 to " +
+                                          LimitText(kMaxTotalBytes));
+    }
+  }
   if (total > kMaxTotalBytes) {
     fail("stages", "its byte figures add up to more than " + LimitText(kMaxTotalBytes) + ", more than any model has");
   }
@@ -258,6 +264,13 @@ Chain ChainFromJson(const nlohmann::json& doc, const std::string& file) {
       chain.module_held_bytes[item.key()] = modules.Field(item.key()).NonNegativeBytes();
     }
   }
+  if (root.Has("module_eager_peak_bytes")) {
+    const JsonReader modules = root.Field("module_eager_peak_bytes");
+    modules.ExpectObject();
+    for (const auto& item : modules.node().items()) {
+      chain.module_eager_peak_bytes[item.key()] = modules.Field(item.key()).NonNegativeBytes();
+    }
+  }
   ValidateChain(chain, file, "");
   return chain;
 }
@@ -299,6 +312,7 @@ nlohmann::json ChainToJson(const Chain& chain) {
   if (!chain.input_storages.empty()) doc["input_storages"] = chain.input_storages;
   if (!chain.module_call_storages.empty()) doc["module_call_storages"] = chain.module_call_storages;
   if (!chain.module_held_bytes.empty()) doc["module_held_bytes"] = chain.module_held_bytes;
+  if (!chain.module_eager_peak_bytes.empty()) doc["module_eager_peak_bytes"] = chain.module_eager_peak_bytes;
   if (chain.update_tmp_bytes > 0) doc["update_tmp_bytes"] = chain.update_tmp_bytes;
   if (chain.output_held_bytes > 0) doc["output_held_bytes"] = chain.output_held_bytes;
   if (chain.checkpoint_state_bytes > 0) doc["checkpoint_state_bytes"] = chain.checkpoint_state_bytes;

@@ -125,6 +125,11 @@ struct Chain {
   /// inputs are. Their stages' saved_bytes count them too (run normally,
   /// they are saved as the rest). Empty when unknown or none.
   std::map<std::string, int64_t> module_held_bytes;
+  /// For the PyTorch target: per module path, the most bytes its forward
+  /// holds at once in eager PyTorch beyond what it was called with (the
+  /// profile's module_eager_peak_bytes): a wrapped module's recomputation
+  /// holds at least this. Empty when unknown.
+  std::map<std::string, int64_t> module_eager_peak_bytes;
 
   /// True when every stage knows its storages: the simulator shares them.
   bool has_storages() const;

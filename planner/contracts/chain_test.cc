@@ -40,6 +40,7 @@ TEST_CASE("chains, plain and cut from a profile with storages, round-trip both w
   REQUIRE(cut.has_storages());
   cut.module_call_storages["layers.0"] = {{7, 512}, {9, 64}};
   cut.module_held_bytes["layers.0"] = 16;
+  cut.module_eager_peak_bytes["layers.0"] = 854016;
   for (const Chain& chain : {plain, cut}) {
     const nlohmann::json written = ChainToJson(chain);
     const Chain read = ChainFromJson(written, "c.json");
@@ -50,6 +51,7 @@ TEST_CASE("chains, plain and cut from a profile with storages, round-trip both w
     CHECK(read.input_storages == chain.input_storages);
     CHECK(read.module_call_storages == chain.module_call_storages);
     CHECK(read.module_held_bytes == chain.module_held_bytes);
+    CHECK(read.module_eager_peak_bytes == chain.module_eager_peak_bytes);
     CHECK(read.loss_bwd_ms == chain.loss_bwd_ms);
     CHECK(read.loss_bwd_tmp_bytes == chain.loss_bwd_tmp_bytes);
     for (int i = 0; i < chain.length(); ++i) {

@@ -276,6 +276,13 @@ Profile ProfileFromJson(const nlohmann::json& doc, const std::string& file) {
       p.module_inputs[item.key()] = ReadIds(modules.Field(item.key()), tensor_count);
     }
   }
+  if (root.Has("module_eager_peak_bytes")) {  // optional: {module path: bytes}
+    const JsonReader modules = root.Field("module_eager_peak_bytes");
+    modules.ExpectObject();
+    for (const auto& item : modules.node().items()) {
+      p.module_eager_peak_bytes[item.key()] = modules.Field(item.key()).NonNegativeBytes();
+    }
+  }
   {
     std::set<int> seen;
     for (size_t i = 0; i < p.inputs.size(); ++i) {
@@ -362,6 +369,7 @@ nlohmann::json ProfileToJson(const Profile& p) {
                         {"edges", std::move(edges)}};
   if (!p.calibration.empty()) doc["calibration"] = CalibrationToJson(p.calibration);
   if (!p.module_inputs.empty()) doc["module_inputs"] = p.module_inputs;
+  if (!p.module_eager_peak_bytes.empty()) doc["module_eager_peak_bytes"] = p.module_eager_peak_bytes;
   if (!p.parameters.empty()) {
     nlohmann::json params = nlohmann::json::array();
     for (const ParameterRecord& rec : p.parameters) {

@@ -224,6 +224,14 @@ struct Profile {
   /// layer's position ids); model inputs and weights are not listed. Empty
   /// when unknown (TorchScript models, older archives and profiles).
   std::map<std::string, std::vector<int>> module_inputs;
+  /// Optional (`module_eager_peak_bytes`): per module path, the most bytes
+  /// its forward holds at once beyond what was held when it was called, as
+  /// eager PyTorch runs it with autograd (ckplan_torch.export measures it on
+  /// the example inputs; the profiler keeps it when it profiles the same
+  /// shapes on the CPU with the model's own dtype): Python locals that
+  /// outlive their last use count there, which the graph frees. What a
+  /// wrapped module's recomputation holds at least. Empty when unknown.
+  std::map<std::string, int64_t> module_eager_peak_bytes;
   std::vector<ParameterRecord> parameters;  ///< optional: empty for older profiles
 };
 

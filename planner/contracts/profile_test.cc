@@ -52,4 +52,12 @@ TEST_CASE("the example profile round-trips through ckplan.profile/1") {
   nlohmann::json negative = ProfileToJson(scaled);
   negative["ops"][0]["wrapped_number_bytes"] = -8;
   CHECK_THROWS_AS(ProfileFromJson(negative, "negative.json"), ckplan::Error);
+  // What each module's eager forward held at its peak, where measured.
+  CHECK(!ProfileToJson(back).contains("module_eager_peak_bytes"));
+  Profile eager = profile;
+  eager.module_eager_peak_bytes = {{"layers.0", 854016}, {"layers.1", 0}};
+  CHECK(ProfileFromJson(ProfileToJson(eager), "eager.json").module_eager_peak_bytes == eager.module_eager_peak_bytes);
+  nlohmann::json below = ProfileToJson(eager);
+  below["module_eager_peak_bytes"]["layers.0"] = -1;
+  CHECK_THROWS_WITH_AS(ProfileFromJson(below, "below.json"), doctest::Contains("module_eager_peak_bytes"), ckplan::Error);
 }

@@ -241,6 +241,7 @@ Chain ChainFromProfile(const Profile& profile, const std::string& file, const Op
       chain.module_held_bytes[op.module.substr(0, dot)] += op.wrapped_number_bytes;
     }
   }
+  chain.module_eager_peak_bytes = profile.module_eager_peak_bytes;
   ValidateChain(chain, file, "the chain cut from it");
   return chain;
 }

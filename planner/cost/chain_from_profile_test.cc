@@ -75,6 +75,15 @@ TEST_CASE("a profile's chain: the Python numbers an op keeps are saved, and held
   CHECK(chain.module_held_bytes == std::map<std::string, int64_t>{{"b", 8}, {"b.act", 8}});
 }
 
+TEST_CASE("a profile's chain carries what each module's eager forward held at its peak") {
+  nlohmann::json doc = TwoBlockProfile();
+  doc["module_eager_peak_bytes"] = {{"b", 4000}};
+  CHECK(ChainFromProfile(ProfileFromJson(TwoBlockProfile(), "two_blocks.json")).module_eager_peak_bytes.empty());
+  const Chain chain = ChainFromProfile(ProfileFromJson(doc, "eager.json"));
+  CHECK(chain.module_eager_peak_bytes == std::map<std::string, int64_t>{{"b", 4000}});
+  CHECK(ChainFromJson(ChainToJson(chain), "c.json").module_eager_peak_bytes == chain.module_eager_peak_bytes);
+}
+
 TEST_CASE("a profile's chain: with autograd, what an op saves beyond its outputs stays under the transients after it") {
   // b.fc saves 400 B of its own (not its output t3: attention's
   // probabilities, a dropout mask); b's forward then peaks after tanh with

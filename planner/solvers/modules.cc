@@ -305,6 +305,15 @@ FrontierSteps FrontierStepsOf(const Chain& chain, const std::vector<WrappableMod
       kept += own + out;
       kept_after[static_cast<size_t>(k - a)] = kept;
     }
+    // Eager PyTorch may hold more in it than the graph does: a Python
+    // local kept until the module returns (a graph frees it at its last
+    // reader); measured on the eager model where known.
+    if (accounting == ModuleAccounting::kPyTorch) {
+      auto eager = chain.module_eager_peak_bytes.find(modules[m].path);
+      if (eager != chain.module_eager_peak_bytes.end()) {
+        need = std::max(need, loss_held + grad(b + 1) + grads_from[static_cast<size_t>(b) + 1] + forked + eager->second);
+      }
+    }
     for (int k = b; k >= a; --k) {
       need = std::max(need, kept_after[static_cast<size_t>(k - a)] + backward(k));
     }

@@ -326,6 +326,7 @@ Chain SubChain(const Chain& chain, int first, int last) {
   sub.checkpoint_call_ms = chain.checkpoint_call_ms;
   sub.module_call_storages = chain.module_call_storages;
   sub.module_held_bytes = chain.module_held_bytes;
+  sub.module_eager_peak_bytes = chain.module_eager_peak_bytes;
   return sub;
 }
 
