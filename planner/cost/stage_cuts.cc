@@ -130,6 +130,20 @@ class Cutter {
     return bytes;
   }
 
+  // The storages of the model inputs the segment's ops read, where it does
+  // not start the model (CrossingCount and CrossingBytes count them there).
+  std::set<int> InputsRead(const Segment& segment) const {
+    std::set<int> storages;
+    if (segment.first <= 0) return storages;
+    std::set<int> inputs(profile_.inputs.begin(), profile_.inputs.end());
+    for (int op = segment.first; op <= segment.last; ++op) {
+      for (int t : profile_.ops[static_cast<size_t>(op)].inputs) {
+        if (inputs.count(t) != 0) storages.insert(profile_.tensors[static_cast<size_t>(t)].storage);
+      }
+    }
+    return storages;
+  }
+
   // The key of an op at `depth`: its path component there, "" if it sits
   // directly in the module at that depth.
   std::string Key(int op, size_t depth) const {
@@ -170,13 +184,22 @@ class Cutter {
       }
       bool by_bytes = false;
       if (!is_root) {
-        const int own = std::max(CrossingCount(segment.first), CrossingCount(segment.last + 1));
+        // Its start carries too the model inputs its first child reads (the
+        // decoder of an encoder-decoder: the decoder's input ids, embedded
+        // first, beside the encoder's output), which no cut counts: the
+        // caller holds them anyway.
+        const std::set<int> inputs = InputsRead(children.front());
+        const int own = std::max(CrossingCount(segment.first) + static_cast<int>(inputs.size()),
+                                 CrossingCount(segment.last + 1));
         bool adds_live = false;
         for (size_t c = 1; c < children.size() && !adds_live; ++c) {
           adds_live = CrossingCount(children[c].first) > own;
         }
         if (adds_live) {
-          const int64_t own_bytes = std::max(CrossingBytes(segment.first), CrossingBytes(segment.last + 1));
+          int64_t input_bytes = 0;
+          for (int storage : inputs) input_bytes += liveness_.StorageBytes(storage);
+          const int64_t own_bytes =
+              std::max(CrossingBytes(segment.first) + input_bytes, CrossingBytes(segment.last + 1));
           adds_live = false;
           for (size_t c = 1; c < children.size() && !adds_live; ++c) {
             adds_live = CrossingBytes(children[c].first) > own_bytes;

@@ -67,6 +67,48 @@ def check_namedtuple_output(tmp, failures):
         failures.append(f"the archive returns {type(out).__name__} {[tuple(t.shape) for t in out]}")
 
 
+class HeldLocal(nn.Module):
+    """Keeps a value in a local past its last reader, as transformers' blocks
+    keep `ffn_output` through the layer norm of `ffn_output + x`: eager
+    PyTorch holds it to the return, a graph frees it after the add."""
+
+    def __init__(self):
+        super().__init__()
+        self.inner = nn.Linear(64, 64)
+        self.norm = nn.LayerNorm(64)
+
+    def forward(self, x):
+        h = self.inner(x)
+        out = self.norm(h + x)
+        return out
+
+
+def check_eager_peaks(tmp, failures):
+    import json
+    import zipfile
+    model = nn.Sequential(HeldLocal(), nn.BatchNorm1d(64))
+    x = torch.randn(8, 64)
+    path = os.path.join(tmp, "held.pt2")
+    ckplan_torch.export(model, (x,), path)
+    with zipfile.ZipFile(path) as archive:
+        name = next(n for n in archive.namelist() if n.endswith("extra/ckplan.json"))
+        record = json.loads(archive.read(name))
+    peaks = record.get("eager_module_peaks", {})
+    # h, h + x (the norm's input, saved), the norm's output, its mean and
+    # rstd (8 floats each): all alive when HeldLocal returns.
+    rows = x.numel() * x.element_size()
+    expected = 3 * rows + 2 * 8 * 4
+    if peaks.get("inputs") != [{"shape": [8, 64], "itemsize": 4}]:
+        failures.append(f"eager peaks recorded for {peaks.get('inputs')}, not the example's shape")
+    if peaks.get("bytes", {}).get("0") != expected:
+        failures.append(f"eager peak of the module holding a local: {peaks.get('bytes', {}).get('0')} B, "
+                        f"{expected} B expected")
+    # The measuring forward leaves no trace: batch norm's statistics as they were.
+    bn = model[1]
+    if int(bn.num_batches_tracked) != 0 or not torch.equal(bn.running_mean, torch.zeros(64)):
+        failures.append("the eager measurement changed batch norm's running statistics")
+
+
 def check_save_failure(tmp, failures):
     path = os.path.join(tmp, "missing", "m.pt2")
     try:
@@ -108,6 +150,7 @@ def main():
                 failures.append("a failed export left a file behind")
         check_namedtuple_output(tmp, failures)
         check_save_failure(tmp, failures)
+        check_eager_peaks(tmp, failures)
         if any(name.endswith(".partial") for name in os.listdir(tmp)):
             failures.append(f"a partial archive left behind: {os.listdir(tmp)}")
     for f in failures:
