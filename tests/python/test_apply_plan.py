@@ -182,7 +182,12 @@ def step_peak(model, inputs, make_optimizer):
         peak = max(peak, live)
     del optimizer
     model.zero_grad(set_to_none=True)
-    model.load_state_dict(saved)
+    # In place (state_dict's tensors share the parameters' storages): a
+    # module's own _load_from_state_dict may want the metadata a plain dict
+    # lacks (torchvision's MNASNet refuses a state without its version).
+    with torch.no_grad():
+        for name, value in model.state_dict().items():
+            value.copy_(saved[name])
     return peak
 
 
