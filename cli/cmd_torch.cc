@@ -156,8 +156,9 @@ void AddProfileCommand(CLI::App& app, Action* action) {
   cmd->add_option("-i,--input", o->inputs,
                   "one per model input, in order: SHAPE[:DTYPE[:LO..HI]], e.g. 8x3x224x224 or 4x1024:int64:0..50257\n"
                   "(float inputs ~ normal(0,1); integers uniform in [LO, HI), default: an embedding's vocabulary\n"
-                  "for the ids it indexes, else 0..2; fixed seed)")
-      ->required();
+                  "for the ids it indexes, else 0..2; fixed seed). Default: the example inputs' shapes, dtypes\n"
+                  "and integer ranges a .pt2 from ckplan_torch.export records (keyword inputs such as labels after\n"
+                  "the positional ones, in the order given)");
   cmd->add_option("-o,--output", o->output, "write the profile JSON here (ckplan.profile/1); - for stdout");
   cmd->add_option("--reps", o->reps, "measured repetitions after one warm-up; times are medians")->capture_default_str();
   cmd->add_option("--threads", o->threads, "LibTorch threads")->capture_default_str();

@@ -22,6 +22,7 @@ again during backward. Non-reentrant checkpointing where the installed torch
 has it; the RNG state is kept, so dropout gives the same masks. No dependency
 beyond torch.
 """
+import collections
 import contextlib
 import functools
 import inspect
@@ -39,6 +40,9 @@ __all__ = ["apply_plan", "remove_plan", "load_plan", "checkpointed_modules", "ch
            "rank_plan", "fsdp_units", "apply_rank_plan", "is_meta_model"]
 
 _ORIGINAL_FORWARD = "_ckplan_original_forward"
+# Configs whose use_cache apply_plan turned off, for remove_plan: id -> weakref
+# (a transformers config defines __eq__, so it cannot be a dict key itself).
+_CACHES_TURNED_OFF = {}
 
 
 def load_plan(plan):
@@ -267,6 +271,17 @@ def apply_plan(model, plan, optimizer=None, strict=True):
         module = named[path]
         if not hasattr(module, _ORIGINAL_FORWARD):
             _wrap(module)
+    # A training step keeps no key-value cache: the profile counts none
+    # (ckplan_torch.export turns caches off), and transformers' own
+    # gradient_checkpointing_enable() turns them off in training too.
+    configs = _cache_configs(model)
+    for config in configs:
+        _CACHES_TURNED_OFF[id(config)] = weakref.ref(config)
+        config.use_cache = False
+    if configs:
+        warnings.warn("ckplan_torch.apply_plan: use_cache=False on the model's config (a training step keeps no "
+                      "key-value cache, and the plan counts none), as gradient_checkpointing_enable() does; "
+                      "remove_plan sets it back")
     return paths
 
 
@@ -278,6 +293,11 @@ def remove_plan(model):
         if original is not None:
             module.__dict__.pop("forward", None)
             undone.append(path)
+        config = getattr(module, "config", None)
+        turned_off = _CACHES_TURNED_OFF.get(id(config)) if config is not None else None
+        if turned_off is not None and turned_off() is config:
+            del _CACHES_TURNED_OFF[id(config)]
+            config.use_cache = True
     return undone
 
 
@@ -378,16 +398,16 @@ def _plain(value):
     return value
 
 
-def _bound_names(model, example_inputs):
+def _bound_names(model, args, kwargs=None):
     """The names of forward's parameters the example inputs are passed as."""
     try:
-        return set(inspect.signature(model.forward).bind_partial(*example_inputs).arguments)
+        return set(inspect.signature(model.forward).bind_partial(*args, **(kwargs or {})).arguments)
     except (TypeError, ValueError):
         return set()
 
 
 @contextlib.contextmanager
-def _follow_eager(model, example_inputs):
+def _follow_eager(model, args, kwargs=None):
     """While the model is exported, transformers' masking code takes the
     paths it takes in eager, decided from shapes alone as eager decides them.
     Under torch.export it takes its general path instead, because it cannot
@@ -402,7 +422,7 @@ def _follow_eager(model, example_inputs):
         yield
         return
     patches = {"is_torchdynamo_exporting": lambda: False}
-    if "position_ids" not in _bound_names(model, example_inputs):
+    if "position_ids" not in _bound_names(model, args, kwargs):
         patches["find_packed_sequence_indices"] = lambda *args, **kwargs: None
     patches = {n: f for n, f in patches.items() if hasattr(masking, n)}
     originals = {n: getattr(masking, n) for n in patches}
@@ -415,7 +435,25 @@ def _follow_eager(model, example_inputs):
             setattr(masking, n, f)
 
 
-def _export_program(model, example_inputs, dynamic_batch):
+def _dynamic_batch_shapes(model, args, kwargs):
+    """torch.export's dynamic_shapes with the first dimension of every input
+    one dimension `batch`: a tuple for positional inputs alone, else a dict
+    by forward's parameter names (None where the inputs cannot be named)."""
+    batch = torch.export.Dim("batch", min=1, max=1 << 20)
+    if not kwargs:
+        return tuple({0: batch} if x.dim() > 0 else None for x in args)
+    try:
+        signature = inspect.signature(model.forward)
+        bound = signature.bind(*args, **kwargs).arguments
+    except (TypeError, ValueError):
+        return None
+    plain = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    if any(signature.parameters[name].kind not in plain for name in bound):
+        return None  # passed through *args or **kwargs: no name to give a shape
+    return {name: ({0: batch} if value.dim() > 0 else None) for name, value in bound.items()}
+
+
+def _export_program(model, args, kwargs, dynamic_batch):
     # Every module's call signature is kept in the program (the graph is the
     # same): the tensors each module is called with, those its ops never read
     # included (a decoder layer's position ids), which torch.utils.checkpoint
@@ -424,24 +462,22 @@ def _export_program(model, example_inputs, dynamic_batch):
     paths = tuple(name for name, _ in model.named_modules() if name)
 
     def attempt(dynamic_shapes):
-        with _follow_eager(model, example_inputs):
+        with _follow_eager(model, args, kwargs):
             if not paths:
-                return torch.export.export(model, example_inputs, dynamic_shapes=dynamic_shapes, strict=False)
+                return torch.export.export(model, args, kwargs=kwargs, dynamic_shapes=dynamic_shapes, strict=False)
             try:
-                return torch.export.export(model, example_inputs, dynamic_shapes=dynamic_shapes, strict=False,
+                return torch.export.export(model, args, kwargs=kwargs, dynamic_shapes=dynamic_shapes, strict=False,
                                            preserve_module_call_signature=paths)
             except Exception as error:  # noqa: BLE001 - PyTorch raises many kinds
                 # A model that does not export at all raises its own reason here.
-                program = torch.export.export(model, example_inputs, dynamic_shapes=dynamic_shapes, strict=False)
+                program = torch.export.export(model, args, kwargs=kwargs, dynamic_shapes=dynamic_shapes,
+                                              strict=False)
                 warnings.warn(f"ckplan_torch.export: the modules' call signatures cannot be kept "
                               f"({_first_line(error)[:200]}); exported without them: a wrapped module's "
                               f"arguments its ops never read are not counted")
                 return program
 
-    dynamic_shapes = None
-    if dynamic_batch:
-        batch = torch.export.Dim("batch", min=1, max=1 << 20)
-        dynamic_shapes = tuple({0: batch} if x.dim() > 0 else None for x in example_inputs)
+    dynamic_shapes = _dynamic_batch_shapes(model, args, kwargs) if dynamic_batch else None
     try:
         try:
             return attempt(dynamic_shapes)
@@ -456,29 +492,31 @@ def _export_program(model, example_inputs, dynamic_batch):
     except Exception as error:  # noqa: BLE001
         reason = _first_line(error)
         if "cache_utils" in reason:  # transformers' key-value cache as an output
-            fix = "export it without the cache: model.config.use_cache = False"
+            fix = "export it without the cache: pass use_cache=False, or set model.config.use_cache = False"
         else:
             fix = ("make forward traceable by torch.export (no Python branches on tensor values, tensors in and out), "
                    "or save a trace (torch.jit.trace(model.train(), inputs).save(\"model.pt\")) and profile that")
         raise ExportError(f"torch.export could not export {type(model).__name__}: {reason}; {fix}") from error
 
 
-def _export_plain_outputs(model, example_inputs, dynamic_batch):
+def _export_plain_outputs(model, args, kwargs, dynamic_batch, field=None):
     """The model exported with its forward returning plain tuples where it
     returns namedtuples (torch.export.save cannot save a namedtuple output
-    spec), through an instance attribute `forward` that is removed after:
+    spec), or only its output's `field` when given (a ModelOutput's
+    logits), through an instance attribute `forward` that is removed after:
     the module paths and parameter names stay the model's own."""
     had_forward = "forward" in model.__dict__
     previous = model.__dict__.get("forward")
     original = model.forward
 
     @functools.wraps(original)
-    def forward(*args, **kwargs):
-        return _plain(original(*args, **kwargs))
+    def forward(*a, **k):
+        out = original(*a, **k)
+        return out[field] if field is not None else _plain(out)
 
     model.forward = forward
     try:
-        return _export_program(model, example_inputs, dynamic_batch)
+        return _export_program(model, args, kwargs, dynamic_batch)
     finally:
         if had_forward:
             model.forward = previous
@@ -486,7 +524,69 @@ def _export_plain_outputs(model, example_inputs, dynamic_batch):
             del model.forward
 
 
-def _eager_module_peaks(model, example_inputs):
+def _model_output_fields(spec):
+    """The field names of a transformers ModelOutput the program returns, or None."""
+    kind = getattr(spec, "type", None)
+    if isinstance(kind, type) and issubclass(kind, collections.OrderedDict) and hasattr(kind, "to_tuple"):
+        return list(getattr(spec, "context", None) or [])
+    return None
+
+
+def _cache_configs(model):
+    """The distinct configs of the model's modules with use_cache on
+    (transformers' key-value caches)."""
+    configs = {}
+    for module in model.modules():
+        config = getattr(module, "config", None)
+        if getattr(config, "use_cache", False) is True:
+            configs[id(config)] = config
+    return list(configs.values())
+
+
+@contextlib.contextmanager
+def _caches_off(model):
+    """transformers' key-value caches off while the model is exported (a
+    training step makes none; a cache is no tensor output torch.export can
+    save): each config a module holds with use_cache set, set back after."""
+    configs = _cache_configs(model)
+    try:
+        for config in configs:
+            config.use_cache = False
+        yield
+    finally:
+        for config in configs:
+            config.use_cache = True
+
+
+def _ordered_inputs(args, kwargs):
+    """The example tensors in the order the exported program takes them
+    (its flattened inputs): the positional ones, then the keyword ones as
+    given."""
+    return list(args) + list((kwargs or {}).values())
+
+
+_SPEC_DTYPES = {torch.float32: "float32", torch.float64: "float64", torch.float16: "float16",
+                torch.bfloat16: "bfloat16", torch.int64: "int64", torch.int32: "int32", torch.int16: "int16",
+                torch.int8: "int8", torch.uint8: "uint8", torch.bool: "bool"}
+
+
+def _input_spec(x):
+    """`ckplan profile --input`'s text for an example tensor: its shape and
+    dtype, and for integers the range of its values (negative ones, the
+    ignore index -100 of labels, left out)."""
+    dtype = _SPEC_DTYPES.get(x.dtype)
+    if dtype is None or x.dim() == 0:
+        return None
+    shape = "x".join(str(d) for d in x.shape)
+    if dtype == "bool" or x.is_floating_point() or x.device.type == "meta" or x.numel() == 0:
+        return f"{shape}:{dtype}"
+    values = x[x >= 0]
+    if values.numel() == 0:
+        return f"{shape}:{dtype}"
+    return f"{shape}:{dtype}:{int(values.min())}..{int(values.max()) + 1}"
+
+
+def _eager_module_peaks(model, args, kwargs=None):
     """Per module path, the most bytes its forward holds at once beyond what
     was held when it was called, as eager PyTorch runs it with autograd on
     the example inputs (what a wrapped module's recomputation holds in
@@ -498,7 +598,8 @@ def _eager_module_peaks(model, example_inputs):
     inputs off the CPU (another device runs other kernels)."""
     from torch.utils import _pytree
     from torch.utils._python_dispatch import TorchDispatchMode
-    tensors = list(model.parameters()) + list(model.buffers()) + list(example_inputs)
+    inputs = _ordered_inputs(args, kwargs)
+    tensors = list(model.parameters()) + list(model.buffers()) + inputs
     if any(t.device.type != "cpu" for t in tensors):
         return None
     paths = {}
@@ -543,7 +644,7 @@ def _eager_module_peaks(model, example_inputs):
              torch.nn.modules.module.register_module_forward_hook(leave, always_call=True)]
     try:
         with torch.enable_grad(), Count():
-            out = model(*example_inputs)
+            out = model(*args, **(kwargs or {}))
         del out
     except Exception:  # noqa: BLE001 - a measurement only: the archive is complete without it
         return None
@@ -556,42 +657,68 @@ def _eager_module_peaks(model, example_inputs):
                 if name in buffers:
                     b.copy_(buffers[name])
     peaks.pop("", None)
-    return {"inputs": [{"shape": list(x.shape), "itemsize": x.element_size()} for x in example_inputs],
-            "bytes": peaks}
+    return {"inputs": [{"shape": list(x.shape), "itemsize": x.element_size()} for x in inputs], "bytes": peaks}
 
 
-def export(model, example_inputs, path, dynamic_batch=True):
-    """Exports ``model`` in train mode for ckplan: ``torch.export.export``
-    (non-strict, the training IR: ATen ops with autograd, dropout and batch
-    norm as in training), the first dimension of every input marked dynamic
-    when ``dynamic_batch`` (one file profiles at any batch size), saved with
-    ``torch.export.save`` and loaded back to check the round trip, then
-    renamed to ``path`` (a failure leaves no file). Returns the
-    ExportedProgram. A forward returning a namedtuple (torchvision's
-    GoogLeNet in train mode with aux_logits) is exported returning a plain
-    tuple of its fields, in order, with a warning: torch.export.save cannot
-    save a namedtuple. Raises ExportError with PyTorch's reason and the fix.
+def export(model, args, path, kwargs=None, dynamic_batch=True):
+    """Exports ``model`` in train mode for ckplan, with ``torch.export.export``'s
+    arguments in its order: ``args`` (a tuple of tensors, or one tensor) and
+    ``kwargs`` (tensors by forward's parameter names: a Hugging Face model's
+    ``labels``, ``attention_mask``). Non-strict, the training IR (ATen ops
+    with autograd, dropout and batch norm as in training); the first
+    dimension of every input marked dynamic when ``dynamic_batch`` (one file
+    profiles at any batch size); saved with ``torch.export.save`` and loaded
+    back to check the round trip, then renamed to ``path`` (a failure leaves
+    no file). The archive records the inputs' shapes, dtypes and integer
+    ranges, so ``ckplan profile model.pt2`` needs no ``--input`` at the
+    example's shapes. Returns the ExportedProgram.
+
+    Hugging Face models as they come: key-value caches are off for the
+    export (each config's ``use_cache`` set back after); a model given its
+    ``labels`` returns its loss, which the profile back-propagates as it
+    is; a ModelOutput without a loss is exported returning its first field
+    (the logits, the last hidden state: what a loss reads), with a warning.
+    A forward returning a namedtuple (torchvision's GoogLeNet in train mode
+    with aux_logits) is exported returning a plain tuple of its fields, in
+    order, with a warning: torch.export.save cannot save a namedtuple.
+    Raises ExportError with PyTorch's reason and the fix.
     """
-    if not isinstance(example_inputs, tuple):
-        example_inputs = (example_inputs,)
-    if not all(isinstance(x, torch.Tensor) for x in example_inputs):
+    if isinstance(args, torch.Tensor):
+        args = (args,)
+    if not isinstance(args, tuple):
+        args = tuple(args) if isinstance(args, list) else (args,)
+    kwargs = {name: value for name, value in (kwargs or {}).items() if value is not None}
+    values = list(args) + list(kwargs.values())
+    if not all(isinstance(x, torch.Tensor) for x in values):
         raise ExportError("ckplan exports models whose inputs are tensors; got "
-                          + ", ".join(type(x).__name__ for x in example_inputs))
+                          + ", ".join(type(x).__name__ for x in values)
+                          + " (pass use_cache and other options through the model's config)")
     was_training = model.training
     model.train()
     try:
-        program = _export_program(model, example_inputs, dynamic_batch)
-        named = _namedtuple_in(program.call_spec.out_spec)
-        if named is not None:
-            warnings.warn(f"ckplan_torch.export: {type(model).__name__} returns a namedtuple ({named.__name__}), "
-                          f"which torch.export.save cannot save; exported returning a plain tuple of its fields "
-                          f"({', '.join(named._fields)})")
-            program = _export_plain_outputs(model, example_inputs, dynamic_batch)
-        eager_peaks = _eager_module_peaks(model, example_inputs)
+        with _caches_off(model):
+            program = _export_program(model, args, kwargs, dynamic_batch)
+            named = _namedtuple_in(program.call_spec.out_spec)
+            fields = _model_output_fields(program.call_spec.out_spec)
+            if named is not None:
+                warnings.warn(f"ckplan_torch.export: {type(model).__name__} returns a namedtuple ({named.__name__}), "
+                              f"which torch.export.save cannot save; exported returning a plain tuple of its fields "
+                              f"({', '.join(named._fields)})")
+                program = _export_plain_outputs(model, args, kwargs, dynamic_batch)
+            elif fields and "loss" not in fields and len(fields) > 1:
+                warnings.warn(f"ckplan_torch.export: {type(model).__name__} returns no loss (pass its labels in "
+                              f"kwargs for the loss it trains with); exported returning its {fields[0]} (of "
+                              f"{', '.join(fields)}), which ckplan profile's --loss reads")
+                program = _export_plain_outputs(model, args, kwargs, dynamic_batch, field=fields[0])
+            eager_peaks = _eager_module_peaks(model, args, kwargs)
     finally:
         model.train(was_training)
-    shapes_only = is_meta_model(model, example_inputs)
+    inputs = _ordered_inputs(args, kwargs)
+    shapes_only = is_meta_model(model, inputs)
     record = {"schema": "ckplan.pt2-extra/1", "shapes_only": shapes_only, "aliases": _aliases(model)}
+    specs = [_input_spec(x) for x in inputs]
+    if all(spec is not None for spec in specs):
+        record["inputs"] = specs
     if eager_peaks is not None:
         record["eager_module_peaks"] = eager_peaks
     extra = json.dumps(record)

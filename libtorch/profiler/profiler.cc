@@ -293,6 +293,7 @@ struct StepRecord {
   std::vector<int64_t> op_wrapped_numbers;  // Python numbers eager autograd keeps (ExportWrappedNumberBytes)
   std::vector<OpRecord> op_arguments;  // approximate, recurrent (RecordCostArguments), grad_nodes
   std::vector<int> inputs, outputs;
+  std::vector<int> held_outputs;  // the model's other outputs beside its own loss
   std::map<std::string, std::vector<int>> module_inputs;  // module path -> tensors it was called with
   int64_t saved_bytes = 0;
   int64_t output_bytes = 0;
@@ -420,6 +421,7 @@ class Profiler {
     profile.inputs = record.inputs;
     profile.outputs = record.outputs;
     profile.module_inputs = record.module_inputs;
+    profile.held_outputs = record.held_outputs;
     // The eager model's own liveness, measured at export on the CPU with the
     // model's dtype: it holds only for the same inputs, device and dtype.
     if (!meta && !device_.cuda() && !dtype && IsExportArchive(path)) {
@@ -650,6 +652,11 @@ class Profiler {
         auto it = value_tensors.find(v);
         if (it == value_tensors.end()) continue;
         for (int id : it->second) record->outputs.push_back(id);
+      }
+      for (const torch::jit::Value* v : program.held_outputs()) {
+        auto it = value_tensors.find(v);
+        if (it == value_tensors.end()) continue;
+        for (int id : it->second) record->held_outputs.push_back(id);
       }
       for (const at::Tensor& t : outputs) {
         if (seen.insert(StorageData(t)).second) record->output_bytes += StorageBytes(t);
@@ -883,7 +890,20 @@ class Profiler {
 }  // namespace
 
 Profile ProfileModel(const ProfileOptions& options, std::vector<std::string>* warnings) {
-  return Profiler(options, warnings).Run();
+  if (!options.inputs.empty()) return Profiler(options, warnings).Run();
+  // No --input: the example's shapes an archive of ckplan_torch.export records.
+  ProfileOptions recorded = options;
+  const bool archive = IsExportArchive(options.model_path);
+  for (const std::string& text : archive ? ExportInputSpecs(options.model_path) : std::vector<std::string>{}) {
+    recorded.inputs.push_back(ParseInputSpec(text));
+  }
+  if (recorded.inputs.empty()) {
+    throw BadInput(options.model_path + ": give one --input per model input (SHAPE[:DTYPE[:LO..HI]], e.g. " +
+                   "8x3x224x224 or 4x1024:int64:0..50257)" +
+                   (archive ? "; this archive records none (an export by ckplan_torch.export records its example's)"
+                            : ""));
+  }
+  return Profiler(recorded, warnings).Run();
 }
 
 }  // namespace ckplan

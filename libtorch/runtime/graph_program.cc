@@ -169,7 +169,7 @@ bool IsLossValue(const Value* value) {
 void GraphProgram::SelectTrainingOutputs() {
   if (graph_->outputs().size() != 1) return;
   Node* made = graph_->outputs()[0]->node();
-  std::vector<Value*> chosen;
+  std::vector<Value*> chosen, held;
   if (made->kind() == c10::prim::DictConstruct) {
     std::vector<std::pair<std::string, Value*>> entries;
     std::string keys;
@@ -191,6 +191,9 @@ void GraphProgram::SelectTrainingOutputs() {
     if (Value* loss = find("loss")) {
       chosen = {loss};
       returns_loss_ = true;
+      for (const auto& [key, value] : entries) {
+        if (value != loss && IsTensorType(value->type())) held.push_back(value);
+      }
       output_choice_ = "the model returns a dict (" + keys +
                        "): its 'loss' is the training loss, back-propagated as it is (--loss does not apply)";
     }
@@ -215,6 +218,9 @@ void GraphProgram::SelectTrainingOutputs() {
     // A Hugging Face model traced with return_dict=False and its labels: (loss, logits, ...).
     chosen = {made->inputs()[0]};
     returns_loss_ = true;
+    for (size_t k = 1; k < made->inputs().size(); ++k) {
+      if (made->inputs()[k]->type()->kind() == c10::TypeKind::TensorType) held.push_back(made->inputs()[k]);
+    }
     output_choice_ = "the model returns a tuple led by its loss (" + std::string(made->inputs()[0]->node()->kind()
                      .toQualString()) + "): that is the training loss, back-propagated as it is (--loss does not apply)";
   } else {
@@ -223,6 +229,15 @@ void GraphProgram::SelectTrainingOutputs() {
   graph_->eraseOutput(0);
   for (Value* v : chosen) graph_->registerOutput(v);
   torch::jit::EliminateDeadCode(graph_);
+  // The held outputs the loss still needs survive; one the loss never reads
+  // is no longer computed (not counted: less, never a wrong tensor).
+  std::unordered_set<const Value*> alive;
+  for (const Node* node : graph_->nodes()) {
+    for (const Value* v : node->outputs()) alive.insert(v);
+  }
+  for (const Value* v : held) {
+    if (alive.count(v) != 0) held_outputs_.push_back(v);
+  }
 }
 
 size_t GraphProgram::LastUse(const Value* value) const {

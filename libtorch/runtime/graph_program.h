@@ -74,6 +74,10 @@ class GraphProgram {
   /// What was chosen from a dict or loss output, in one sentence ("" when
   /// the outputs are taken as the model returns them).
   const std::string& output_choice() const { return output_choice_; }
+  /// With returns_loss(): the model's other tensor outputs (a Hugging Face
+  /// model's logits beside its loss), which the training loop holds in the
+  /// output it got to the step's end; those the graph still computes.
+  const std::vector<const torch::jit::Value*>& held_outputs() const { return held_outputs_; }
 
  private:
   // A forward returning a dict (a Hugging Face ModelOutput traced with
@@ -96,6 +100,7 @@ class GraphProgram {
   mutable std::vector<int64_t> attribute_slot_;
   bool returns_loss_ = false;
   std::string output_choice_;
+  std::vector<const torch::jit::Value*> held_outputs_;
 };
 
 /// Tensors inside an IValue (a tensor, list, tuple), in order.
@@ -124,6 +129,10 @@ int64_t ExportWrappedNumberBytes(const torch::jit::Node* node);
 /// example inputs (extra/ckplan.json); empty unless `path` is a .pt2 with
 /// that record and `inputs` have the example's shapes and element sizes.
 std::map<std::string, int64_t> ExportEagerModulePeaks(const std::string& path, const std::vector<at::Tensor>& inputs);
+/// The `--input` texts of the example inputs ckplan_torch.export recorded in
+/// a .pt2 (extra/ckplan.json `inputs`), in the program's order; empty when
+/// it recorded none.
+std::vector<std::string> ExportInputSpecs(const std::string& path);
 
 /// Inputs from specs: float ones from a normal distribution (or uniform in
 /// LO..HI), integer ones uniform in [LO, HI). Seeded: the same every run.

@@ -709,14 +709,35 @@ std::string ExportModulePath(const torch::jit::Node* node) {
   return node->hasAttribute(kModuleAttr) ? node->s(kModuleAttr) : std::string();
 }
 
+namespace {
+
+// extra/ckplan.json of an archive; null when it has none.
+json CkplanRecord(const std::string& path) {
+  caffe2::serialize::PyTorchStreamReader reader(path);
+  if (!reader.hasRecord("extra/ckplan.json")) return nullptr;
+  auto [data, size] = reader.getRecord("extra/ckplan.json");
+  return json::parse(static_cast<const char*>(data.get()), static_cast<const char*>(data.get()) + size);
+}
+
+}  // namespace
+
+std::vector<std::string> ExportInputSpecs(const std::string& path) {
+  std::vector<std::string> specs;
+  try {
+    const json record = CkplanRecord(path);
+    if (!record.is_object() || !record.contains("inputs") || !record["inputs"].is_array()) return specs;
+    for (const json& text : record["inputs"]) specs.push_back(text.get<std::string>());
+  } catch (const std::exception&) {
+    specs.clear();  // a record this reader does not understand: as if none
+  }
+  return specs;
+}
+
 std::map<std::string, int64_t> ExportEagerModulePeaks(const std::string& path, const std::vector<at::Tensor>& inputs) {
   std::map<std::string, int64_t> peaks;
   try {
-    caffe2::serialize::PyTorchStreamReader reader(path);
-    if (!reader.hasRecord("extra/ckplan.json")) return peaks;
-    auto [data, size] = reader.getRecord("extra/ckplan.json");
-    const json record = json::parse(static_cast<const char*>(data.get()), static_cast<const char*>(data.get()) + size);
-    if (!record.contains("eager_module_peaks")) return peaks;
+    const json record = CkplanRecord(path);
+    if (!record.is_object() || !record.contains("eager_module_peaks")) return peaks;
     const json& measured = record["eager_module_peaks"];
     const json& examples = measured.at("inputs");
     if (!examples.is_array() || examples.size() != inputs.size()) return peaks;

@@ -269,6 +269,7 @@ Profile ProfileFromJson(const nlohmann::json& doc, const std::string& file) {
   }
   p.inputs = ReadIds(root.Field("inputs"), tensor_count);
   p.outputs = ReadIds(root.Field("outputs"), tensor_count);
+  if (root.Has("held_outputs")) p.held_outputs = ReadIds(root.Field("held_outputs"), tensor_count);
   if (root.Has("module_inputs")) {  // optional: {module path: [tensor id, ...]}
     const JsonReader modules = root.Field("module_inputs");
     modules.ExpectObject();
@@ -369,6 +370,7 @@ nlohmann::json ProfileToJson(const Profile& p) {
                         {"edges", std::move(edges)}};
   if (!p.calibration.empty()) doc["calibration"] = CalibrationToJson(p.calibration);
   if (!p.module_inputs.empty()) doc["module_inputs"] = p.module_inputs;
+  if (!p.held_outputs.empty()) doc["held_outputs"] = p.held_outputs;
   if (!p.module_eager_peak_bytes.empty()) doc["module_eager_peak_bytes"] = p.module_eager_peak_bytes;
   if (!p.parameters.empty()) {
     nlohmann::json params = nlohmann::json::array();

@@ -218,6 +218,10 @@ struct Profile {
   std::vector<OpRecord> ops;          ///< indexed by id, in execution order
   std::vector<int> inputs;            ///< tensor ids of the model inputs
   std::vector<int> outputs;           ///< tensor ids of the model outputs
+  /// Optional: for a model that returns its own loss (`model.loss` =
+  /// `model`), the tensor ids of its other outputs (a Hugging Face model's
+  /// logits), which the training loop holds to the step's end.
+  std::vector<int> held_outputs;
   /// Optional (`module_inputs`): per module path, the tensors it is called
   /// with, as an export that kept the modules' call signatures records them
   /// (ckplan_torch.export), those its ops never read included (a decoder

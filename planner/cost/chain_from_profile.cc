@@ -216,7 +216,11 @@ Chain ChainFromProfile(const Profile& profile, const std::string& file, const Op
   for (const TensorRecord& t : profile.tensors) {
     if (t.kept) kept_storages.insert(t.storage);
   }
-  for (int id : profile.outputs) {
+  // A model returning its own loss: its other outputs too (the logits), as
+  // the output object the loop holds keeps them.
+  std::vector<int> held = profile.outputs;
+  held.insert(held.end(), profile.held_outputs.begin(), profile.held_outputs.end());
+  for (int id : held) {
     const TensorRecord& t = profile.tensors[static_cast<size_t>(id)];
     if (t.external || kept_storages.count(t.storage) != 0) continue;
     if (held_storages.insert(t.storage).second) chain.output_held_bytes += t.bytes;

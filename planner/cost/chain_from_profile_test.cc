@@ -284,3 +284,18 @@ TEST_CASE("a profile's chain: the PyTorch target's prices from the step as `ckpl
     CHECK_THROWS_WITH_AS(ProfileFromJson(bad, "bad.json"), doctest::Contains(field), Error);
   }
 }
+
+TEST_CASE("a profile's chain: beside a model's own loss, the loop holds its other outputs, those no op keeps") {
+  // As if the model returned (loss, t3, t4): its output object holds t3
+  // (800 B, kept by no op) to the step's end; t4 is kept by tanh, counted there.
+  const Chain plain = ChainFromProfile(ProfileFromJson(TwoBlockProfile(), "two_blocks.json"));
+  CHECK(plain.output_held_bytes == 800);
+  nlohmann::json doc = TwoBlockProfile();
+  doc["held_outputs"] = {3, 4};
+  const Profile profile = ProfileFromJson(doc, "held.json");
+  CHECK(profile.held_outputs == std::vector<int>{3, 4});
+  CHECK(ProfileFromJson(ProfileToJson(profile), "again.json").held_outputs == profile.held_outputs);
+  CHECK(ChainFromProfile(profile).output_held_bytes == 800 + 800);
+  doc["held_outputs"] = {9};
+  CHECK_THROWS_AS(ProfileFromJson(doc, "bad.json"), ckplan::Error);
+}

@@ -47,15 +47,30 @@ class Cutter {
     }
     // Ops on the data path: those that read a model input or what such an
     // op made. The others (positions from arange, batch norm's counter)
-    // are auxiliary and never start a stage.
-    std::vector<bool> data_tensor(p.tensors.size(), false);
-    for (int t : p.inputs) data_tensor[static_cast<size_t>(t)] = true;
+    // are auxiliary and never start a stage. An input that is not floating
+    // point (ids, an attention mask, labels), and what ops make of it that
+    // requires no gradient (ids reshaped, a mask cast), starts the data path
+    // only through an op whose output requires one (an embedding): the
+    // causal mask made from an attention mask is auxiliary, as the one made
+    // from positions is.
+    std::vector<bool> data_tensor(p.tensors.size(), false), index_input(p.tensors.size(), false);
+    for (int t : p.inputs) {
+      const std::string& dtype = p.tensors[static_cast<size_t>(t)].dtype;
+      const bool floating = dtype == "Float" || dtype == "Double" || dtype == "Half" || dtype == "BFloat16";
+      (floating ? data_tensor : index_input)[static_cast<size_t>(t)] = true;
+    }
     for (const OpRecord& op : p.ops) {
-      bool data = false;
-      for (int t : op.inputs) data = data || data_tensor[static_cast<size_t>(t)];
+      bool data = false, reads_index = false, makes_grad = false;
+      for (int t : op.inputs) {
+        data = data || data_tensor[static_cast<size_t>(t)];
+        reads_index = reads_index || index_input[static_cast<size_t>(t)];
+      }
+      for (int t : op.outputs) makes_grad = makes_grad || p.tensors[static_cast<size_t>(t)].requires_grad;
+      data = data || (reads_index && makes_grad);
       data_op_.push_back(data);
-      if (data) {
-        for (int t : op.outputs) data_tensor[static_cast<size_t>(t)] = true;
+      for (int t : op.outputs) {
+        if (data) data_tensor[static_cast<size_t>(t)] = true;
+        if (!data && reads_index) index_input[static_cast<size_t>(t)] = true;
       }
     }
     // An op that writes an activation in place (directly, or through a view:

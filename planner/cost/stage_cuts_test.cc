@@ -3,6 +3,10 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <string>
+#include <vector>
+
 #include "tests/test_profiles.h"
 #include "planner/contracts/profile.h"
 #include "planner/cost/stage_cuts.h"
@@ -30,4 +34,37 @@ TEST_CASE("a profile's stages: an encoder-decoder's decoder is cut between its b
   std::vector<std::string> names;
   for (const StageCut& cut : cuts) names.push_back(cut.name);
   CHECK(names == std::vector<std::string>{"enc.fc", "enc.act", "dec.embed", "dec.block0", "dec.block1", "head"});
+}
+
+TEST_CASE("a profile's stages: a mask made from an integer input is auxiliary, as one made from positions") {
+  // ids -> model.embed (requires grad); the attention mask (an integer
+  // model input) -> a float mask, no gradient, read by every layer. The
+  // mask crossing the cuts between the layers is no skip connection: each
+  // layer is a stage.
+  nlohmann::json doc = ckplan::testing::TwoBlockProfile();
+  auto tensor = [](int id, int64_t bytes, int producer, bool grad, const char* dtype) {
+    nlohmann::json t = ckplan::testing::ProfileTensor(id, bytes, producer, grad);
+    t["requires_grad"] = grad;
+    t["dtype"] = dtype;
+    return t;
+  };
+  auto op = [](int id, const char* module, std::vector<int> inputs, int output) {
+    return ckplan::testing::ProfileOp(id, "aten::linear", module, std::move(inputs), output, 800, 0, 800, 1.0, 2.0);
+  };
+  doc["inputs"] = {0, 1};
+  doc["outputs"] = {6};
+  doc["tensors"] = {tensor(0, 1024, -1, false, "Long"), tensor(1, 1024, -1, false, "Long"),
+                    tensor(2, 800, 0, true, "Float"),   tensor(3, 4096, 1, false, "Float"),
+                    tensor(4, 800, 2, true, "Float"),   tensor(5, 800, 3, true, "Float"),
+                    tensor(6, 800, 4, true, "Float")};
+  doc["ops"] = {op(0, "model.embed", {0}, 2), op(1, "model", {1}, 3), op(2, "model.layers.0", {2, 3}, 4),
+                op(3, "model.layers.1", {4, 3}, 5), op(4, "head", {5}, 6)};
+  doc["ops"][1]["kind"] = "aten::to";
+  doc["totals"]["input_bytes"] = 2048;
+  const std::vector<StageCut> cuts = CutStages(ProfileFromJson(doc, "masked.json"));
+  std::vector<std::string> names;
+  for (const StageCut& cut : cuts) names.push_back(cut.name);
+  CAPTURE(names.size());
+  CHECK(std::find(names.begin(), names.end(), "model.layers.0") != names.end());
+  CHECK(std::find(names.begin(), names.end(), "model.layers.1") != names.end());
 }

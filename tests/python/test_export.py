@@ -109,6 +109,72 @@ def check_eager_peaks(tmp, failures):
         failures.append("the eager measurement changed batch norm's running statistics")
 
 
+def check_hugging_face_as_it_comes(tmp, failures, ckplan):
+    """A transformers Llama as it comes (use_cache on in its config), given
+    its labels and an attention mask as keyword inputs, as a training loop
+    calls it: exported, then profiled with no --input."""
+    import json
+    import subprocess
+    import transformers
+    transformers.logging.set_verbosity_error()
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=128, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                      intermediate_size=64, max_position_embeddings=64)
+    model = transformers.LlamaForCausalLM(config)
+    ids = torch.randint(3, 100, (2, 16))
+    labels = ids.clone()
+    labels[:, 0] = -100  # the ignore index, left out of the recorded range
+    mask = torch.ones(2, 16, dtype=torch.long)
+    path = os.path.join(tmp, "llama.pt2")
+    try:
+        ckplan_torch.export(model, (ids,), path, kwargs={"labels": labels, "attention_mask": mask})
+    except ckplan_torch.ExportError as error:
+        failures.append(f"a Llama with its labels does not export: {error}")
+        return
+    if model.config.use_cache is not True:
+        failures.append("export left the model's config with use_cache changed")
+    # The plain-tensor BERT output: its first field, with a warning.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        bert = transformers.BertModel(transformers.BertConfig(vocab_size=128, hidden_size=32, num_hidden_layers=1,
+                                                              num_attention_heads=2, intermediate_size=64))
+        program = ckplan_torch.export(bert, (ids,), os.path.join(tmp, "bert.pt2"))
+    notes = [str(w.message) for w in caught if "returns no loss" in str(w.message)]
+    if len(notes) != 1 or "last_hidden_state" not in notes[0] or program.call_spec.out_spec.num_leaves != 1:
+        failures.append(f"BERT without labels: no note, or not its last_hidden_state alone: {notes}")
+    if ckplan is None:
+        return
+    profile_path = os.path.join(tmp, "llama.profile.json")
+    run = subprocess.run([ckplan, "profile", path, "--reps", "1", "-o", profile_path], capture_output=True, text=True)
+    if run.returncode != 0:
+        failures.append(f"ckplan profile without --input failed: {run.stderr.strip()[:300]}")
+        return
+    with open(profile_path) as f:
+        profile = json.load(f)
+    texts = [spec["text"] for spec in profile["model"]["inputs"]]
+    expected = [f"2x16:int64:{int(ids.min())}..{int(ids.max()) + 1}",
+                f"2x16:int64:{int(ids.min())}..{int(ids.max()) + 1}", "2x16:int64:1..2"]
+    if texts != expected:
+        failures.append(f"profiled with {texts}, the archive's inputs are {expected}")
+    if profile["model"].get("loss") != "model":
+        failures.append(f"the model's own loss is not the profile's: loss {profile['model'].get('loss')}")
+    # The logits beside the loss, which the training loop holds in the output it got.
+    logits = [t for t in profile.get("held_outputs", []) if profile["tensors"][t]["shape"] == [2, 16, 128]]
+    if not logits:
+        failures.append(f"the logits are not among the outputs the loop holds: {profile.get('held_outputs')}")
+    # apply_plan turns the cache off for training (the plan counts none), and remove_plan back on.
+    plan_path = os.path.join(tmp, "llama.plan.json")
+    subprocess.run([ckplan, "solve", profile_path, "--budget", "1TB", "-o", plan_path], check=True, capture_output=True)
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        ckplan_torch.apply_plan(model, plan_path)
+    if model.config.use_cache is not False:
+        failures.append("apply_plan left use_cache on")
+    ckplan_torch.remove_plan(model)
+    if model.config.use_cache is not True:
+        failures.append("remove_plan did not set use_cache back")
+
+
 def check_save_failure(tmp, failures):
     path = os.path.join(tmp, "missing", "m.pt2")
     try:
@@ -122,7 +188,9 @@ def check_save_failure(tmp, failures):
 
 
 def main():
-    argparse.ArgumentParser(description=__doc__).parse_args()
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--ckplan", help="the ckplan binary, for the checks that profile an export")
+    args = parser.parse_args()
     warnings.filterwarnings("ignore")
     failures = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -151,6 +219,7 @@ def main():
         check_namedtuple_output(tmp, failures)
         check_save_failure(tmp, failures)
         check_eager_peaks(tmp, failures)
+        check_hugging_face_as_it_comes(tmp, failures, args.ckplan)
         if any(name.endswith(".partial") for name in os.listdir(tmp)):
             failures.append(f"a partial archive left behind: {os.listdir(tmp)}")
     for f in failures:
