@@ -113,6 +113,13 @@ int64_t StageBackwardPeak(const Chain& chain, const Profile& profile, int index,
       }
     }
     int64_t op_peak = boundary + extra + rec.bwd_tmp_bytes + held + beyond;
+    // In PyTorch too, an op of several nodes holds the first's gradients
+    // while the second makes its own (cross-entropy: nll_loss's gradient,
+    // then log_softmax's, both the logits' size): its measured span where
+    // the profile has it.
+    if (!executor && rec.bwd_span_peak_bytes) {
+      op_peak = std::max(op_peak, boundary + extra + held + beyond + *rec.bwd_span_peak_bytes);
+    }
     // What it makes: its parameters' gradients and its inputs'.
     held += op_grads[static_cast<size_t>(op)];
     for (int t : rec.inputs) {

@@ -137,12 +137,17 @@ TEST_CASE("a stage's backward as PyTorch runs it: boundary gradients as they liv
   // above what is live when it starts, plus t1 (a cut's storage the profiled
   // step released during it, which the executor holds), 232, above the
   // node-by-node bound: that counts. Without the release measured, 102 + 30
-  // is below it: 132. PyTorch's replay does not take it.
+  // is below it: 132. PyTorch's replay takes it too, from what is live when
+  // op 1 starts (t3's gradient released, t2's made: 2 B net): 32, below 102.
   profile.ops[1].bwd_span_peak_bytes = 30;
   CHECK(Gradients(chain, profile).executor_bwd_peak_bytes == std::vector<int64_t>{100, 202});
   profile.tensors[1].released_by.reset();
   CHECK(Gradients(chain, profile).executor_bwd_peak_bytes == std::vector<int64_t>{100, 132});
   CHECK(Gradients(chain, profile).pytorch_bwd_peak_bytes == std::vector<int64_t>{100, 102});
+  // A span above the node-by-node bound (cross-entropy's two nodes, each
+  // gradient the logits' size, alive together): PyTorch holds it as well.
+  profile.ops[1].bwd_span_peak_bytes = 300;
+  CHECK(Gradients(chain, profile).pytorch_bwd_peak_bytes == std::vector<int64_t>{100, 302});
 }
 
 TEST_CASE("a stage's backward: no gradient for a value passed along that autograd does not differentiate") {

@@ -73,6 +73,7 @@ class Cutter {
         if (!data && reads_index) index_input[static_cast<size_t>(t)] = true;
       }
     }
+    index_tensor_ = index_input;
     // An op that writes an activation in place (directly, or through a view:
     // `dropout_` after `flatten`) must be in the stage that made it: a cut in
     // between would hand a stage an input it modifies, which a recomputation
@@ -145,15 +146,19 @@ class Cutter {
     return bytes;
   }
 
-  // The storages of the model inputs the segment's ops read, where it does
-  // not start the model (CrossingCount and CrossingBytes count them there).
+  // The storages of the model inputs the segment's ops read, and of what
+  // ops made of integer inputs before it without gradients (a decoder's
+  // input ids shifted from the labels), where it does not start the model
+  // (CrossingCount and CrossingBytes count the inputs there).
   std::set<int> InputsRead(const Segment& segment) const {
     std::set<int> storages;
     if (segment.first <= 0) return storages;
     std::set<int> inputs(profile_.inputs.begin(), profile_.inputs.end());
     for (int op = segment.first; op <= segment.last; ++op) {
       for (int t : profile_.ops[static_cast<size_t>(op)].inputs) {
-        if (inputs.count(t) != 0) storages.insert(profile_.tensors[static_cast<size_t>(t)].storage);
+        const TensorRecord& tensor = profile_.tensors[static_cast<size_t>(t)];
+        const bool made_before = index_tensor_[static_cast<size_t>(t)] && tensor.producer < segment.first;
+        if (inputs.count(t) != 0 || made_before) storages.insert(tensor.storage);
       }
     }
     return storages;
@@ -314,6 +319,7 @@ class Cutter {
   const Liveness& liveness_;
   std::vector<std::vector<std::string>> paths_;
   std::vector<bool> data_op_;
+  std::vector<bool> index_tensor_;  // by tensor: an integer input, or made of one without gradients
   std::set<int> storage_kept_;
   std::vector<bool> no_cut_;  // by position: a later op writes in place into a storage crossing it
   std::vector<int> cuts_;

@@ -68,3 +68,32 @@ TEST_CASE("a profile's stages: a mask made from an integer input is auxiliary, a
   CHECK(std::find(names.begin(), names.end(), "model.layers.0") != names.end());
   CHECK(std::find(names.begin(), names.end(), "model.layers.1") != names.end());
 }
+
+TEST_CASE("a profile's stages: a decoder whose input ids are made from the labels is cut between its blocks too") {
+  // A model given its labels shifts them into the decoder's input ids (an
+  // integer tensor made without gradients, before the decoder): the decoder
+  // is called with it and the encoder's output, as with ids given directly.
+  using ckplan::testing::ProfileOp;
+  using ckplan::testing::ProfileTensor;
+  auto op = [](int id, const char* kind, const char* module, std::vector<int> inputs, int output) {
+    return ProfileOp(id, kind, module, std::move(inputs), output, 800, 0, 800, 1.0, 2.0);
+  };
+  nlohmann::json doc = ckplan::testing::EncoderDecoderProfile();
+  nlohmann::json shifted = ProfileTensor(7, 1000, 0, false);
+  shifted["requires_grad"] = false;
+  shifted["dtype"] = "Long";
+  doc["tensors"][0]["dtype"] = "Long";
+  doc["tensors"] = {doc["tensors"][0],         ProfileTensor(1, 800, 1, true), ProfileTensor(2, 800, 2, true),
+                    ProfileTensor(3, 800, 3, true), ProfileTensor(4, 800, 4, true), ProfileTensor(5, 800, 5, true),
+                    ProfileTensor(6, 800, 6, false), shifted};
+  doc["ops"] = {op(0, "aten::roll", "", {0}, 7),          op(1, "aten::linear", "enc.fc", {0}, 1),
+                op(2, "aten::relu", "enc.act", {1}, 2),   op(3, "aten::embedding", "dec.embed", {7}, 3),
+                op(4, "aten::linear", "dec.block0", {3, 2}, 4), op(5, "aten::linear", "dec.block1", {4, 2}, 5),
+                op(6, "aten::linear", "head", {5}, 6)};
+  const std::vector<StageCut> cuts = CutStages(ProfileFromJson(doc, "shifted.json"));
+  std::vector<std::string> names;
+  for (const StageCut& cut : cuts) names.push_back(cut.name);
+  CAPTURE(names.size());
+  CHECK(std::find(names.begin(), names.end(), "dec.block0") != names.end());
+  CHECK(std::find(names.begin(), names.end(), "dec.block1") != names.end());
+}
