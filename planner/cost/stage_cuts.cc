@@ -53,27 +53,27 @@ class Cutter {
     // only through an op whose output requires one (an embedding): the
     // causal mask made from an attention mask is auxiliary, as the one made
     // from positions is.
-    std::vector<bool> data_tensor(p.tensors.size(), false), index_input(p.tensors.size(), false);
+    std::vector<bool> data_tensor(p.tensors.size(), false);
+    index_tensor_.assign(p.tensors.size(), false);
     for (int t : p.inputs) {
       const std::string& dtype = p.tensors[static_cast<size_t>(t)].dtype;
       const bool floating = dtype == "Float" || dtype == "Double" || dtype == "Half" || dtype == "BFloat16";
-      (floating ? data_tensor : index_input)[static_cast<size_t>(t)] = true;
+      (floating ? data_tensor : index_tensor_)[static_cast<size_t>(t)] = true;
     }
     for (const OpRecord& op : p.ops) {
       bool data = false, reads_index = false, makes_grad = false;
       for (int t : op.inputs) {
         data = data || data_tensor[static_cast<size_t>(t)];
-        reads_index = reads_index || index_input[static_cast<size_t>(t)];
+        reads_index = reads_index || index_tensor_[static_cast<size_t>(t)];
       }
       for (int t : op.outputs) makes_grad = makes_grad || p.tensors[static_cast<size_t>(t)].requires_grad;
       data = data || (reads_index && makes_grad);
       data_op_.push_back(data);
       for (int t : op.outputs) {
         if (data) data_tensor[static_cast<size_t>(t)] = true;
-        if (!data && reads_index) index_input[static_cast<size_t>(t)] = true;
+        if (!data && reads_index) index_tensor_[static_cast<size_t>(t)] = true;
       }
     }
-    index_tensor_ = index_input;
     // An op that writes an activation in place (directly, or through a view:
     // `dropout_` after `flatten`) must be in the stage that made it: a cut in
     // between would hand a stage an input it modifies, which a recomputation

@@ -49,7 +49,7 @@ TEST_CASE("a profile's stages: a mask made from an integer input is auxiliary, a
     return t;
   };
   auto op = [](int id, const char* module, std::vector<int> inputs, int output) {
-    return ckplan::testing::ProfileOp(id, "aten::linear", module, std::move(inputs), output, 800, 0, 800, 1.0, 2.0);
+    return ckplan::testing::ChainOp(id, "aten::linear", module, std::move(inputs), output);
   };
   doc["inputs"] = {0, 1};
   doc["outputs"] = {6};
@@ -73,11 +73,8 @@ TEST_CASE("a profile's stages: a decoder whose input ids are made from the label
   // A model given its labels shifts them into the decoder's input ids (an
   // integer tensor made without gradients, before the decoder): the decoder
   // is called with it and the encoder's output, as with ids given directly.
-  using ckplan::testing::ProfileOp;
   using ckplan::testing::ProfileTensor;
-  auto op = [](int id, const char* kind, const char* module, std::vector<int> inputs, int output) {
-    return ProfileOp(id, kind, module, std::move(inputs), output, 800, 0, 800, 1.0, 2.0);
-  };
+  const auto& op = ckplan::testing::ChainOp;
   nlohmann::json doc = ckplan::testing::EncoderDecoderProfile();
   nlohmann::json shifted = ProfileTensor(7, 1000, 0, false);
   shifted["requires_grad"] = false;
