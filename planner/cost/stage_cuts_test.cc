@@ -14,6 +14,21 @@
 using namespace ckplan;
 using ckplan::testing::TwoBlockProfile;
 
+namespace {
+
+// The names of the stages a profile document is cut into, in order.
+std::vector<std::string> StageNames(const nlohmann::json& doc) {
+  std::vector<std::string> names;
+  for (const StageCut& cut : CutStages(ProfileFromJson(doc, "profile.json"))) names.push_back(cut.name);
+  return names;
+}
+
+bool Has(const std::vector<std::string>& names, const std::string& name) {
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+}  // namespace
+
 TEST_CASE("a profile's stages: cut where one tensor crosses, never inside a block with a skip connection") {
   Profile profile = ProfileFromJson(TwoBlockProfile(), "two_blocks.json");
   std::vector<StageCut> cuts = CutStages(profile);
@@ -29,10 +44,7 @@ TEST_CASE("a profile's stages: an encoder-decoder's decoder is cut between its b
   // The decoder is called with x and the encoder's output; each cut between
   // its blocks carries the hidden state and the encoder's output: as many,
   // no skip connection added.
-  const Profile profile = ProfileFromJson(ckplan::testing::EncoderDecoderProfile(), "enc_dec.json");
-  const std::vector<StageCut> cuts = CutStages(profile);
-  std::vector<std::string> names;
-  for (const StageCut& cut : cuts) names.push_back(cut.name);
+  const std::vector<std::string> names = StageNames(ckplan::testing::EncoderDecoderProfile());
   CHECK(names == std::vector<std::string>{"enc.fc", "enc.act", "dec.embed", "dec.block0", "dec.block1", "head"});
 }
 
@@ -61,12 +73,10 @@ TEST_CASE("a profile's stages: a mask made from an integer input is auxiliary, a
                 op(3, "model.layers.1", {4, 3}, 5), op(4, "head", {5}, 6)};
   doc["ops"][1]["kind"] = "aten::to";
   doc["totals"]["input_bytes"] = 2048;
-  const std::vector<StageCut> cuts = CutStages(ProfileFromJson(doc, "masked.json"));
-  std::vector<std::string> names;
-  for (const StageCut& cut : cuts) names.push_back(cut.name);
+  const std::vector<std::string> names = StageNames(doc);
   CAPTURE(names.size());
-  CHECK(std::find(names.begin(), names.end(), "model.layers.0") != names.end());
-  CHECK(std::find(names.begin(), names.end(), "model.layers.1") != names.end());
+  CHECK(Has(names, "model.layers.0"));
+  CHECK(Has(names, "model.layers.1"));
 }
 
 TEST_CASE("a profile's stages: a decoder whose input ids are made from the labels is cut between its blocks too") {
@@ -87,10 +97,8 @@ TEST_CASE("a profile's stages: a decoder whose input ids are made from the label
                 op(2, "aten::relu", "enc.act", {1}, 2),   op(3, "aten::embedding", "dec.embed", {7}, 3),
                 op(4, "aten::linear", "dec.block0", {3, 2}, 4), op(5, "aten::linear", "dec.block1", {4, 2}, 5),
                 op(6, "aten::linear", "head", {5}, 6)};
-  const std::vector<StageCut> cuts = CutStages(ProfileFromJson(doc, "shifted.json"));
-  std::vector<std::string> names;
-  for (const StageCut& cut : cuts) names.push_back(cut.name);
+  const std::vector<std::string> names = StageNames(doc);
   CAPTURE(names.size());
-  CHECK(std::find(names.begin(), names.end(), "dec.block0") != names.end());
-  CHECK(std::find(names.begin(), names.end(), "dec.block1") != names.end());
+  CHECK(Has(names, "dec.block0"));
+  CHECK(Has(names, "dec.block1"));
 }
