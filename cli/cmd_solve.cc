@@ -266,7 +266,9 @@ int RunSolve(const SolveOptions& o) {
                  FormatTable(curve_rows, {true, true, true}).c_str());
   }
 
-  EmitOutput(o.output, PlanToJson(plan, in.chain, in.source).dump(2) + "\n", human);
+  PlanDocument document = MakePlanDocument(plan, in.chain, in.source);
+  document.strategies = rows;
+  EmitOutput(o.output, PlanToJson(document).dump(2) + "\n", human);
   return 0;
 }
 

@@ -90,7 +90,28 @@ bool PlanDocument::operator==(const PlanDocument& o) const {
          timeline_stored_after_bytes == o.timeline_stored_after_bytes && checkpoint_modules == o.checkpoint_modules &&
          pytorch == o.pytorch && slots == o.slots && slot_bytes == o.slot_bytes && solver == o.solver &&
          every_n == o.every_n && unit_style == o.unit_style && distributed == o.distributed &&
-         pipeline_stage == o.pipeline_stage;
+         pipeline_stage == o.pipeline_stage && strategies == o.strategies;
+}
+
+bool StrategyPoint::operator==(const StrategyPoint& o) const {
+  return name == o.name && peak_bytes == o.peak_bytes && time_ms == o.time_ms && overhead_pct == o.overhead_pct &&
+         fits == o.fits;
+}
+
+nlohmann::json StrategyPointToJson(const StrategyPoint& p) {
+  return {{"name", p.name}, {"peak_bytes", p.peak_bytes}, {"time_ms", p.time_ms}, {"overhead_pct", p.overhead_pct},
+          {"fits", p.fits}};
+}
+
+std::vector<StrategyPoint> StrategyPointsFromJson(const JsonReader& list) {
+  std::vector<StrategyPoint> points;
+  for (size_t k = 0; k < list.ArraySize(); ++k) {
+    const JsonReader p = list.Item(k);
+    points.push_back({p.Field("name").String(), p.Field("peak_bytes").NonNegativeBytes(),
+                      p.Field("time_ms").NonNegativeNumber(), p.Field("overhead_pct").FiniteNumber(),
+                      p.Field("fits").Bool()});
+  }
+  return points;
 }
 
 namespace {
@@ -195,6 +216,11 @@ nlohmann::json PlanToJson(const PlanDocument& p) {
                         {"checkpoint_modules", p.checkpoint_modules}};
   if (p.distributed) doc["distributed"] = DistributedToJson(*p.distributed);
   if (p.unit_style) doc["unit_style"] = *p.unit_style;
+  if (!p.strategies.empty()) {
+    nlohmann::json strategies = nlohmann::json::array();
+    for (const StrategyPoint& point : p.strategies) strategies.push_back(StrategyPointToJson(point));
+    doc["strategies"] = strategies;
+  }
   if (p.is_pipeline) return doc;  // each stage's document (in distributed.stages) is a plan
   nlohmann::json stages = nlohmann::json::array();
   for (const PlanStage& s : p.stages) {
@@ -372,6 +398,7 @@ PlanDocument ReadPlan(const JsonReader& root) {
     p.unit_style = style.String();
     if (*p.unit_style != "decimal" && *p.unit_style != "binary") style.Fail("expected \"decimal\" or \"binary\"");
   }
+  if (root.Has("strategies")) p.strategies = StrategyPointsFromJson(root.Field("strategies"));
   if (p.is_pipeline) return p;
 
   if (root.Has("target")) p.target = root.Field("target").String();

@@ -16,6 +16,8 @@
 
 namespace ckplan {
 
+class JsonReader;  // planner/base/json_io.h
+
 /// `source`: where the chain came from (ProfileSource in planner/plan/planner_input.h makes it
 /// for a profile). Also the sweep's `source` (sweep_document.h).
 struct PlanSource {
@@ -135,6 +137,23 @@ struct PlanDistributed {
   bool operator==(const PlanDistributed& o) const;
 };
 
+/// One strategy at a budget: a row of the strategy table (`ckplan solve`
+/// prints it and writes it in the plan's `strategies`; `ckplan report` too).
+struct StrategyPoint {
+  std::string name;       ///< `none`, `every`, `sqrt (n=4)`, `optimal (pytorch)`, `optimal (schedule)`
+  int64_t peak_bytes = 0;
+  double time_ms = 0;
+  double overhead_pct = 0;
+  bool fits = false;
+  bool operator==(const StrategyPoint& o) const;
+};
+
+/// `{"name", "peak_bytes", "time_ms", "overhead_pct", "fits"}`.
+nlohmann::json StrategyPointToJson(const StrategyPoint& point);
+/// Reads a list of strategy points (every field required); throws BadInput
+/// naming the file and the field.
+std::vector<StrategyPoint> StrategyPointsFromJson(const JsonReader& list);
+
 struct PlanDocument {
   /// A pipeline plan's top level (`--pipeline`): schema, algorithm, source,
   /// budget_bytes, checkpoint_modules and `distributed` only; each pipeline
@@ -167,6 +186,9 @@ struct PlanDocument {
   /// `distributed`, and a pipeline stage's `pipeline_stage`.
   std::optional<PlanDistributed> distributed;
   std::optional<PlanPipelineStage> pipeline_stage;
+  /// `ckplan solve`'s strategy table at the plan's budget (optional; written
+  /// for a profile or chain solve, not by the distributed commands).
+  std::vector<StrategyPoint> strategies;
   bool operator==(const PlanDocument& o) const;
 };
 

@@ -81,6 +81,27 @@ TEST_CASE("plans of every algorithm and target made from a profile round-trip") 
   CHECK(written == 10);
 }
 
+TEST_CASE("a plan's strategy table round-trips and is refused field by field") {
+  const Chain chain = ThreeStageChain();
+  PlanRequest request;
+  request.budget.bytes = int64_t{1} << 40;
+  PlanDocument document = MakePlanDocument(MakePlan(chain, FixedMemory{}, request), chain, ChainSource("c"));
+  CHECK(!PlanToJson(document).contains("strategies"));  // optional: absent when there is none
+  document.strategies = {{"none", 4096, 10.0, 0.0, true}, {"optimal (pytorch)", 2048, 12.5, 25.0, false}};
+  const nlohmann::json doc = PlanToJson(document);
+  CHECK(doc["strategies"][1]["name"] == "optimal (pytorch)");
+  CHECK(doc["strategies"][1]["fits"] == false);
+  CheckRoundTrip(doc);
+  CHECK(PlanFromJson(doc, "p").strategies == document.strategies);
+  auto refused = [&](const std::function<void(nlohmann::json&)>& mutate) {
+    return testing::Refusal(doc, mutate, [](const nlohmann::json& d) { PlanFromJson(d, "bad.json"); });
+  };
+  CHECK(refused([](nlohmann::json& d) { d["strategies"][0].erase("peak_bytes"); }).find("strategies[0].peak_bytes") !=
+        std::string::npos);
+  CHECK(refused([](nlohmann::json& d) { d["strategies"][1]["fits"] = 1; }).find("strategies[1].fits") !=
+        std::string::npos);
+}
+
 TEST_CASE("a banded plan, a chain's plan and an infeasible plan round-trip") {
   const Chain long_chain = RandomChain(kExactMaxStages + 20, 7);
   PlanRequest request;

@@ -4,11 +4,6 @@
 
 namespace ckplan {
 
-bool StrategyPoint::operator==(const StrategyPoint& o) const {
-  return name == o.name && peak_bytes == o.peak_bytes && time_ms == o.time_ms && overhead_pct == o.overhead_pct &&
-         fits == o.fits;
-}
-
 bool ReportRun::operator==(const ReportRun& o) const {
   return file == o.file && algorithm == o.algorithm && measured_peak_bytes == o.measured_peak_bytes &&
          measured_ms == o.measured_ms && predicted_peak_bytes == o.predicted_peak_bytes &&
@@ -39,10 +34,7 @@ bool ReportDocument::operator==(const ReportDocument& o) const {
 
 nlohmann::json ReportToJson(const ReportDocument& r) {
   nlohmann::json strategies = nlohmann::json::array();
-  for (const auto& p : r.strategies) {
-    strategies.push_back({{"name", p.name}, {"peak_bytes", p.peak_bytes}, {"time_ms", p.time_ms},
-                          {"overhead_pct", p.overhead_pct}, {"fits", p.fits}});
-  }
+  for (const auto& p : r.strategies) strategies.push_back(StrategyPointToJson(p));
   nlohmann::json curve = nlohmann::json::array();
   for (const auto& p : r.optimal_curve) curve.push_back({{"budget_bytes", p.budget_bytes}, {"time_ms", p.time_ms}});
   nlohmann::json runs = nlohmann::json::array();
@@ -78,13 +70,7 @@ ReportDocument ReportFromJson(const nlohmann::json& json, const std::string& fil
   r.budget_bytes = root.Field("budget_bytes").NonNegativeBytes();
   r.fixed_bytes = root.Field("fixed_bytes").NonNegativeBytes();
   r.no_recompute_ms = root.Field("no_recompute_ms").NonNegativeNumber();
-  const JsonReader strategies = root.Field("strategies");
-  for (size_t k = 0; k < strategies.ArraySize(); ++k) {
-    const JsonReader p = strategies.Item(k);
-    r.strategies.push_back({p.Field("name").String(), p.Field("peak_bytes").NonNegativeBytes(),
-                            p.Field("time_ms").NonNegativeNumber(), p.Field("overhead_pct").FiniteNumber(),
-                            p.Field("fits").Bool()});
-  }
+  r.strategies = StrategyPointsFromJson(root.Field("strategies"));
   const JsonReader curve = root.Field("optimal_curve");
   for (size_t k = 0; k < curve.ArraySize(); ++k) {
     const JsonReader p = curve.Item(k);

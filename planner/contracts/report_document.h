@@ -14,16 +14,6 @@
 
 namespace ckplan {
 
-/// One strategy at the report's (or solve's) budget: a row of the strategy table.
-struct StrategyPoint {
-  std::string name;       ///< `none`, `every`, `every-4`, `sqrt (n=4)`, `optimal`
-  int64_t peak_bytes = 0;
-  double time_ms = 0;
-  double overhead_pct = 0;
-  bool fits = false;
-  bool operator==(const StrategyPoint& o) const;
-};
-
 /// A run report (`--runs`) as the report lists it.
 struct ReportRun {
   std::string file;

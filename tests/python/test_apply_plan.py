@@ -19,7 +19,6 @@ layer (`gradient_checkpointing_enable()`).
     test_apply_plan.py --ckplan BUILD/ckplan --models BUILD/test_models
 """
 import argparse
-import gc
 import json
 import os
 import subprocess
@@ -34,6 +33,7 @@ import torch  # noqa: E402
 
 import ckplan_torch  # noqa: E402
 import make_models  # noqa: E402
+import memory_timeline  # noqa: E402
 from checks import check, finish  # noqa: E402
 
 # What the step's measured peak may exceed the prediction by (a fraction of
@@ -146,8 +146,6 @@ def step_peak(model, inputs, make_optimizer):
     makes the optimizer's state), the smaller of two, as a job runs one:
     zero_grad(), out = forward, loss, backward, optimizer.step(), `out`
     held to the end. The model's parameters are restored afterwards."""
-    from torch.profiler import ProfilerActivity, profile
-    from torch.profiler._memory_profiler import Action
     saved = {k: v.clone() for k, v in model.state_dict().items()}
     optimizer = make_optimizer(model.parameters())
 
@@ -159,30 +157,9 @@ def step_peak(model, inputs, make_optimizer):
         optimizer.step()
 
     step()
-    untouched = {make_models.storage_of(t).data_ptr(): make_models.storage_of(t).nbytes()
-                 for t in list(model.parameters()) + list(model.buffers())}
 
     def measured():
-        # Garbage from before (an earlier optimizer's state in a reference
-        # cycle) collected inside the window would show as memory held at
-        # its start: collect it first.
-        gc.collect()
-        with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True,
-                     with_stack=True) as prof:
-            step()
-        timeline = prof._memory_profile().timeline
-        # The timeline lists only the storages the step touched: a buffer no
-        # op reads (transformers' Llama keeps `original_inv_freq` beside the
-        # `inv_freq` it uses) is memory all the same.
-        seen = {key.storage.ptr for _, _, (key, _), _ in timeline if hasattr(key, "storage")}
-        live = peak = sum(size for ptr, size in untouched.items() if ptr not in seen)
-        for _, action, _, size in timeline:
-            if action in (Action.PREEXISTING, Action.CREATE):
-                live += size
-            elif action == Action.DESTROY:
-                live -= size
-            peak = max(peak, live)
-        return peak
+        return memory_timeline.timeline_peak(step, memory_timeline.model_tensors(model))
 
     # The same step measured twice, the smaller taken: the step is
     # deterministic, and a one-off allocation in the window that is not the

@@ -754,3 +754,9 @@ def export(model, args, path, kwargs=None, dynamic_batch=True):
         if os.path.exists(partial):
             os.remove(partial)
     return program
+
+
+# ---- one call: export, profile and solve from the training script (planning.py) ----
+from .planning import AUTO_BUDGET_MARGIN, CkplanError, Plan, auto_budget, enable, find_ckplan, plan  # noqa: E402
+
+__all__ += ["plan", "enable", "Plan", "CkplanError", "find_ckplan", "auto_budget", "AUTO_BUDGET_MARGIN"]

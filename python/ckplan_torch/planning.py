@@ -1,0 +1,293 @@
+"""One call from a training script: export, ``ckplan profile``, ``ckplan solve``.
+
+    plan = ckplan_torch.plan(model, (ids,), budget="24GB", kwargs={"labels": ids})
+    plan.apply(model)            # or: ckplan_torch.enable(model, (ids,), budget="24GB", kwargs=...)
+    print(plan)                  # the prediction and the strategy table
+
+The ``ckplan`` program does the work; this module finds it (``pip install``
+puts it beside the environment's python), runs it, and turns its one-line
+errors into ``CkplanError``.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+
+import torch
+
+__all__ = ["plan", "enable", "Plan", "CkplanError", "find_ckplan", "auto_budget", "AUTO_BUDGET_MARGIN"]
+
+# budget="auto" on a CUDA device: what the device could hold for this step less this share of its
+# memory (at least AUTO_BUDGET_MIN_MARGIN bytes): the caching allocator's fragmentation, and the
+# cuBLAS/cuDNN workspaces and the CUDA context, none of which a profile counts.
+AUTO_BUDGET_MARGIN = 0.10
+AUTO_BUDGET_MIN_MARGIN = 1 << 30
+
+
+class CkplanError(RuntimeError):
+    """``ckplan`` refused or failed: its one-line message (what and the fix). ``exit_code``: the CLI's
+    (2 bad input, 3 a budget below the smallest that fits)."""
+
+    def __init__(self, message, exit_code=1):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def find_ckplan(path=None):
+    """The ``ckplan`` program: ``path``, else ``$CKPLAN``, else the one installed in this Python
+    environment (``pip install``), else on ``PATH``, else a source checkout's ``build/ckplan``."""
+    if path:
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return os.path.abspath(path)
+        raise CkplanError(f"{path}: no ckplan program there; give the path of the ckplan binary")
+    candidates = [os.environ.get("CKPLAN"),
+                  os.path.join(sysconfig.get_path("scripts"), "ckplan"),
+                  shutil.which("ckplan"),
+                  os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "build", "ckplan")]
+    for candidate in candidates:
+        if candidate and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return os.path.abspath(candidate)
+    raise CkplanError("the ckplan program is not installed: `pip install --no-build-isolation .` in ckplan's "
+                      "folder (README), or set CKPLAN=/path/to/ckplan")
+
+
+def _run(ckplan, *args):
+    """Runs ``ckplan ARGS``; returns its standard output, or raises CkplanError with its message."""
+    done = subprocess.run([ckplan, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if done.returncode != 0:
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        errors = [line for line in lines if line.startswith("ckplan: error: ")]
+        message = (errors[-1][len("ckplan: error: "):] if errors else (lines[-1] if lines else
+                   f"ckplan {args[0]} exited with {done.returncode}"))
+        raise CkplanError(message, done.returncode)
+    return done.stdout
+
+
+def _bytes_text(n):
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{n} B"
+
+
+def _model_device(model):
+    for tensor in list(model.parameters()) + list(model.buffers()):
+        return tensor.device
+    return torch.device("cpu")
+
+
+def auto_budget(device):
+    """``budget="auto"``: for a CUDA ``device``, what this process could hold there (the free memory
+    plus what PyTorch's caching allocator already holds, the model's weights included) less
+    AUTO_BUDGET_MARGIN of the device's memory (at least 1 GiB), in bytes. Elsewhere a ValueError."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        raise ValueError(f"budget='auto' needs a model on a CUDA device (this one is on {device.type}): "
+                         "give the budget, e.g. budget='24GB'")
+    free, total = torch.cuda.mem_get_info(device)
+    margin = max(int(total * AUTO_BUDGET_MARGIN), AUTO_BUDGET_MIN_MARGIN)
+    available = free + torch.cuda.memory_reserved(device) - margin
+    if available <= 0:
+        raise ValueError(f"budget='auto': {device} has {_bytes_text(free)} free, less than the "
+                         f"{_bytes_text(margin)} margin; give the budget")
+    return available
+
+
+def _optimizer_flags(optimizer, optimizer_impl):
+    """``ckplan solve``'s optimizer flags: from a name (``adamw``, ``adam``, ``sgd``, ``momentum``,
+    ``none``) or from the job's torch.optim optimizer itself (its kind, implementation and options)."""
+    from . import _optimizer_of, _optimizer_options_of  # noqa: PLC0415 (the package imports this module)
+    if isinstance(optimizer, torch.optim.Optimizer):
+        name, impl = _optimizer_of(optimizer)
+        options = _optimizer_options_of(optimizer, name)
+        flags = ["--optimizer", "sgd", "--momentum", "0.9"] if name == "momentum" else ["--optimizer", name]
+        flags += ["--optimizer-impl", impl]
+        if "weight_decay" in options:
+            flags += ["--weight-decay", f"{options['weight_decay']:g}"]
+        return flags + [f"--{key}" for key in ("amsgrad", "nesterov") if options.get(key)]
+    if not isinstance(optimizer, str):
+        raise TypeError(f"optimizer: a name ('adamw', 'adam', 'sgd', 'momentum', 'none') or a torch.optim "
+                        f"optimizer, not {type(optimizer).__name__}")
+    flags = ["--optimizer", "sgd", "--momentum", "0.9"] if optimizer == "momentum" else ["--optimizer", optimizer]
+    return flags + ["--optimizer-impl", optimizer_impl]
+
+
+class Plan:
+    """A solved plan (``ckplan.plan/1``) with the profile it was solved from.
+
+    ``checkpoint_modules``: the module paths to wrap; ``budget_bytes``; ``peak_bytes`` and
+    ``time_ms``/``overhead_pct``: the predicted step (for the PyTorch target, eager PyTorch under
+    ``apply``); ``min_budget_bytes``: the smallest budget any plan of this target fits;
+    ``strategies``: the strategy table at the budget, one dict per row (``name``, ``peak_bytes``,
+    ``time_ms``, ``overhead_pct``, ``fits``); ``doc``: the plan as JSON; ``profile``: the profile.
+    """
+
+    def __init__(self, doc, profile=None, ckplan=None, solve_flags=()):
+        self.doc = doc
+        self.profile = profile
+        self._ckplan = ckplan
+        self._solve_flags = list(solve_flags)
+
+    @property
+    def checkpoint_modules(self):
+        return list(self.doc["checkpoint_modules"])
+
+    @property
+    def budget_bytes(self):
+        return self.doc["budget_bytes"]
+
+    @property
+    def target(self):
+        return self.doc.get("target", "schedule")
+
+    def _predicted(self):
+        return self.doc["pytorch"]["predicted"] if self.target == "pytorch" else self.doc["predicted"]
+
+    @property
+    def peak_bytes(self):
+        return self._predicted()["peak_bytes"]
+
+    @property
+    def time_ms(self):
+        return self._predicted()["time_ms"]
+
+    @property
+    def overhead_pct(self):
+        return self._predicted()["overhead_pct"]
+
+    @property
+    def min_budget_bytes(self):
+        return self.doc.get("min_budget_bytes")
+
+    @property
+    def strategies(self):
+        return [dict(row) for row in self.doc.get("strategies", [])]
+
+    def apply(self, model, optimizer=None, strict=True):
+        """``apply_plan(model, self, optimizer, strict)``: wraps the plan's modules; returns their paths."""
+        from . import apply_plan  # noqa: PLC0415
+        return apply_plan(model, self.doc, optimizer=optimizer, strict=strict)
+
+    def save(self, path):
+        """Writes the plan (``ckplan.plan/1``) to ``path``, for ``apply_plan(model, path)`` or ``ckplan run``."""
+        _write_json(path, self.doc)
+
+    def save_profile(self, path):
+        """Writes the profile the plan was solved from (``ckplan.profile/1``) to ``path``."""
+        if self.profile is None:
+            raise ValueError("this plan was loaded without its profile")
+        _write_json(path, self.profile)
+
+    def report(self, path):
+        """Writes ``ckplan report`` of the profile at the plan's budget and optimizer to ``path``
+        (``.html``, ``.md`` or ``.json``): the memory/time trade-off and the strategies compared."""
+        if self.profile is None:
+            raise ValueError("this plan was loaded without its profile: run `ckplan report PROFILE` instead")
+        with tempfile.TemporaryDirectory(prefix="ckplan-") as work:
+            profile = os.path.join(work, "profile.json")
+            _write_json(profile, self.profile)
+            _run(self._ckplan or find_ckplan(), "report", profile, "--budget", self.budget_bytes,
+                 *self._solve_flags, "-o", os.fspath(path))
+        return path
+
+    def __repr__(self):
+        lines = [f"ckplan plan ({self.target} target): wrap {len(self.checkpoint_modules)} modules; "
+                 f"predicted peak {_bytes_text(self.peak_bytes)} of a {_bytes_text(self.budget_bytes)} budget, "
+                 f"step {self.time_ms:.2f} ms (+{self.overhead_pct:.1f}%)"]
+        if self.min_budget_bytes is not None:
+            lines[0] += f"; smallest budget {_bytes_text(self.min_budget_bytes)}"
+        if self.strategies:
+            lines.append(f"  {'strategy':<20} {'peak':>12} {'step':>12} {'overhead':>9}  fits")
+            for row in self.strategies:
+                lines.append(f"  {row['name']:<20} {_bytes_text(row['peak_bytes']):>12} {row['time_ms']:>9.2f} ms "
+                             f"{row['overhead_pct']:>8.1f}%  {'yes' if row['fits'] else 'no'}")
+        return "\n".join(lines)
+
+
+def _write_json(path, doc):
+    """Writes beside ``path`` and renames: a failure leaves no half-written file."""
+    path = os.fspath(path)
+    partial = f"{path}.{os.getpid()}.partial"
+    try:
+        with open(partial, "w") as f:
+            json.dump(doc, f, indent=2)
+            f.write("\n")
+        os.replace(partial, path)
+    finally:
+        if os.path.exists(partial):
+            os.remove(partial)
+
+
+def plan(model, example_inputs, budget, kwargs=None, gpu=None, optimizer="adamw", target="pytorch",
+         optimizer_impl="auto", ckplan=None, workdir=None):
+    """Plans checkpointing for ``model`` under a memory ``budget``, in one call; returns a Plan.
+
+    ``example_inputs`` and ``kwargs``: as ``torch.export.export`` takes them (a tuple of tensors, and
+    tensors by forward's parameter names, a Hugging Face model's ``labels`` and ``attention_mask``),
+    at the shapes the job trains with. The model is exported (``export``: train mode, caches off,
+    shapes-only when it is on the meta device), profiled (``ckplan profile``: on its device, CPU or
+    CUDA; a meta model on meta tensors with times from ``gpu``'s cost model) and solved (``ckplan
+    solve``).
+
+    ``budget``: the whole training step's memory (weights, gradients, optimizer state, activations):
+    bytes, or text as ``ckplan solve --budget`` takes it (``"24GB"``, ``"24GiB"``), or ``"auto"`` on a
+    CUDA device (auto_budget: its free memory less a margin). ``gpu``: a cost model's device
+    (``"h100-sxm-80gb"``, ...; ``ckplan profile --help``) for the op times instead of measured ones.
+    ``optimizer``: the job's torch.optim optimizer itself, or its name (``"adamw"``, ``"adam"``,
+    ``"sgd"``, ``"momentum"``, ``"none"``) with ``optimizer_impl`` (``"auto"``, ``"for-loop"``,
+    ``"foreach"``, ``"fused"``). ``target``: ``"pytorch"`` (modules to wrap, what ``Plan.apply``
+    does) or ``"schedule"`` (for ``ckplan run``). ``workdir``: keep the archive, profile and plan
+    there (default: a temporary folder, removed). ``ckplan``: the program's path (find_ckplan).
+
+    Raises CkplanError with ckplan's one-line message (``exit_code`` 3: the budget is below the
+    smallest that fits; the message gives it), ExportError when the model does not export.
+    """
+    from . import export, is_meta_model  # noqa: PLC0415
+    program = find_ckplan(ckplan)
+    if isinstance(example_inputs, torch.Tensor):
+        example_inputs = (example_inputs,)
+    example_inputs = tuple(example_inputs)
+    kwargs = dict(kwargs or {})
+    if target not in ("pytorch", "schedule"):
+        raise ValueError(f"target={target!r}: 'pytorch' (modules to wrap, Plan.apply) or 'schedule' (ckplan run)")
+    device = _model_device(model)
+    if isinstance(budget, str) and budget == "auto":
+        budget = auto_budget(device)
+    if isinstance(budget, bool) or not isinstance(budget, (int, str)):
+        raise TypeError(f"budget: bytes (int) or text such as '24GB', not {type(budget).__name__}")
+    solve_flags = _optimizer_flags(optimizer, optimizer_impl)
+    inputs = list(example_inputs) + list(kwargs.values())
+    meta = is_meta_model(model, [x for x in inputs if isinstance(x, torch.Tensor)])
+    profile_flags = []
+    if meta:
+        profile_flags += ["--device", "meta"]
+    elif device.type == "cuda":
+        profile_flags += ["--device", str(device)]
+    if gpu is not None:
+        profile_flags += ["--gpu", gpu]
+
+    with tempfile.TemporaryDirectory(prefix="ckplan-") as temporary:
+        work = os.fspath(workdir) if workdir is not None else temporary
+        os.makedirs(work, exist_ok=True)
+        archive = os.path.join(work, "model.pt2")
+        profile = os.path.join(work, "profile.json")
+        plan_path = os.path.join(work, "plan.json")
+        export(model, example_inputs, archive, kwargs=kwargs)
+        _run(program, "profile", archive, *profile_flags, "-o", profile)
+        _run(program, "solve", profile, "--budget", budget, "--target", target, *solve_flags, "-o", plan_path)
+        with open(profile) as f:
+            profile_doc = json.load(f)
+        with open(plan_path) as f:
+            plan_doc = json.load(f)
+    return Plan(plan_doc, profile_doc, ckplan=program, solve_flags=solve_flags)
+
+
+def enable(model, example_inputs, budget, kwargs=None, optimizer="adamw", **options):
+    """The one-line analogue of ``model.gradient_checkpointing_enable()``: plans (``plan``, the same
+    arguments) and applies the plan to ``model``; returns the Plan. ``remove_plan(model)`` undoes it."""
+    solved = plan(model, example_inputs, budget, kwargs=kwargs, optimizer=optimizer, **options)
+    solved.apply(model, optimizer=optimizer if isinstance(optimizer, torch.optim.Optimizer) else None)
+    return solved

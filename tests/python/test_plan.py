@@ -1,0 +1,167 @@
+"""ckplan_torch.plan() and enable(): one call from a training script, on
+models as users have them (a Hugging Face causal LM with its labels, a
+torchvision model), each plan applied and a step measured in PyTorch
+against it. Run with pytest (ctest runs it as python_plan)."""
+import json
+import os
+
+import pytest
+import torch
+import torchvision
+import transformers
+
+import ckplan_torch
+import memory_timeline
+
+
+def gpt2():
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(n_layer=3, n_embd=64, n_head=4, vocab_size=512, n_positions=64,
+                                     bos_token_id=0, eos_token_id=0)
+    ids = torch.randint(0, 512, (2, 64), generator=torch.Generator().manual_seed(1))
+    return transformers.GPT2LMHeadModel(config), ids
+
+
+def measured_step(model, make_optimizer, forward):
+    """The peak of a training step after the first (the optimizer's state
+    made), by the profiler's memory timeline; the weights put back after.
+    ``forward()`` gives the model's output and its loss; the output is held
+    to the step's end, as a loop that writes ``out = model(...)`` holds it
+    (the plan counts it so: the profile's ``held_outputs``)."""
+    with memory_timeline.restored_after(model):
+        optimizer = make_optimizer(model.parameters())
+
+        def step():
+            optimizer.zero_grad()
+            out, loss = forward()
+            loss.backward()
+            optimizer.step()
+
+        step()
+        return min(memory_timeline.timeline_peak(step, memory_timeline.model_tensors(model)) for _ in range(2))
+
+
+def with_loss(out, target=None):
+    """(the output, its loss): the model's own (a ModelOutput's `loss`), or cross-entropy over logits."""
+    return out, (out.loss if target is None else torch.nn.functional.cross_entropy(out, target))
+
+
+@pytest.fixture(scope="module")
+def gpt2_plan(ckplan):
+    model, ids = gpt2()
+    return model, ids, ckplan_torch.plan(model, (ids,), budget="1GB", kwargs={"labels": ids}, ckplan=ckplan)
+
+
+def test_plan_reads_the_model_as_it_comes(gpt2_plan):
+    model, ids, plan = gpt2_plan
+    assert plan.target == "pytorch"
+    assert plan.budget_bytes == 10**9
+    assert plan.checkpoint_modules == []  # a 1 GB budget needs no checkpointing
+    names = [row["name"] for row in plan.strategies]
+    assert names[0] == "none" and "optimal (pytorch)" in names
+    assert all(row["fits"] for row in plan.strategies)
+    # The model's own loss (its labels) is what the profile back-propagates.
+    assert plan.profile["model"]["loss"] == "model"
+    assert 0 < plan.min_budget_bytes < plan.peak_bytes
+    assert "strategy" in repr(plan) and "smallest budget" in repr(plan)
+
+
+def test_no_checkpointing_row_is_pytorchs_step(gpt2_plan):
+    """The table's `none` row against the step PyTorch measures without checkpointing."""
+    model, ids, plan = gpt2_plan
+    none = plan.strategies[0]
+    # Without a key-value cache, as the plan counts the step (apply_plan turns it off for training).
+    measured = measured_step(model, lambda p: torch.optim.AdamW(p),
+                             lambda: with_loss(model(ids, labels=ids, use_cache=False)))
+    assert measured <= none["peak_bytes"]
+    assert measured >= none["peak_bytes"] * 0.99, (measured, none["peak_bytes"])
+
+
+def test_enable_at_the_smallest_budget_holds_in_pytorch(gpt2_plan, ckplan):
+    model, ids, first = gpt2_plan
+    budget = first.min_budget_bytes
+    plan = ckplan_torch.enable(model, (ids,), budget=budget, kwargs={"labels": ids}, ckplan=ckplan)
+    try:
+        assert plan.checkpoint_modules and ckplan_torch.checkpointed_modules(model) == plan.checkpoint_modules
+        assert plan.peak_bytes <= budget
+        measured = measured_step(model, lambda p: torch.optim.AdamW(p), lambda: with_loss(model(ids, labels=ids)))
+        assert measured <= budget, (measured, budget)
+        assert measured >= plan.peak_bytes * 0.98, (measured, plan.peak_bytes)
+        # And below what no checkpointing measures.
+        assert budget < first.strategies[0]["peak_bytes"]
+    finally:
+        ckplan_torch.remove_plan(model)
+    assert model.config.use_cache is True
+
+
+def test_torchvision_model_with_the_jobs_optimizer(ckplan):
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18(num_classes=10)
+    x = torch.randn(8, 3, 128, 128)
+    target = torch.randint(0, 10, (8,))
+
+    def make_optimizer(params):
+        return torch.optim.SGD(params, lr=0.01, momentum=0.9, nesterov=True, weight_decay=1e-4)
+
+    job_optimizer = make_optimizer(model.parameters())
+    loose = ckplan_torch.plan(model, (x,), budget="10GB", optimizer=job_optimizer, ckplan=ckplan)
+    assert loose.doc["fixed"]["optimizer"] == "momentum" and loose.doc["fixed"]["optimizer_options"]["nesterov"]
+    none_peak = loose.strategies[0]["peak_bytes"]
+    assert loose.min_budget_bytes < none_peak
+    budget = (loose.min_budget_bytes + none_peak) // 2
+    plan = ckplan_torch.plan(model, (x,), budget=budget, optimizer=job_optimizer, ckplan=ckplan)
+    assert plan.checkpoint_modules
+    plan.apply(model, optimizer=job_optimizer)
+    try:
+        # The profile's loss for a model returning logits: cross-entropy-like, a gradient the output's size.
+        measured = measured_step(model, make_optimizer,
+                                 lambda: with_loss(model(x), target))
+        assert measured <= budget, (measured, budget)
+    finally:
+        ckplan_torch.remove_plan(model)
+
+
+def test_save_report_and_apply_from_the_file(gpt2_plan, tmp_path):
+    model, ids, plan = gpt2_plan
+    plan.save(tmp_path / "plan.json")
+    assert ckplan_torch.load_plan(str(tmp_path / "plan.json")) == plan.doc
+    plan.save_profile(tmp_path / "profile.json")
+    assert json.loads((tmp_path / "profile.json").read_text())["schema"] == "ckplan.profile/1"
+    plan.report(tmp_path / "report.html")
+    assert "<html" in (tmp_path / "report.html").read_text()[:500].lower()
+    plan.report(tmp_path / "report.json")
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["budget_bytes"] == plan.budget_bytes
+    assert [row["name"] for row in report["strategies"]][0] == "none"
+
+
+def test_errors_are_one_line_python_exceptions(gpt2_plan, ckplan, tmp_path):
+    model, ids, plan = gpt2_plan
+    with pytest.raises(ckplan_torch.CkplanError) as error:
+        ckplan_torch.plan(model, (ids,), budget="1MB", kwargs={"labels": ids}, ckplan=ckplan)
+    assert error.value.exit_code == 3
+    assert "minimum" in str(error.value) and "\n" not in str(error.value)
+    with pytest.raises(ValueError, match="give the budget"):
+        ckplan_torch.plan(model, (ids,), budget="auto", ckplan=ckplan)
+    with pytest.raises(ValueError, match="target"):
+        ckplan_torch.plan(model, (ids,), budget="1GB", target="sac", ckplan=ckplan)
+    with pytest.raises(ckplan_torch.CkplanError, match="no ckplan program"):
+        ckplan_torch.find_ckplan(str(tmp_path / "nothing"))
+    with pytest.raises(ckplan_torch.CkplanError, match="budget"):
+        ckplan_torch.plan(model, (ids,), budget="lots", ckplan=ckplan)
+    # The work folder keeps the archive, the profile and the plan when asked.
+    ckplan_torch.plan(model, (ids,), budget="1GB", kwargs={"labels": ids}, ckplan=ckplan, workdir=tmp_path / "w")
+    assert sorted(os.listdir(tmp_path / "w")) == ["model.pt2", "plan.json", "profile.json"]
+
+
+def test_a_model_on_the_meta_device(ckplan):
+    """Shapes only: exported without weights, profiled on meta tensors, times from a GPU's cost model."""
+    config = transformers.LlamaConfig(num_hidden_layers=2, hidden_size=128, intermediate_size=256,
+                                      num_attention_heads=4, num_key_value_heads=2, vocab_size=1000)
+    with torch.device("meta"):
+        model = transformers.LlamaForCausalLM(config).to(torch.bfloat16)
+    ids = torch.zeros(4, 256, dtype=torch.long, device="meta")
+    plan = ckplan_torch.plan(model, (ids,), budget="80GB", kwargs={"labels": ids}, gpu="h100-sxm-80gb",
+                             ckplan=ckplan)
+    assert plan.profile["environment"]["device"] == "meta"
+    assert plan.time_ms > 0 and plan.strategies[0]["fits"]
