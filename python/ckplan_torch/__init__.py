@@ -280,7 +280,7 @@ def apply_plan(model, plan, optimizer=None, strict=True):
         config.use_cache = False
     if configs:
         warnings.warn("ckplan_torch.apply_plan: use_cache=False on the model's config (a training step keeps no "
-                      "key-value cache, and the plan counts none), as gradient_checkpointing_enable() does; "
+                      "key-value cache, and the plan counts none), as transformers' own gradient checkpointing does; "
                       "remove_plan sets it back")
     return paths
 

@@ -17,4 +17,7 @@ def check(condition, what):
 def finish():
     """Prints the summary; returns the exit code."""
     print(f"{_passed[0]} passed, {len(_failures)} failed")
-    return 1 if _failures else 0
+    code = 1 if _failures else 0
+    _failures.clear()  # the next script run in the same process (pytest) starts afresh
+    _passed[0] = 0
+    return code

@@ -16,9 +16,36 @@ sys.path.insert(0, HERE)
 
 def pytest_addoption(parser):
     parser.addoption("--ckplan", default=None, help="the ckplan binary (default: installed, $CKPLAN or build/ckplan)")
+    parser.addoption("--models", default=None, help="the test models' folder (build/test_models)")
+    parser.addoption("--planner-tests", default=None, help="the planner_tests program (build/tests/planner_tests)")
+    parser.addoption("--profile", default=None, help="a profile for the report tests (data/example.profile.json)")
 
 
 @pytest.fixture(scope="session")
 def ckplan(request):
     import ckplan_torch
     return ckplan_torch.find_ckplan(request.config.getoption("--ckplan"))
+
+
+@pytest.fixture
+def script_args(request, ckplan):
+    """The command line of a check script (its main(argv)) from pytest's options; a test whose
+    option is not given is skipped (ctest gives them all)."""
+    def make(*names):
+        argv = []
+        for name in names:
+            value = ckplan if name == "--ckplan" else request.config.getoption(name)
+            if value is None:
+                pytest.skip(f"needs {name} (ctest passes it)")
+            argv += [name, value]
+        return argv
+    return make
+
+
+def run_main(main, argv):
+    """A check script's main(argv) as its exit code (it may return it or sys.exit with it)."""
+    try:
+        code = main(argv)
+    except SystemExit as done:
+        code = done.code
+    return code or 0

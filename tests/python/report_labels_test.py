@@ -99,12 +99,12 @@ def crowded_chain():
             "loss": {"bwd_ms": 0.0, "bwd_tmp_bytes": 0}}
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser()
     parser.add_argument("--ckplan", required=True)
     parser.add_argument("--profile", required=True)
     parser.add_argument("--chromium", default=shutil.which("chromium") or "/usr/bin/chromium")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as work:
         # A run measured at the optimal plan's predicted point, beside the budget line.
         js = subprocess.run([args.ckplan, "report", args.profile, "--every", "2,3,4,5,6,8", "--format", "json"],
@@ -146,6 +146,12 @@ def main():
                     print(f"{name} / {figure['svg']}: {len(figure['texts'])} text elements")
                 check_labels(figures, name)
     return finish()
+
+
+def test_report_labels(script_args):
+    """Under pytest (ctest runs this file so): every check above, one test."""
+    import conftest
+    assert conftest.run_main(main, script_args("--ckplan", "--profile")) == 0
 
 
 if __name__ == "__main__":

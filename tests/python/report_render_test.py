@@ -24,12 +24,12 @@ def count_near(image, rgb, tolerance=40):
                if abs(r - r0) <= tolerance and abs(g - g0) <= tolerance and abs(b - b0) <= tolerance)
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser()
     parser.add_argument("--ckplan", required=True)
     parser.add_argument("--profile", required=True)
     parser.add_argument("--chromium", default=shutil.which("chromium") or "/usr/bin/chromium")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as work:
         html = os.path.join(work, "report.html")
         result = subprocess.run([args.ckplan, "report", args.profile, "-o", html], capture_output=True, text=True)
@@ -68,6 +68,12 @@ def main():
         times = [p["time_ms"] for p in doc["optimal_curve"]]
         check(len(times) > 20 and all(a >= b for a, b in zip(times, times[1:])), "the optimal curve never rises")
     return finish()
+
+
+def test_report_render(script_args):
+    """Under pytest (ctest runs this file so): every check above, one test."""
+    import conftest
+    assert conftest.run_main(main, script_args("--ckplan", "--profile")) == 0
 
 
 if __name__ == "__main__":

@@ -399,7 +399,7 @@ def check_where_users_call(args, workdir):
           f"a plan priced for amsgrad, a job without it: the warning names the options ({text})")
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser()
     parser.add_argument("--ckplan", required=True)
     parser.add_argument("--models", required=True)
@@ -411,13 +411,19 @@ def main():
                                                      "bf16_decoder", "seq_first_encoder", "transformer_decoder",
                                                      "recurrent", "inplace_head", "mobilenet_v3_small", "densenet",
                                                      "two_heads"])
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as workdir:
         for k, name in enumerate(args.names):
             run_model(args, name, workdir, OPTIMIZERS[k % len(OPTIMIZERS)])
         check_where_users_call(args, workdir)
     return finish()
+
+
+def test_apply_plan(script_args):
+    """Under pytest (ctest runs this file so): every check above, one test."""
+    import conftest
+    assert conftest.run_main(main, script_args("--ckplan", "--models")) == 0
 
 
 if __name__ == "__main__":

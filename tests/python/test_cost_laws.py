@@ -41,11 +41,11 @@ def numel(shape):
     return n
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser()
     parser.add_argument("--ckplan", required=True)
     parser.add_argument("--models", required=True)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     failures = []
     with tempfile.TemporaryDirectory() as tmp:
         for name, expected_p in (("bert", make_models.hf_model("bert").model.config.attention_probs_dropout_prob),
@@ -127,6 +127,12 @@ def main():
     for f in failures:
         print("FAIL:", f)
     sys.exit(1 if failures else 0)
+
+
+def test_cost_laws(script_args):
+    """Under pytest (ctest runs this file so): every check above, one test."""
+    import conftest
+    assert conftest.run_main(main, script_args("--ckplan", "--models")) == 0
 
 
 if __name__ == "__main__":

@@ -333,10 +333,10 @@ def ckplan(binary, *args):
     return result.stdout
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser()
     parser.add_argument("--ckplan", required=True)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     failures = []
 
     def check(ok, what):
@@ -431,6 +431,12 @@ def main():
         print(f"{len(failures)} check(s) failed")
         sys.exit(1)
     print("all checks passed")
+
+
+def test_distributed(script_args):
+    """Under pytest (ctest runs this file so): every check above, one test."""
+    import conftest
+    assert conftest.run_main(main, script_args("--ckplan")) == 0
 
 
 if __name__ == "__main__":

@@ -187,10 +187,10 @@ def check_save_failure(tmp, failures):
         failures.append(f"a missing folder raised {type(error).__name__}, not ExportError: {error}")
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--ckplan", help="the ckplan binary, for the checks that profile an export")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
     failures = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -226,6 +226,12 @@ def main():
         print("FAIL:", f)
     print("ok" if not failures else f"{len(failures)} failure(s)")
     return 1 if failures else 0
+
+
+def test_export(script_args):
+    """Under pytest (ctest runs this file so): every check above, one test."""
+    import conftest
+    assert conftest.run_main(main, script_args("--ckplan")) == 0
 
 
 if __name__ == "__main__":

@@ -12,12 +12,12 @@ import sys
 import tempfile
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--ckplan", required=True)
     ap.add_argument("--planner-tests", required=True)
     ap.add_argument("--models", required=True)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         profiles = []
         for name in sorted(os.listdir(args.models)):
@@ -38,6 +38,12 @@ def main():
         env = dict(os.environ, CKPLAN_INVARIANT_PROFILES=":".join(profiles))
         result = subprocess.run([args.planner_tests, "-tc=*CKPLAN_INVARIANT_PROFILES*"], env=env)
         return result.returncode if profiles else 1
+
+
+def test_invariant_models(script_args):
+    """Under pytest (ctest runs this file so): every check above, one test."""
+    import conftest
+    assert conftest.run_main(main, script_args("--ckplan", "--planner-tests", "--models")) == 0
 
 
 if __name__ == "__main__":

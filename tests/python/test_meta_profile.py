@@ -192,11 +192,11 @@ def check_decoder(ckplan, tmp, name, build, inputs_text, layer_prefix, failures)
                         f"{result.stderr!r}")
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--ckplan", required=True)
     parser.add_argument("--models", required=True)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
     failures = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -248,6 +248,12 @@ def main():
     for f in failures:
         print("FAIL:", f)
     return 1 if failures else 0
+
+
+def test_meta_profile(script_args):
+    """Under pytest (ctest runs this file so): every check above, one test."""
+    import conftest
+    assert conftest.run_main(main, script_args("--ckplan", "--models")) == 0
 
 
 if __name__ == "__main__":

@@ -132,19 +132,25 @@ def run_model(args, name, workdir):
                   f"{what}: apply_plan finds the job's optimizer the plan's (no warning)")
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser()
     parser.add_argument("--ckplan", required=True)
     parser.add_argument("--models", required=True)
     # float32 convolutions with batch norm buffers; a decoder with tied
     # embeddings; bfloat16 (other scalars); a Hugging Face model.
     parser.add_argument("names", nargs="*", default=["resnet18", "gpt", "bf16_decoder", "llama"])
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as workdir:
         for name in args.names:
             run_model(args, name, workdir)
     return finish()
+
+
+def test_optimizer_memory(script_args):
+    """Under pytest (ctest runs this file so): every check above, one test."""
+    import conftest
+    assert conftest.run_main(main, script_args("--ckplan", "--models")) == 0
 
 
 if __name__ == "__main__":

@@ -34,11 +34,11 @@ def run(args, limit=LIMIT_S):
     return result, (result.stderr.strip().splitlines() or [""])[-1], time.monotonic() - start
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser()
     parser.add_argument("--ckplan", required=True)
     parser.add_argument("--models", required=True)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     out = tempfile.mkdtemp(prefix="ckplan-profile-all-")
     names = sorted(f[:-5] for f in os.listdir(args.models)
                    if f.endswith(".json") and f != "torch_version.json")
@@ -97,6 +97,12 @@ def main():
             verdict = json.loads(result.stdout).get("verdict") if result is not None and result.stdout else None
             check(verdict == "ok", f"{name}: ckplan run at {budget} B: verdict {verdict} ({last})")
     return finish()
+
+
+def test_profile_all(script_args):
+    """Under pytest (ctest runs this file so): every check above, one test."""
+    import conftest
+    assert conftest.run_main(main, script_args("--ckplan", "--models")) == 0
 
 
 if __name__ == "__main__":
