@@ -97,7 +97,11 @@ class Cutter {
     Refine({0, n - 1, 0}, /*is_root=*/true);
     std::sort(cuts_.begin(), cuts_.end());
     cuts_.erase(std::unique(cuts_.begin(), cuts_.end()), cuts_.end());
-    // A stage of auxiliary ops alone joins the next one.
+    // A stage of auxiliary ops alone joins a neighbour: the next one when
+    // its ops are inside the module the next stage's data path starts in
+    // (a block's own mask), else the previous one, so that the next stage
+    // is still exactly its module's ops (DeBERTa-v2's encoder makes its mask
+    // before layer.0: joined to layer.0's stage, no plan could wrap layer.0).
     std::vector<int> kept;
     int stage_first = 0;
     for (int position : cuts_) {
@@ -105,6 +109,9 @@ class Cutter {
       for (int op = stage_first; op < position; ++op) has_data = has_data || data_op_[static_cast<size_t>(op)];
       if (has_data) {
         kept.push_back(position);
+        stage_first = position;
+      } else if (!kept.empty() && kept.back() == stage_first && !InsideNextDataModule(stage_first, position)) {
+        kept.back() = position;
         stage_first = position;
       }
     }
@@ -120,6 +127,23 @@ class Cutter {
   }
 
  private:
+  // Whether every op in [first, end) is in the module of the first data op
+  // from `end` on (or in one inside it); false when there is none.
+  bool InsideNextDataModule(int first, int end) const {
+    const int n = static_cast<int>(profile_.ops.size());
+    int next = end;
+    while (next < n && !data_op_[static_cast<size_t>(next)]) ++next;
+    if (next >= n) return false;
+    const std::string& module = profile_.ops[static_cast<size_t>(next)].module;
+    for (int op = first; op < end; ++op) {
+      const std::string& path = profile_.ops[static_cast<size_t>(op)].module;
+      const bool inside = path == module || (path.size() > module.size() && path.compare(0, module.size(), module) == 0 &&
+                                             path[module.size()] == '.');
+      if (!inside) return false;
+    }
+    return true;
+  }
+
   // Storages crossing a cut, those made by auxiliary ops left out: positions,
   // causal masks and rotary tables do not depend on the input, and cross
   // every cut between the blocks that read them alike.

@@ -23,6 +23,14 @@ std::vector<std::string> StageNames(const nlohmann::json& doc) {
   return names;
 }
 
+// A profile tensor with its dtype and whether it requires a gradient.
+nlohmann::json TypedTensor(int id, int64_t bytes, int producer, bool grad, const char* dtype) {
+  nlohmann::json t = ckplan::testing::ProfileTensor(id, bytes, producer, grad);
+  t["requires_grad"] = grad;
+  t["dtype"] = dtype;
+  return t;
+}
+
 bool Has(const std::vector<std::string>& names, const std::string& name) {
   return std::find(names.begin(), names.end(), name) != names.end();
 }
@@ -54,12 +62,7 @@ TEST_CASE("a profile's stages: a mask made from an integer input is auxiliary, a
   // mask crossing the cuts between the layers is no skip connection: each
   // layer is a stage.
   nlohmann::json doc = ckplan::testing::TwoBlockProfile();
-  auto tensor = [](int id, int64_t bytes, int producer, bool grad, const char* dtype) {
-    nlohmann::json t = ckplan::testing::ProfileTensor(id, bytes, producer, grad);
-    t["requires_grad"] = grad;
-    t["dtype"] = dtype;
-    return t;
-  };
+  const auto& tensor = TypedTensor;
   auto op = [](int id, const char* module, std::vector<int> inputs, int output) {
     return ckplan::testing::ChainOp(id, "aten::linear", module, std::move(inputs), output);
   };
@@ -101,4 +104,35 @@ TEST_CASE("a profile's stages: a decoder whose input ids are made from the label
   CAPTURE(names.size());
   CHECK(Has(names, "dec.block0"));
   CHECK(Has(names, "dec.block1"));
+}
+
+TEST_CASE("a profile's stages: auxiliary ops an encoder runs before its first layer join the stage before it") {
+  // DeBERTa-v2: the encoder makes its attention mask from a constant
+  // (torch.ones: no input read, no gradient) before layer.0, and every
+  // layer reads it. Joined to layer.0's stage, that stage would not be
+  // layer.0's ops alone, and no plan could wrap layer.0.
+  nlohmann::json doc = ckplan::testing::TwoBlockProfile();
+  const auto& tensor = TypedTensor;
+  const auto& op = ckplan::testing::ChainOp;
+  doc["inputs"] = {0};
+  doc["outputs"] = {7};
+  doc["tensors"] = {tensor(0, 1024, -1, false, "Long"), tensor(1, 800, 0, true, "Float"),
+                    tensor(2, 4096, 1, false, "Float"), tensor(3, 4096, 2, false, "Float"),
+                    tensor(4, 800, 3, true, "Float"),   tensor(5, 800, 4, true, "Float"),
+                    tensor(6, 800, 5, true, "Float"),   tensor(7, 800, 6, true, "Float")};
+  doc["ops"] = {op(0, "aten::embedding", "m.embed", {0}, 1), op(1, "aten::ones", "m.encoder", {}, 2),
+                op(2, "aten::mul", "m.encoder", {2}, 3),       op(3, "aten::linear", "m.encoder.layer.0", {1, 3}, 4),
+                op(4, "aten::relu", "m.encoder.layer.0", {4}, 5), op(5, "aten::linear", "m.encoder.layer.1", {5, 3}, 6),
+                op(6, "aten::linear", "head", {6}, 7)};
+  doc["totals"]["input_bytes"] = 1024;
+  const std::vector<StageCut> cuts = CutStages(ProfileFromJson(doc, "profile.json"));
+  std::vector<std::string> names;
+  for (const StageCut& cut : cuts) names.push_back(cut.name);
+  CAPTURE(names.size());
+  // layer.0's first op starts a stage; the mask's ops end the one before.
+  auto layer0 = std::find_if(cuts.begin(), cuts.end(), [](const StageCut& c) { return c.first_op == 3; });
+  REQUIRE(layer0 != cuts.end());
+  CHECK(layer0->name == "m.encoder.layer.0");
+  CHECK(std::prev(layer0)->last_op == 2);
+  CHECK(Has(names, "m.encoder.layer.1"));
 }

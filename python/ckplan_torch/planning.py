@@ -66,8 +66,11 @@ def _run(ckplan, *args):
     return done.stdout
 
 
-def _bytes_text(n):
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+def _bytes_text(n, style="binary"):
+    """Bytes as ckplan prints them: binary units (GiB) or, for a plan whose budget was given so, decimal (GB)."""
+    units = ((("GB", 10**9), ("MB", 10**6), ("KB", 10**3)) if style == "decimal" else
+             (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)))
+    for unit, size in units:
         if n >= size:
             return f"{n / size:.2f} {unit}"
     return f"{n} B"
@@ -194,16 +197,20 @@ class Plan:
         return path
 
     def __repr__(self):
+        style = self.doc.get("unit_style", "binary")
+        peak, budget = _bytes_text(self.peak_bytes, style), _bytes_text(self.budget_bytes, style)
         lines = [f"ckplan plan ({self.target} target): wrap {len(self.checkpoint_modules)} modules; "
-                 f"predicted peak {_bytes_text(self.peak_bytes)} of a {_bytes_text(self.budget_bytes)} budget, "
-                 f"step {self.time_ms:.2f} ms (+{self.overhead_pct:.1f}%)"]
+                 f"predicted peak {peak} of a {budget} budget, step {self.time_ms:.2f} ms (+{self.overhead_pct:.1f}%)"]
         if self.min_budget_bytes is not None:
-            lines[0] += f"; smallest budget {_bytes_text(self.min_budget_bytes)}"
+            lines[0] += f"; smallest budget {_bytes_text(self.min_budget_bytes, style)}"
         if self.strategies:
             lines.append(f"  {'strategy':<20} {'peak':>12} {'step':>12} {'overhead':>9}  fits")
             for row in self.strategies:
-                lines.append(f"  {row['name']:<20} {_bytes_text(row['peak_bytes']):>12} {row['time_ms']:>9.2f} ms "
+                row_peak = _bytes_text(row["peak_bytes"], style)
+                lines.append(f"  {row['name']:<20} {row_peak:>12} {row['time_ms']:>9.2f} ms "
                              f"{row['overhead_pct']:>8.1f}%  {'yes' if row['fits'] else 'no'}")
+            if any(row["name"] == "optimal (schedule)" for row in self.strategies):
+                lines.append("  (optimal (schedule): the nested schedule `ckplan run` executes, not apply's modules)")
         return "\n".join(lines)
 
 
