@@ -18,7 +18,7 @@ case costs a second or more, so a few hundred cases), under
 CKPLAN_MEMORY_LIMIT=1GiB so that a plan asking for a huge batch is refused
 without exhausting the machine; the failure rules are the same.
 With --mode apply, the mutated plans go in process through the Python
-helper (python/ckplan_torch.py: apply_plan, a training step, remove_plan)
+helper (python/ckplan_torch/: apply_plan, a training step, remove_plan)
 on the example model built from data/make_example.py: it must raise
 ValueError or KeyError (its documented errors) or wrap modules that still
 train; any other exception fails the case.
