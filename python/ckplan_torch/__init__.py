@@ -120,8 +120,11 @@ def _eager(model):
     return getattr(model, "_orig_mod", model) if type(model).__name__ == "OptimizedModule" else model
 
 
-def _describe_bytes(n):
-    for unit, size in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+def _describe_bytes(n, style="decimal"):
+    """Bytes as ckplan prints them: decimal units (GB) or binary ones (GiB, a plan's unit_style "binary")."""
+    units = ((("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)) if style == "binary" else
+             (("GB", 10**9), ("MB", 10**6), ("KB", 10**3)))
+    for unit, size in units:
         if n >= size:
             return f"{n / size:.2f} {unit}"
     return f"{n} B"
@@ -190,11 +193,13 @@ def _optimizer_options_of(optimizer, name):
 
 
 def _solve_flags(name, impl, options):
-    flags = ["--optimizer", "sgd --momentum 0.9" if name == "momentum" else name, "--optimizer-impl", impl]
+    """`ckplan solve`'s optimizer flags, as a list: the optimizer as ckplan names it (momentum: SGD with
+    momentum 0.9), its implementation and the options that change its memory (_optimizer_options_of)."""
+    flags = ["--optimizer", "sgd", "--momentum", "0.9"] if name == "momentum" else ["--optimizer", name]
+    flags += ["--optimizer-impl", impl]
     if "weight_decay" in options:
         flags += ["--weight-decay", f"{options['weight_decay']:g}"]
-    flags += [f"--{key}" for key in ("amsgrad", "nesterov") if options.get(key)]
-    return " ".join(flags)
+    return flags + [f"--{key}" for key in ("amsgrad", "nesterov") if options.get(key)]
 
 
 def check_optimizer(optimizer, plan):
@@ -220,9 +225,9 @@ def check_optimizer(optimizer, plan):
         text = ("ckplan_torch: the job's optimizer has maximize=True, which makes a negated gradient per parameter "
                 "that no plan prices: the step may go over the plan's budget by the largest parameter's size")
     else:
-        text = (f"ckplan_torch: the plan was priced for {_solve_flags(*want, want_options)} but the job's optimizer "
-                f"is {_solve_flags(*have, have_options)}: its state and its update's temporaries differ, so the "
-                f"step may not fit the plan's budget; solve with {_solve_flags(*have, have_options)}")
+        wanted, had = " ".join(_solve_flags(*want, want_options)), " ".join(_solve_flags(*have, have_options))
+        text = (f"ckplan_torch: the plan was priced for {wanted} but the job's optimizer is {had}: its state and "
+                f"its update's temporaries differ, so the step may not fit the plan's budget; solve with {had}")
     warnings.warn(text)
     return text
 

@@ -18,6 +18,10 @@ import tempfile
 
 import torch
 
+# The package imports this module after defining these (ckplan_torch/__init__.py, at its end).
+from . import (_describe_bytes, _optimizer_of, _optimizer_options_of, _solve_flags, apply_plan, export,  # noqa: E402
+               is_meta_model)
+
 __all__ = ["plan", "enable", "Plan", "CkplanError", "find_ckplan", "auto_budget", "AUTO_BUDGET_MARGIN"]
 
 # budget="auto" on a CUDA device: what the device could hold for this step less this share of its
@@ -66,16 +70,6 @@ def _run(ckplan, *args):
     return done.stdout
 
 
-def _bytes_text(n, style="binary"):
-    """Bytes as ckplan prints them: binary units (GiB) or, for a plan whose budget was given so, decimal (GB)."""
-    units = ((("GB", 10**9), ("MB", 10**6), ("KB", 10**3)) if style == "decimal" else
-             (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)))
-    for unit, size in units:
-        if n >= size:
-            return f"{n / size:.2f} {unit}"
-    return f"{n} B"
-
-
 def _model_device(model):
     for tensor in list(model.parameters()) + list(model.buffers()):
         return tensor.device
@@ -94,28 +88,21 @@ def auto_budget(device):
     margin = max(int(total * AUTO_BUDGET_MARGIN), AUTO_BUDGET_MIN_MARGIN)
     available = free + torch.cuda.memory_reserved(device) - margin
     if available <= 0:
-        raise ValueError(f"budget='auto': {device} has {_bytes_text(free)} free, less than the "
-                         f"{_bytes_text(margin)} margin; give the budget")
+        raise ValueError(f"budget='auto': {device} has {_describe_bytes(free, 'binary')} free, less than the "
+                         f"{_describe_bytes(margin, 'binary')} margin; give the budget")
     return available
 
 
 def _optimizer_flags(optimizer, optimizer_impl):
     """``ckplan solve``'s optimizer flags: from a name (``adamw``, ``adam``, ``sgd``, ``momentum``,
     ``none``) or from the job's torch.optim optimizer itself (its kind, implementation and options)."""
-    from . import _optimizer_of, _optimizer_options_of  # noqa: PLC0415 (the package imports this module)
     if isinstance(optimizer, torch.optim.Optimizer):
         name, impl = _optimizer_of(optimizer)
-        options = _optimizer_options_of(optimizer, name)
-        flags = ["--optimizer", "sgd", "--momentum", "0.9"] if name == "momentum" else ["--optimizer", name]
-        flags += ["--optimizer-impl", impl]
-        if "weight_decay" in options:
-            flags += ["--weight-decay", f"{options['weight_decay']:g}"]
-        return flags + [f"--{key}" for key in ("amsgrad", "nesterov") if options.get(key)]
+        return _solve_flags(name, impl, _optimizer_options_of(optimizer, name))
     if not isinstance(optimizer, str):
         raise TypeError(f"optimizer: a name ('adamw', 'adam', 'sgd', 'momentum', 'none') or a torch.optim "
                         f"optimizer, not {type(optimizer).__name__}")
-    flags = ["--optimizer", "sgd", "--momentum", "0.9"] if optimizer == "momentum" else ["--optimizer", optimizer]
-    return flags + ["--optimizer-impl", optimizer_impl]
+    return _solve_flags(optimizer, optimizer_impl, {})
 
 
 class Plan:
@@ -171,7 +158,6 @@ class Plan:
 
     def apply(self, model, optimizer=None, strict=True):
         """``apply_plan(model, self, optimizer, strict)``: wraps the plan's modules; returns their paths."""
-        from . import apply_plan  # noqa: PLC0415
         return apply_plan(model, self.doc, optimizer=optimizer, strict=strict)
 
     def save(self, path):
@@ -198,15 +184,15 @@ class Plan:
 
     def __repr__(self):
         style = self.doc.get("unit_style", "binary")
-        peak, budget = _bytes_text(self.peak_bytes, style), _bytes_text(self.budget_bytes, style)
+        peak, budget = _describe_bytes(self.peak_bytes, style), _describe_bytes(self.budget_bytes, style)
         lines = [f"ckplan plan ({self.target} target): wrap {len(self.checkpoint_modules)} modules; "
                  f"predicted peak {peak} of a {budget} budget, step {self.time_ms:.2f} ms (+{self.overhead_pct:.1f}%)"]
         if self.min_budget_bytes is not None:
-            lines[0] += f"; smallest budget {_bytes_text(self.min_budget_bytes, style)}"
+            lines[0] += f"; smallest budget {_describe_bytes(self.min_budget_bytes, style)}"
         if self.strategies:
             lines.append(f"  {'strategy':<20} {'peak':>12} {'step':>12} {'overhead':>9}  fits")
             for row in self.strategies:
-                row_peak = _bytes_text(row["peak_bytes"], style)
+                row_peak = _describe_bytes(row["peak_bytes"], style)
                 lines.append(f"  {row['name']:<20} {row_peak:>12} {row['time_ms']:>9.2f} ms "
                              f"{row['overhead_pct']:>8.1f}%  {'yes' if row['fits'] else 'no'}")
             if any(row["name"] == "optimal (schedule)" for row in self.strategies):
@@ -252,7 +238,6 @@ def plan(model, example_inputs, budget, kwargs=None, gpu=None, optimizer="adamw"
     Raises CkplanError with ckplan's one-line message (``exit_code`` 3: the budget is below the
     smallest that fits; the message gives it), ExportError when the model does not export.
     """
-    from . import export, is_meta_model  # noqa: PLC0415
     program = find_ckplan(ckplan)
     if isinstance(example_inputs, torch.Tensor):
         example_inputs = (example_inputs,)

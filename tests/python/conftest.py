@@ -28,24 +28,20 @@ def ckplan(request):
 
 
 @pytest.fixture
-def script_args(request, ckplan):
-    """The command line of a check script (its main(argv)) from pytest's options; a test whose
-    option is not given is skipped (ctest gives them all)."""
-    def make(*names):
+def run_script(request, ckplan):
+    """Runs a check script's main(argv) with the named options from pytest's command line; returns its
+    exit code (main may return it or sys.exit with it). A test whose option is not given is skipped
+    (ctest gives them all)."""
+    def run(main, *names):
         argv = []
         for name in names:
             value = ckplan if name == "--ckplan" else request.config.getoption(name)
             if value is None:
                 pytest.skip(f"needs {name} (ctest passes it)")
             argv += [name, value]
-        return argv
-    return make
-
-
-def run_main(main, argv):
-    """A check script's main(argv) as its exit code (it may return it or sys.exit with it)."""
-    try:
-        code = main(argv)
-    except SystemExit as done:
-        code = done.code
-    return code or 0
+        try:
+            code = main(argv)
+        except SystemExit as done:
+            code = done.code
+        return code or 0
+    return run

@@ -148,10 +148,9 @@ def main(argv=None):
     return finish()
 
 
-def test_report_labels(script_args):
+def test_report_labels(run_script):
     """Under pytest (ctest runs this file so): every check above, one test."""
-    import conftest
-    assert conftest.run_main(main, script_args("--ckplan", "--profile")) == 0
+    assert run_script(main, "--ckplan", "--profile") == 0
 
 
 if __name__ == "__main__":

@@ -70,10 +70,9 @@ def main(argv=None):
     return finish()
 
 
-def test_report_render(script_args):
+def test_report_render(run_script):
     """Under pytest (ctest runs this file so): every check above, one test."""
-    import conftest
-    assert conftest.run_main(main, script_args("--ckplan", "--profile")) == 0
+    assert run_script(main, "--ckplan", "--profile") == 0
 
 
 if __name__ == "__main__":

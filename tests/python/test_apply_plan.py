@@ -146,35 +146,11 @@ def step_peak(model, inputs, make_optimizer):
     makes the optimizer's state), the smaller of two, as a job runs one:
     zero_grad(), out = forward, loss, backward, optimizer.step(), `out`
     held to the end. The model's parameters are restored afterwards."""
-    saved = {k: v.clone() for k, v in model.state_dict().items()}
-    optimizer = make_optimizer(model.parameters())
-
-    def step():  # as a training loop writes it: the output and the loss held to the step's end
-        optimizer.zero_grad()
+    def forward():
         out = model(*inputs)
-        loss = loss_with_gradient(out)
-        loss.backward()
-        optimizer.step()
+        return out, loss_with_gradient(out)
 
-    step()
-
-    def measured():
-        return memory_timeline.timeline_peak(step, memory_timeline.model_tensors(model))
-
-    # The same step measured twice, the smaller taken: the step is
-    # deterministic, and a one-off allocation in the window that is not the
-    # step's (vit once measured 8.6 MB above its other steps in a fresh
-    # clone's CI) would otherwise fail a plan that holds.
-    peak = min(measured(), measured())
-    del optimizer
-    model.zero_grad(set_to_none=True)
-    # In place (state_dict's tensors share the parameters' storages): a
-    # module's own _load_from_state_dict may want the metadata a plain dict
-    # lacks (torchvision's MNASNet refuses a state without its version).
-    with torch.no_grad():
-        for name, value in model.state_dict().items():
-            value.copy_(saved[name])
-    return peak
+    return memory_timeline.training_step_peak(model, make_optimizer, forward)
 
 
 def grads(model, inputs, seed):
@@ -420,10 +396,9 @@ def main(argv=None):
     return finish()
 
 
-def test_apply_plan(script_args):
+def test_apply_plan(run_script):
     """Under pytest (ctest runs this file so): every check above, one test."""
-    import conftest
-    assert conftest.run_main(main, script_args("--ckplan", "--models")) == 0
+    assert run_script(main, "--ckplan", "--models") == 0
 
 
 if __name__ == "__main__":

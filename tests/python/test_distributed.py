@@ -433,10 +433,9 @@ def main(argv=None):
     print("all checks passed")
 
 
-def test_distributed(script_args):
+def test_distributed(run_script):
     """Under pytest (ctest runs this file so): every check above, one test."""
-    import conftest
-    assert conftest.run_main(main, script_args("--ckplan")) == 0
+    assert run_script(main, "--ckplan") == 0
 
 
 if __name__ == "__main__":

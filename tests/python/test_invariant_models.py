@@ -40,10 +40,9 @@ def main(argv=None):
         return result.returncode if profiles else 1
 
 
-def test_invariant_models(script_args):
+def test_invariant_models(run_script):
     """Under pytest (ctest runs this file so): every check above, one test."""
-    import conftest
-    assert conftest.run_main(main, script_args("--ckplan", "--planner-tests", "--models")) == 0
+    assert run_script(main, "--ckplan", "--planner-tests", "--models") == 0
 
 
 if __name__ == "__main__":

@@ -250,10 +250,9 @@ def main(argv=None):
     return 1 if failures else 0
 
 
-def test_meta_profile(script_args):
+def test_meta_profile(run_script):
     """Under pytest (ctest runs this file so): every check above, one test."""
-    import conftest
-    assert conftest.run_main(main, script_args("--ckplan", "--models")) == 0
+    assert run_script(main, "--ckplan", "--models") == 0
 
 
 if __name__ == "__main__":

@@ -147,10 +147,9 @@ def main(argv=None):
     return finish()
 
 
-def test_optimizer_memory(script_args):
+def test_optimizer_memory(run_script):
     """Under pytest (ctest runs this file so): every check above, one test."""
-    import conftest
-    assert conftest.run_main(main, script_args("--ckplan", "--models")) == 0
+    assert run_script(main, "--ckplan", "--models") == 0
 
 
 if __name__ == "__main__":

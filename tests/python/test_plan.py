@@ -22,25 +22,6 @@ def gpt2():
     return transformers.GPT2LMHeadModel(config), ids
 
 
-def measured_step(model, make_optimizer, forward):
-    """The peak of a training step after the first (the optimizer's state
-    made), by the profiler's memory timeline; the weights put back after.
-    ``forward()`` gives the model's output and its loss; the output is held
-    to the step's end, as a loop that writes ``out = model(...)`` holds it
-    (the plan counts it so: the profile's ``held_outputs``)."""
-    with memory_timeline.restored_after(model):
-        optimizer = make_optimizer(model.parameters())
-
-        def step():
-            optimizer.zero_grad()
-            out, loss = forward()
-            loss.backward()
-            optimizer.step()
-
-        step()
-        return min(memory_timeline.timeline_peak(step, memory_timeline.model_tensors(model)) for _ in range(2))
-
-
 def with_loss(out, target=None):
     """(the output, its loss): the model's own (a ModelOutput's `loss`), or cross-entropy over logits."""
     return out, (out.loss if target is None else torch.nn.functional.cross_entropy(out, target))
@@ -71,7 +52,7 @@ def test_no_checkpointing_row_is_pytorchs_step(gpt2_plan):
     model, ids, plan = gpt2_plan
     none = plan.strategies[0]
     # Without a key-value cache, as the plan counts the step (apply_plan turns it off for training).
-    measured = measured_step(model, lambda p: torch.optim.AdamW(p),
+    measured = memory_timeline.training_step_peak(model, lambda p: torch.optim.AdamW(p),
                              lambda: with_loss(model(ids, labels=ids, use_cache=False)))
     assert measured <= none["peak_bytes"]
     assert measured >= none["peak_bytes"] * 0.99, (measured, none["peak_bytes"])
@@ -84,7 +65,8 @@ def test_enable_at_the_smallest_budget_holds_in_pytorch(gpt2_plan, ckplan):
     try:
         assert plan.checkpoint_modules and ckplan_torch.checkpointed_modules(model) == plan.checkpoint_modules
         assert plan.peak_bytes <= budget
-        measured = measured_step(model, lambda p: torch.optim.AdamW(p), lambda: with_loss(model(ids, labels=ids)))
+        measured = memory_timeline.training_step_peak(model, lambda p: torch.optim.AdamW(p),
+                                                      lambda: with_loss(model(ids, labels=ids)))
         assert measured <= budget, (measured, budget)
         assert measured >= plan.peak_bytes * 0.98, (measured, plan.peak_bytes)
         # And below what no checkpointing measures.
@@ -114,7 +96,7 @@ def test_torchvision_model_with_the_jobs_optimizer(ckplan):
     plan.apply(model, optimizer=job_optimizer)
     try:
         # The profile's loss for a model returning logits: cross-entropy-like, a gradient the output's size.
-        measured = measured_step(model, make_optimizer,
+        measured = memory_timeline.training_step_peak(model, make_optimizer,
                                  lambda: with_loss(model(x), target))
         assert measured <= budget, (measured, budget)
     finally:

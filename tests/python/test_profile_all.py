@@ -99,10 +99,9 @@ def main(argv=None):
     return finish()
 
 
-def test_profile_all(script_args):
+def test_profile_all(run_script):
     """Under pytest (ctest runs this file so): every check above, one test."""
-    import conftest
-    assert conftest.run_main(main, script_args("--ckplan", "--models")) == 0
+    assert run_script(main, "--ckplan", "--models") == 0
 
 
 if __name__ == "__main__":
