@@ -2,6 +2,8 @@
 // bundled example model: units, progress bars, memory refusals; on the test
 // models: an eval-mode export, integer inputs' ranges.
 
+#include <fstream>
+
 #include <doctest/doctest.h>
 
 #include <nlohmann/json.hpp>
@@ -232,6 +234,20 @@ TEST_CASE("profile and run refuse an output into a missing folder before any wor
 }
 
 #ifdef CKPLAN_TEST_MODELS
+TEST_CASE("a truncated .pt2 profiled without --input is refused as unreadable, not for lacking --input") {
+  const std::string dir = TempDir();
+  std::ifstream whole(std::string(CKPLAN_TEST_MODELS) + "/llama.pt2", std::ios::binary);
+  std::string head(4096, '\0');
+  whole.read(&head[0], static_cast<std::streamsize>(head.size()));
+  std::ofstream(dir + "/cut.pt2", std::ios::binary) << head;
+  CommandResult r = RunCkplan("profile " + dir + "/cut.pt2 -o " + dir + "/p.json", dir);
+  CHECK(r.exit_code == 2);
+  CHECK(OneLineError(r));
+  CHECK(r.err.find("cut.pt2") != std::string::npos);
+  CHECK(r.err.find("truncated or corrupted") != std::string::npos);
+  CHECK(r.err.find("--input") == std::string::npos);
+}
+
 TEST_CASE("a .pt2 exported in eval mode is profiled with a one-line warning and training: false") {
   const std::string dir = TempDir();
   const std::string models = std::string(CKPLAN_TEST_MODELS) + "/";

@@ -898,6 +898,7 @@ Profile ProfileModel(const ProfileOptions& options, std::vector<std::string>* wa
     recorded.inputs.push_back(ParseInputSpec(text));
   }
   if (recorded.inputs.empty()) {
+    LoadModel(options.model_path);  // a file that is no model says so, not that it lacks --input
     throw BadInput(options.model_path + ": give one --input per model input (SHAPE[:DTYPE[:LO..HI]], e.g. " +
                    "8x3x224x224 or 4x1024:int64:0..50257)" +
                    (archive ? "; this archive records none (an export by ckplan_torch.export records its example's)"
