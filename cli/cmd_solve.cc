@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <iostream>
 #include <optional>
+#include <set>
+#include <utility>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -16,6 +18,7 @@
 #include "planner/plan/plan_to_document.h"
 #include "planner/solvers/recurrence.h"
 #include "planner/solvers/modules.h"
+#include "planner/cost/sac_candidates.h"
 #include "planner/contracts/sweep_document.h"
 #include "cli/commands.h"
 #include "cli/distributed_solve.h"
@@ -99,6 +102,37 @@ std::string PrintableMinimum(int64_t minimum, UnitStyle style, const std::functi
   return text;
 }
 
+// The selective-checkpointing policies people write by hand: the op
+// families each saves (the rest recomputed).
+std::vector<std::pair<std::string, std::set<std::string>>> HandWrittenPolicies() {
+  return {{"sac: save matmuls, each layer", {"mm"}},
+          {"sac: all but pointwise, each layer", {"mm", "convolution", "sdpa", "layer_norm", "group_norm"}}};
+}
+
+// The model's layers (the modules a container holds, as
+// gradient_checkpointing_enable() wraps them; else the modules of one stage
+// each, as `every` wraps them), each saving its candidates of `families`.
+std::vector<WrappableModule> LayersSaving(const std::vector<WrappableModule>& modules, const Profile& profile,
+                                          const std::set<std::string>& families) {
+  const std::set<std::string> containers(profile.model.containers.begin(), profile.model.containers.end());
+  std::vector<WrappableModule> layers;
+  for (const WrappableModule& m : modules) {
+    const size_t dot = m.path.rfind('.');
+    if (dot != std::string::npos && containers.count(m.path.substr(0, dot)) != 0) layers.push_back(m);
+  }
+  if (layers.empty()) {
+    for (const WrappableModule& m : modules) {
+      if (m.first_stage == m.last_stage) layers.push_back(m);
+    }
+  }
+  for (WrappableModule& m : layers) {
+    for (size_t i = 0; i < m.sac_candidates.size(); ++i) {
+      if (families.count(m.sac_candidates[i].family) != 0) m.sac_saved.push_back(static_cast<int>(i));
+    }
+  }
+  return layers;
+}
+
 int RunSolve(const SolveOptions& o) {
   const std::optional<ByteQuantity> budget_option = ParseBudgetOption(o);
   // Options and output folders first, so that a typo fails before any work.
@@ -138,16 +172,21 @@ int RunSolve(const SolveOptions& o) {
   request.sweep = !o.sweep_path.empty();
   // The PyTorch target: optimal over the sets of modules apply_plan can wrap.
   const std::string target = o.target.empty() ? (in.from_profile ? "pytorch" : "schedule") : o.target;
-  if (target != "pytorch" && target != "schedule") {
-    throw BadInput("invalid --target '" + o.target + "': use pytorch or schedule");
+  if (target != "pytorch" && target != "schedule" && target != "sac") {
+    throw BadInput("invalid --target '" + o.target + "': use pytorch, sac or schedule");
   }
-  std::vector<WrappableModule> modules;
+  std::vector<WrappableModule> modules, plain_modules;
   // Every algorithm for the PyTorch target is priced, applied and run as
   // that target: a baseline wraps the modules its stages are.
-  if (target == "pytorch") {
+  if (target == "pytorch" || target == "sac") {
     modules = WrappableModules(in.chain, in.from_profile ? &in.profile : nullptr);
     if (!in.from_profile && modules.empty()) {
       throw BadInput(o.input + ": --target pytorch needs module paths (a profile, or a chain whose stages name modules)");
+    }
+    if (target == "sac") {
+      if (!in.from_profile) throw BadInput(o.input + ": --target sac needs a profile (it saves ops inside modules)");
+      plain_modules = modules;
+      AddSacCandidates(in.profile, in.chain, &modules);
     }
     request.pytorch_modules = &modules;  // gradients: the chain's, as every target counts them
   }
@@ -208,6 +247,14 @@ int RunSolve(const SolveOptions& o) {
     std::fprintf(human, "pytorch target: wrap %zu modules with torch.utils.checkpoint (apply_plan)\n",
                  plan.pytorch.checkpoint_modules.size());
     std::fprintf(human, "under torch.compile: %s\n", UnderTorchCompile().c_str());
+  } else if (plan.target == "sac") {
+    size_t saved = 0;
+    for (const WrappableModule& m : plan.pytorch.wrapped) saved += m.sac_saved.size();
+    std::fprintf(human,
+                 "sac target: wrap %zu modules with torch.utils.checkpoint, saving %zu ops' outputs in them "
+                 "(a selective-checkpointing policy; apply_plan)\n",
+                 plan.pytorch.checkpoint_modules.size(), saved);
+    std::fprintf(human, "under torch.compile: %s\n", UnderTorchCompile().c_str());
   }
   if (plan.algorithm == Algorithm::kOptimal && !plan.proven_optimal) {
     std::fprintf(human,
@@ -235,8 +282,26 @@ int RunSolve(const SolveOptions& o) {
     add_row(name, p);
   }
   if (request.algorithm == Algorithm::kEveryN) add_row(Format("every-n (n=%d)", plan.every_n), plan);
-  if (request.algorithm == Algorithm::kOptimal) add_row(plan.target == "pytorch" ? "optimal (pytorch)" : "optimal", plan);
-  if (request.algorithm == Algorithm::kOptimal && plan.target == "pytorch") {
+  if (request.algorithm == Algorithm::kOptimal) {
+    add_row(plan.target == "schedule" ? "optimal" : "optimal (" + plan.target + ")", plan);
+  }
+  if (request.algorithm == Algorithm::kOptimal && plan.target == "sac") {
+    // Beside it: wrapping whole modules, and the policies people write by
+    // hand around each layer, priced in the same model.
+    PlanRequest r = request;
+    r.pytorch_modules = &plain_modules;
+    r.sweep = false;
+    add_row("optimal (pytorch)", MakePlan(in.chain, in.fixed, r));
+    for (const auto& [name, families] : HandWrittenPolicies()) {
+      const std::vector<WrappableModule> wrapped = LayersSaving(modules, in.profile, families);
+      if (wrapped.empty()) continue;
+      PlanRequest h = request;
+      h.wrap_exactly = &wrapped;
+      h.sweep = false;
+      add_row(name, MakePlan(in.chain, in.fixed, h));
+    }
+  }
+  if (request.algorithm == Algorithm::kOptimal && plan.target != "schedule") {
     PlanRequest r = request;
     r.pytorch_modules = nullptr;
     r.sweep = false;
@@ -301,7 +366,9 @@ void AddSolveCommand(CLI::App& app, Action* action) {
   cmd->add_option("--threads", options->threads, "solver threads, 1..256 (default 1)");
   cmd->add_option("--target", options->target,
                   "pytorch (default for a profile): the best set of modules to wrap with torch.utils.checkpoint, "
-                  "what apply_plan does; schedule (default for a chain): the nested optimal schedule, for ckplan run");
+                  "what apply_plan does; sac: the same, and in each wrapped module the ops whose outputs are "
+                  "saved, not recomputed (selective activation checkpointing; apply_plan builds the policy); "
+                  "schedule (default for a chain): the nested optimal schedule, for ckplan run");
   cmd->add_flag("--show-stages", options->show_stages, "print the chain's stages (--budget optional)");
   cmd->add_option("--chain-out", options->chain_out,
                   "write the chain the profile is cut into (ckplan.chain/1) to this file (--budget optional)");

@@ -193,6 +193,11 @@ int RunRunCommand(const RunCommandOptions& o) {
   // The plan through its one reader (the executor reads it so again): bytes
   // print in the unit style its budget was written in (binary when absent).
   const PlanDocument document = PlanFromJson(plan, o.plan);
+  if (document.target == "sac") {
+    throw BadInput(o.plan + ": a selective-checkpointing plan (--target sac) runs in PyTorch only: apply it with "
+                   "ckplan_torch.apply_plan(model, plan) in the training job (ckplan run checks --target pytorch "
+                   "and schedule plans)");
+  }
   const UnitStyle style = *UnitStyleFromName(document.unit_style.value_or("binary"));
   auto bytes = [style](int64_t value) { return FormatBytes(value, style); };
   RunOptions options;

@@ -54,7 +54,16 @@ bool PlanPyTorch::operator==(const PlanPyTorch& o) const {
   return checkpoint_modules == o.checkpoint_modules && skipped_stages == o.skipped_stages &&
          use_reentrant == o.use_reentrant && preserve_rng_state == o.preserve_rng_state && peak_bytes == o.peak_bytes &&
          held_at_loss_bytes == o.held_at_loss_bytes && time_ms == o.time_ms && overhead_pct == o.overhead_pct &&
-         fits_budget == o.fits_budget && under_torch_compile == o.under_torch_compile;
+         fits_budget == o.fits_budget && under_torch_compile == o.under_torch_compile && sac == o.sac;
+}
+
+bool PlanSacOp::operator==(const PlanSacOp& o) const {
+  return family == o.family && occurrence == o.occurrence && op == o.op && kind == o.kind && shape == o.shape &&
+         bytes == o.bytes;
+}
+
+bool PlanSacModule::operator==(const PlanSacModule& o) const {
+  return module == o.module && family_counts == o.family_counts && save == o.save;
 }
 
 bool PlanSolver::operator==(const PlanSolver& o) const {
@@ -258,6 +267,18 @@ nlohmann::json PlanToJson(const PlanDocument& p) {
                       {"overhead_pct", e.overhead_pct},
                       {"fits_budget", e.fits_budget}}}};
   if (!e.under_torch_compile.empty()) doc["pytorch"]["under_torch_compile"] = e.under_torch_compile;
+  if (e.sac) {
+    nlohmann::json list = nlohmann::json::array();
+    for (const PlanSacModule& m : *e.sac) {
+      nlohmann::json save = nlohmann::json::array();
+      for (const PlanSacOp& op : m.save) {
+        save.push_back({{"family", op.family}, {"occurrence", op.occurrence}, {"op", op.op}, {"kind", op.kind},
+                        {"shape", op.shape}, {"bytes", op.bytes}});
+      }
+      list.push_back({{"module", m.module}, {"family_counts", m.family_counts}, {"save", save}});
+    }
+    doc["pytorch"]["sac"] = list;
+  }
   if (p.slots) doc["slots"] = *p.slots;
   if (p.slot_bytes) doc["slot_bytes"] = *p.slot_bytes;
   if (p.solver) {
@@ -468,6 +489,39 @@ PlanDocument ReadPlan(const JsonReader& root) {
       p.pytorch.fits_budget = ep.Field("fits_budget").Bool();
     }
     if (e.Has("under_torch_compile")) p.pytorch.under_torch_compile = e.Field("under_torch_compile").String();
+    if (e.Has("sac")) {
+      JsonReader list = e.Field("sac");
+      std::vector<PlanSacModule> modules;
+      for (size_t i = 0; i < list.ArraySize(); ++i) {
+        JsonReader m = list.Item(i);
+        PlanSacModule module;
+        module.module = m.Field("module").String();
+        JsonReader counts = m.Field("family_counts");
+        counts.ExpectObject();
+        for (const auto& item : counts.node().items()) {
+          module.family_counts[item.key()] = counts.Field(item.key()).IntegerIn(0, INT_MAX);
+        }
+        JsonReader save = m.Field("save");
+        for (size_t k = 0; k < save.ArraySize(); ++k) {
+          JsonReader op = save.Item(k);
+          PlanSacOp saved;
+          saved.family = op.Field("family").String();
+          saved.occurrence = op.Field("occurrence").IntegerIn(0, INT_MAX);
+          saved.op = op.Field("op").IntegerIn(0, INT_MAX);
+          saved.kind = op.Field("kind").String();
+          JsonReader shape = op.Field("shape");
+          for (size_t d = 0; d < shape.ArraySize(); ++d) saved.shape.push_back(shape.Item(d).NonNegativeBytes());
+          saved.bytes = op.Field("bytes").NonNegativeBytes();
+          auto count = module.family_counts.find(saved.family);
+          if (count == module.family_counts.end() || saved.occurrence >= count->second) {
+            op.Field("occurrence").Fail("is not below the module's family_counts." + saved.family);
+          }
+          module.save.push_back(std::move(saved));
+        }
+        modules.push_back(std::move(module));
+      }
+      p.pytorch.sac = std::move(modules);
+    }
   }
   if (root.Has("slots")) p.slots = root.Field("slots").IntegerIn(0, INT_MAX);
   if (root.Has("slot_bytes")) p.slot_bytes = root.Field("slot_bytes").NonNegativeBytes();

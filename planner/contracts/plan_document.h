@@ -4,6 +4,7 @@
 /// docs/contracts.md ("Plan") documents every field.
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -66,6 +67,30 @@ struct PlanPredicted {
   bool operator==(const PlanPredicted& o) const;
 };
 
+/// `pytorch.sac[].save[]`: an op a selective-checkpointing policy saves
+/// (CheckpointPolicy.MUST_SAVE): the `occurrence`-th op of `family` the
+/// policy sees in the module's forward (planner/cost/sac_candidates.h), with
+/// the profile's op, kind and output shape to check it by.
+struct PlanSacOp {
+  std::string family;
+  int occurrence = 0;
+  int op = 0;
+  std::string kind;
+  std::vector<int64_t> shape;
+  int64_t bytes = 0;  ///< what saving it holds
+  bool operator==(const PlanSacOp& o) const;
+};
+
+/// `pytorch.sac[]` (`--target sac`): a wrapped module's policy. Every op the
+/// policy sees that is not in `save` is recomputed; `family_counts` is how
+/// many ops of each family the module's forward runs (apply_plan checks).
+struct PlanSacModule {
+  std::string module;
+  std::map<std::string, int> family_counts;
+  std::vector<PlanSacOp> save;
+  bool operator==(const PlanSacModule& o) const;
+};
+
 /// `pytorch`: the modules apply_plan wraps, and what that predicts.
 struct PlanPyTorch {
   std::vector<std::string> checkpoint_modules;
@@ -79,6 +104,9 @@ struct PlanPyTorch {
   bool fits_budget = false;
   /// What a torch.compile'd job should expect of the prediction (made for eager PyTorch).
   std::string under_torch_compile;
+  /// `--target sac`: one policy per wrapped module, in checkpoint_modules'
+  /// order; absent for plain checkpointing.
+  std::optional<std::vector<PlanSacModule>> sac;
   bool operator==(const PlanPyTorch& o) const;
 };
 
@@ -160,7 +188,7 @@ struct PlanDocument {
   /// stage's document (in distributed.stages) is a plan. No schedule.
   bool is_pipeline = false;
   std::string algorithm;                ///< optimal, none, every, every-n, sqrt
-  std::string target = "schedule";      ///< schedule or pytorch
+  std::string target = "schedule";      ///< schedule, pytorch or sac
   PlanSource source;
   int64_t budget_bytes = 0;
   /// Written in its plain form: parameters, buffers, gradients (with a

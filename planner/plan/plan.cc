@@ -46,6 +46,7 @@ namespace {
 
 // The strategy the request names, through the one solver signature.
 std::unique_ptr<ChainSolver> SolverFor(const PlanRequest& request, int every_n) {
+  if (request.pytorch_modules != nullptr && request.wrap_exactly != nullptr) return WrapExactlySolver(*request.wrap_exactly);
   if (request.algorithm == Algorithm::kOptimal) {
     if (request.pytorch_modules != nullptr) return ModulesSolver(*request.pytorch_modules);
     OptimalOptions options;
@@ -126,7 +127,10 @@ Plan MakePlan(const Chain& chain, const FixedMemory& fixed, const PlanRequest& r
   }
   const ChainSolution solution = SolverFor(request, plan.every_n)->Solve(chain, plan.activation_budget_bytes);
 
-  if (request.pytorch_modules != nullptr) plan.target = "pytorch";
+  if (request.pytorch_modules != nullptr) {
+    const bool selective = !request.pytorch_modules->empty() && request.pytorch_modules->front().selective;
+    plan.target = selective ? "sac" : "pytorch";
+  }
   if (request.algorithm == Algorithm::kOptimal && request.pytorch_modules == nullptr) {
     plan.slots = solution.memory_slots;
     plan.slot_bytes = solution.slot_bytes;
@@ -141,7 +145,7 @@ Plan MakePlan(const Chain& chain, const FixedMemory& fixed, const PlanRequest& r
     plan.curve.push_back({fixed_bytes + point.budget_bytes, point.time_ms + step});
   }
   // A fixed strategy's figures are its one schedule's, fitting or not.
-  if (solution.feasible || request.algorithm != Algorithm::kOptimal) {
+  if (solution.feasible || request.algorithm != Algorithm::kOptimal || request.wrap_exactly != nullptr) {
     plan.time_ms = solution.time_ms + step;
     plan.peak_bytes = fixed_bytes + solution.peak_bytes;
   }

@@ -44,6 +44,9 @@ struct PlanRequest {
   /// kOptimal for the PyTorch target: the fastest set of these modules to
   /// wrap (SolveModules) instead of the nested schedule; null: the schedule target.
   const std::vector<WrappableModule>* pytorch_modules = nullptr;
+  /// With pytorch_modules, in place of the algorithm: wrap exactly these
+  /// (a hand-written policy: WrapExactlySolver).
+  const std::vector<WrappableModule>* wrap_exactly = nullptr;
 };
 
 /// A plan. Its memory figures are the whole step's (the fixed part
@@ -86,8 +89,9 @@ struct Plan {
   /// How much slower than the optimum the plan can be, at most, in percent
   /// of the lower bound: 0 when proven optimal.
   double gap_bound_pct() const;
-  /// "schedule" (the nested optimum, or a baseline) or "pytorch" (optimal
-  /// over sets of wrapped modules: the schedule is what apply_plan does).
+  /// "schedule" (the nested optimum, or a baseline), "pytorch" (optimal
+  /// over sets of wrapped modules: the schedule is what apply_plan does) or
+  /// "sac" (the same, each wrapped module with the ops it saves).
   std::string target = "schedule";
   ModuleExport pytorch;                ///< what apply_plan() in Python does, of the chain
   /// The step as apply_plan runs it, in the PyTorch target's accounting and

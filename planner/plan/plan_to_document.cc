@@ -54,6 +54,22 @@ PlanDocument MakePlanDocument(const Plan& plan, const Chain& chain, const PlanSo
   doc.pytorch.overhead_pct = OverheadPct(plan.pytorch_time_ms, plan.pytorch_no_recompute_ms);
   doc.pytorch.fits_budget = plan.pytorch_peak_bytes <= plan.budget.bytes;
   doc.pytorch.under_torch_compile = UnderTorchCompile();
+  if (plan.target == "sac") {
+    std::vector<PlanSacModule> policies;
+    for (const WrappableModule& m : e.wrapped) {
+      PlanSacModule policy;
+      policy.module = m.path;
+      policy.family_counts = m.sac_family_counts;
+      for (int i : m.sac_saved) {
+        const SacCandidate& c = m.sac_candidates[static_cast<size_t>(i)];
+        int64_t bytes = 0;
+        for (const auto& entry : c.storages) bytes += entry.second;
+        policy.save.push_back({c.family, c.occurrence, c.op, c.kind, c.shape, bytes});
+      }
+      policies.push_back(std::move(policy));
+    }
+    doc.pytorch.sac = std::move(policies);
+  }
   if (plan.algorithm == Algorithm::kOptimal) {
     doc.slots = plan.slots;
     doc.slot_bytes = plan.slot_bytes;

@@ -64,6 +64,7 @@ ModuleExport ExportFor(const Chain& chain, const std::vector<WrappableModule>& w
     out.held_at_loss_bytes = own + shared;
   }
   for (const WrappableModule& m : wrapped) out.checkpoint_modules.push_back(m.path);
+  out.wrapped = wrapped;
   return out;
 }
 

@@ -34,6 +34,9 @@ struct ModuleExport {
   /// frees what no op saves), model inputs excluded: needs storages; else
   /// the simulation's figure.
   int64_t held_at_loss_bytes = 0;
+  /// The wrapped modules, with what a selective-checkpointing plan saves in
+  /// each (WrappableModule::sac_saved).
+  std::vector<WrappableModule> wrapped;
 };
 
 /// The export of `checkpointed` stages (empty when the chain has no module paths).

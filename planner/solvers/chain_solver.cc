@@ -145,6 +145,32 @@ class Modules : public ChainSolver {
   const std::vector<WrappableModule>& modules_;
 };
 
+// A fixed strategy's figures, fitting or not.
+ChainSolution FixedModulesSolution(const ModuleSolution& solution, int64_t budget_bytes) {
+  ChainSolution out;
+  out.module_target = true;
+  out.min_budget_bytes = out.min_budget_lower_bytes = solution.peak_bytes;
+  if (solution.peak_bytes <= budget_bytes) {
+    AddModules(solution, &out);
+  } else {
+    out.time_ms = solution.time_ms;
+    out.peak_bytes = solution.peak_bytes;
+  }
+  return out;
+}
+
+class WrapExactly : public ChainSolver {
+ public:
+  explicit WrapExactly(const std::vector<WrappableModule>& wrapped) : wrapped_(wrapped) {}
+  std::string Name() const override { return "wrap"; }
+  ChainSolution Solve(const Chain& chain, int64_t budget_bytes) const override {
+    return FixedModulesSolution(EvaluateModules(chain, wrapped_, ModuleAccounting::kPyTorch), budget_bytes);
+  }
+
+ private:
+  const std::vector<WrappableModule>& wrapped_;
+};
+
 class ModuleBaseline : public ChainSolver {
  public:
   ModuleBaseline(const std::vector<WrappableModule>& modules, int n) : modules_(modules), n_(n) {}
@@ -166,17 +192,7 @@ class ModuleBaseline : public ChainSolver {
         if (single != modules_.end()) wrapped.push_back(*single);
       }
     }
-    const ModuleSolution solution = EvaluateModules(chain, wrapped, ModuleAccounting::kPyTorch);
-    ChainSolution out;
-    out.module_target = true;
-    out.min_budget_bytes = out.min_budget_lower_bytes = solution.peak_bytes;
-    if (solution.peak_bytes <= budget_bytes) {
-      AddModules(solution, &out);
-    } else {  // a fixed strategy: its figures, fitting or not
-      out.time_ms = solution.time_ms;
-      out.peak_bytes = solution.peak_bytes;
-    }
-    return out;
+    return FixedModulesSolution(EvaluateModules(chain, wrapped, ModuleAccounting::kPyTorch), budget_bytes);
   }
 
  private:
@@ -210,6 +226,10 @@ std::unique_ptr<ChainSolver> OptimalSolver(int slots, int threads) {
 
 std::unique_ptr<ChainSolver> ModulesSolver(const std::vector<WrappableModule>& modules) {
   return std::make_unique<Modules>(modules);
+}
+
+std::unique_ptr<ChainSolver> WrapExactlySolver(const std::vector<WrappableModule>& wrapped) {
+  return std::make_unique<WrapExactly>(wrapped);
 }
 
 std::unique_ptr<ChainSolver> ModuleBaselineSolver(const std::vector<WrappableModule>& modules, int n) {

@@ -96,6 +96,12 @@ std::unique_ptr<ChainSolver> ModulesSolver(const std::vector<WrappableModule>& m
 /// so that its optimum is never slower than it. `modules` must outlive it.
 std::unique_ptr<ChainSolver> ModuleBaselineSolver(const std::vector<WrappableModule>& modules, int n);
 
+/// The PyTorch target wrapping exactly `wrapped` (disjoint; with what each
+/// saves where selective): a policy a user writes by hand (save the matrix
+/// products in every layer), counted as ModulesSolver counts. `wrapped` must
+/// outlive it.
+std::unique_ptr<ChainSolver> WrapExactlySolver(const std::vector<WrappableModule>& wrapped);
+
 /// The baselines a plan is compared with, in the order `ckplan solve` and the
 /// budget search try them: none, sqrt, every-1, -2, -4, -8 (those not longer
 /// than the chain).

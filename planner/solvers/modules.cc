@@ -271,6 +271,27 @@ FrontierSteps FrontierStepsOf(const Chain& chain, const std::vector<WrappableMod
     const std::set<int64_t> input = Ids(cut(a));
     int64_t need = 0;
     double time = 0;
+    // Selective checkpointing: what its saved ops hold from its forward to
+    // their place in its recomputation, per stage (storages its input or its
+    // kept output hold anyway counted there), and the reruns they spare.
+    std::vector<int64_t> cached(static_cast<size_t>(b - a + 1), 0);
+    int64_t cached_total = 0;
+    {
+      std::set<int64_t> counted = input;
+      for (const auto& entry : cut(b + 1)) {
+        if (cuts.kept.count(entry.first) != 0) counted.insert(entry.first);
+      }
+      for (int i : modules[m].sac_saved) {
+        const SacCandidate& c = modules[m].sac_candidates[static_cast<size_t>(i)];
+        for (const auto& [id, bytes] : c.storages) {
+          if (!counted.insert(id).second) continue;
+          cached[static_cast<size_t>(c.stage - a)] += bytes;
+          cached_total += bytes;
+        }
+        time -= c.recompute_ms;
+      }
+    }
+    int64_t cached_before = 0;  // saved by the stages so far (forward) / not yet reached (recomputation)
     // Forward without autograd: its input held (counted at the boundary),
     // each inner value dropped once the next stage has read it.
     int64_t inner = 0;  // the current inner value, beyond the input
@@ -281,7 +302,8 @@ FrontierSteps FrontierStepsOf(const Chain& chain, const std::vector<WrappableMod
         const std::set<int64_t> ids = Ids(cut(k));
         held.insert(ids.begin(), ids.end());
       }
-      need = std::max(need, inner + NewBytes(cut(k + 1), held) + s.fwd_tmp_bytes);
+      cached_before += cached[static_cast<size_t>(k - a)];
+      need = std::max(need, inner + NewBytes(cut(k + 1), held) + s.fwd_tmp_bytes + cached_before);
       inner = NewBytes(cut(k + 1), input);
       time += s.ModuleNoGradFwdMs() + s.fwd_ms + s.bwd_ms;  // the first forward without autograd, the rerun with it
     }
@@ -300,8 +322,9 @@ FrontierSteps FrontierStepsOf(const Chain& chain, const std::vector<WrappableMod
     for (int k = a; k <= b; ++k) {
       const Stage& s = chain.stages[static_cast<size_t>(k)];
       const int64_t own = cuts.own_saved[static_cast<size_t>(k)], out = fresh[static_cast<size_t>(k)];
+      cached_before -= cached[static_cast<size_t>(k - a)];  // what the stages after it saved, still held
       need = std::max(need, loss_held + grad(b + 1) + grads_from[static_cast<size_t>(b) + 1] + kept + forked +
-                                std::max(own + out, out + s.fwd_tmp_bytes));
+                                cached_before + std::max(own + out, out + s.fwd_tmp_bytes));
       kept += own + out;
       kept_after[static_cast<size_t>(k - a)] = kept;
     }
@@ -320,8 +343,8 @@ FrontierSteps FrontierStepsOf(const Chain& chain, const std::vector<WrappableMod
     // What checkpoint keeps beyond tensors (the RNG state), from its
     // forward to the end of its backward.
     need += chain.checkpoint_state_bytes + call_own[m];
-    FrontierStep unit{a, b, static_cast<int>(m), 0, adds + chain.checkpoint_state_bytes + call_own[m] + numbers_held[m],
-                      time};
+    FrontierStep unit{a, b, static_cast<int>(m), 0,
+                      adds + chain.checkpoint_state_bytes + call_own[m] + numbers_held[m] + cached_total, time};
     unit.need_input = need;
     unit.input_own = loose[static_cast<size_t>(a)];
     unit.input_bits = bits_at(a) | call_bits[m];
@@ -386,12 +409,29 @@ StepEffect TakeStep(const FrontierSteps& units, const FrontierStep& unit, const 
   return step;
 }
 
+// Each selective module once per save set worth solving with (its
+// sac_variants; the empty set is the module itself).
+std::vector<WrappableModule> WithSacVariants(const std::vector<WrappableModule>& modules) {
+  std::vector<WrappableModule> out;
+  for (const WrappableModule& m : modules) {
+    out.push_back(m);
+    if (!m.selective) continue;
+    for (const std::vector<int>& saved : m.sac_variants) {
+      if (saved.empty()) continue;
+      out.push_back(m);
+      out.back().sac_saved = saved;
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
-ModuleSolution SolveModules(const Chain& chain, const std::vector<WrappableModule>& modules, int64_t budget_bytes,
+ModuleSolution SolveModules(const Chain& chain, const std::vector<WrappableModule>& given, int64_t budget_bytes,
                             ModuleAccounting accounting) {
   ModuleSolution solution;
   const int length = chain.length();
+  const std::vector<WrappableModule> modules = WithSacVariants(given);
   const FrontierSteps all = FrontierStepsOf(chain, modules, accounting);
   const std::vector<std::vector<FrontierStep>>& units = all.by_stage;
   std::vector<std::vector<FrontierState>> frontier(static_cast<size_t>(length) + 1);

@@ -93,9 +93,97 @@ def _snapshot(value):
     return value
 
 
-def _wrap(module):
+# The ops a selective-checkpointing policy sees (below autograd, as the
+# dispatcher runs them), by family, as the plan names them
+# (planner/cost/sac_candidates.h): aten::linear arrives as mm or addmm,
+# aten::layer_norm as native_layer_norm, attention as its fused kernel.
+_SAC_FAMILIES = {
+    "mm": "mm", "addmm": "mm", "bmm": "mm", "baddbmm": "mm",
+    "convolution": "convolution",
+    "native_layer_norm": "layer_norm",
+    "native_group_norm": "group_norm",
+    "_scaled_dot_product_flash_attention_for_cpu": "sdpa",
+    "_scaled_dot_product_flash_attention": "sdpa",
+    "_scaled_dot_product_efficient_attention": "sdpa",
+    "_scaled_dot_product_cudnn_attention": "sdpa",
+    "_scaled_dot_product_fused_attention_overrideable": "sdpa",
+}
+
+
+class _SacPolicy:
+    """A wrapped module's selective-checkpointing policy from the plan's
+    ``pytorch.sac`` entry: the ``occurrence``-th op of a family in the
+    module's forward is saved (CheckpointPolicy.MUST_SAVE) where the plan says
+    so, every other op recomputed. Counts per call; after each forward the
+    counts are checked against the plan's (one warning per module when the
+    model runs other ops than were profiled: the policy then saves other
+    outputs than the plan priced)."""
+
+    def __init__(self, spec):
+        self.path = spec["module"]
+        self.expected = {k: int(v) for k, v in spec.get("family_counts", {}).items() if int(v) > 0}
+        self.save = {(s["family"], int(s["occurrence"])): s for s in spec.get("save", [])}
+        self.warned = False
+
+    def contexts(self, state):
+        from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+        def policy(ctx, func, *args, **kwargs):
+            family = _SAC_FAMILIES.get(getattr(getattr(func, "_overloadpacket", None), "__name__", ""))
+            if family is None:
+                return CheckpointPolicy.PREFER_RECOMPUTE
+            counts = state["recompute" if ctx.is_recompute else "forward"]
+            index = counts[family]
+            counts[family] += 1
+            entry = self.save.get((family, index))
+            if entry is None:
+                return CheckpointPolicy.PREFER_RECOMPUTE
+            out = getattr(ctx, "op_output", None)  # torch >= 2.15 calls the policy after the op
+            first = out[0] if isinstance(out, (tuple, list)) and out else out
+            if isinstance(first, torch.Tensor) and first.numel() != _numel(entry.get("shape", [])):
+                state["mismatch"] = (f"its {family} op {index} made {tuple(first.shape)}, the plan's "
+                                     f"{entry.get('kind')} (op {entry.get('op')}) {tuple(entry.get('shape', []))}")
+            return CheckpointPolicy.MUST_SAVE
+
+        return create_selective_checkpoint_contexts(policy)
+
+    def check(self, state):
+        if self.warned:
+            return
+        ran = {k: v for k, v in state["forward"].items() if v > 0}
+        why = state.get("mismatch")
+        if ran != self.expected:
+            why = f"its forward ran {dict(sorted(ran.items()))} ops of each family, the plan's profile {dict(sorted(self.expected.items()))}"
+        if why:
+            self.warned = True
+            warnings.warn(f"ckplan_torch: module '{self.path}' does not run the ops its plan was made for ({why}): "
+                          "its selective-checkpointing policy saves other outputs than the plan priced, so memory "
+                          "and time differ from the prediction (gradients are unaffected); profile the model as "
+                          "the job runs it")
+
+
+def _numel(shape):
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+def _checkpoint_options():
+    """What this torch's non-reentrant checkpoint takes beyond the call."""
+    names = inspect.signature(torch.utils.checkpoint.checkpoint).parameters
+    # Tensors a selective policy saves go through saved_tensors_hooks like
+    # any other (PyTorch's announced default; saving to the CPU then covers them).
+    return {"respect_saved_tensors_hooks": True} if "respect_saved_tensors_hooks" in names else {}
+
+
+def _wrap(module, sac=None):
     original = module.forward
     non_reentrant = _supports_non_reentrant()
+    policy = _SacPolicy(sac) if sac and sac.get("save") else None
+    if policy is not None and not hasattr(torch.utils.checkpoint, "create_selective_checkpoint_contexts"):
+        raise ValueError("a selective-checkpointing plan (--target sac) needs torch >= 2.4 "
+                         "(torch.utils.checkpoint.create_selective_checkpoint_contexts)")
 
     @functools.wraps(original)
     def forward(*args, **kwargs):
@@ -103,6 +191,13 @@ def _wrap(module):
             return original(*args, **kwargs)
         args = _snapshot(args)
         kwargs = _snapshot(kwargs)
+        if policy is not None:
+            state = {"forward": collections.Counter(), "recompute": collections.Counter(), "mismatch": None}
+            out = torch.utils.checkpoint.checkpoint(original, *args, use_reentrant=False, preserve_rng_state=True,
+                                                    context_fn=functools.partial(policy.contexts, state),
+                                                    **_checkpoint_options(), **kwargs)
+            policy.check(state)
+            return out
         if non_reentrant:
             return torch.utils.checkpoint.checkpoint(original, *args, use_reentrant=False, preserve_rng_state=True,
                                                      **kwargs)
@@ -272,10 +367,17 @@ def apply_plan(model, plan, optimizer=None, strict=True):
             warnings.warn(f"ckplan_torch.apply_plan: the plan names module '{path}', a "
                           f"{type(named[path]).__name__} that the model's forward never calls: nothing is "
                           "checkpointed there, and the step will need more memory than the plan predicts")
+    policies = {}
+    sac = (doc.get("pytorch") or {}).get("sac")
+    if sac is not None:
+        if not isinstance(sac, list) or not all(isinstance(e, dict) and e.get("module") in paths for e in sac):
+            raise ValueError("the plan's 'pytorch.sac' does not name its checkpoint_modules: make the plan again "
+                             "with `ckplan solve --target sac`")
+        policies = {e["module"]: e for e in sac}
     for path in paths:
         module = named[path]
         if not hasattr(module, _ORIGINAL_FORWARD):
-            _wrap(module)
+            _wrap(module, policies.get(path))
     # A training step keeps no key-value cache: the profile counts none
     # (ckplan_torch.export turns caches off), and transformers' own
     # gradient_checkpointing_enable() turns them off in training too.

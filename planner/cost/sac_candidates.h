@@ -1,0 +1,49 @@
+#pragma once
+/// Selective activation checkpointing (`--target sac`, PyTorch's
+/// torch.utils.checkpoint.create_selective_checkpoint_contexts): which ops of
+/// a wrapped module a plan may save, how a policy finds them in the eager
+/// run, and what saving each holds and saves.
+///
+/// A policy sees the ops PyTorch's dispatcher runs, below autograd, not the
+/// exported program's: `aten::linear` arrives as mm or addmm,
+/// `aten::layer_norm` as native_layer_norm, a fused attention as its kernel.
+/// So an op is named by its family and its index among the module's ops of
+/// that family; only ops that make exactly one op of their family, whose
+/// output is that op's, are candidates (attention on the CPU with dropout
+/// runs its math path: two matrix products, neither its output).
+
+#include <string>
+#include <vector>
+
+#include "planner/contracts/chain.h"
+#include "planner/contracts/profile.h"
+#include "planner/cost/wrappable_modules.h"
+
+namespace ckplan {
+
+/// How `op` appears to a policy on `device` (the profile's, `cpu` or other):
+/// its family (empty: none), how many ops of it, and whether one of them
+/// carries its output (so that saving it is saving the op).
+struct SacDispatch {
+  std::string family;
+  int count = 0;
+  bool carries_output = false;
+};
+SacDispatch SacDispatchOf(const OpRecord& op, const std::string& device);
+
+/// Fills each module's sac_candidates and sac_family_counts from the
+/// profile the chain was cut from. A candidate's output must be its own
+/// storage (not a view of its input) that no later op of the module writes
+/// in place (PyTorch refuses a saved output that changed).
+void AddSacCandidates(const Profile& profile, const Chain& chain, std::vector<WrappableModule>* modules);
+
+/// The save sets of `module`'s candidates worth solving with (indices, the
+/// empty set first): every subset no other beats on bytes held at every point
+/// of the module's forward and recomputation and on time, when it has at most
+/// kExactSacCandidates candidates; beyond, the Pareto frontier of (bytes
+/// held, time saved), at most kMaxSacVariants sets. `exact` says which.
+constexpr int kExactSacCandidates = 12;
+constexpr int kMaxSacVariants = 256;
+std::vector<std::vector<int>> SacVariants(const WrappableModule& module, bool* exact = nullptr);
+
+}  // namespace ckplan
