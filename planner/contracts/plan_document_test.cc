@@ -12,6 +12,7 @@
 #include "planner/plan/plan.h"
 #include "planner/plan/plan_to_document.h"
 #include "planner/solvers/modules.h"
+#include "planner/cost/sac_candidates.h"
 #include "planner/solvers/recurrence.h"
 
 using namespace ckplan;
@@ -100,6 +101,41 @@ TEST_CASE("a plan's strategy table round-trips and is refused field by field") {
         std::string::npos);
   CHECK(refused([](nlohmann::json& d) { d["strategies"][1]["fits"] = 1; }).find("strategies[1].fits") !=
         std::string::npos);
+}
+
+TEST_CASE("a selective-checkpointing plan's policies round-trip and are refused field by field") {
+  PlannerInput in = LoadPlannerInput(ExampleProfile(), "adam");
+  std::vector<WrappableModule> modules = WrappableModules(in.chain, &in.profile);
+  AddSacCandidates(in.profile, in.chain, &modules);
+  PlanRequest request;
+  request.pytorch_modules = &modules;
+  request.budget.bytes = int64_t{1} << 40;
+  const Plan loose = MakePlan(in.chain, in.fixed, request);
+  request.budget.bytes = (loose.min_budget_bytes + loose.peak_bytes) / 2;
+  const Plan plan = MakePlan(in.chain, in.fixed, request);
+  REQUIRE(plan.feasible);
+  CHECK(!plan.pytorch.checkpoint_modules.empty());
+  CHECK(plan.target == "sac");
+  nlohmann::json doc = PlanToJson(plan, in.chain, in.source);
+  CheckRoundTrip(doc);
+  const PlanDocument read = PlanFromJson(doc, "plan.json");
+  REQUIRE(read.pytorch.sac.has_value());
+  CHECK(read.pytorch.sac->size() == plan.pytorch.checkpoint_modules.size());
+  // One with a saved op written by hand, to refuse its fields.
+  PlanDocument document = read;
+  document.pytorch.sac = std::vector<PlanSacModule>{{"a.b", {{"mm", 2}}, {{"mm", 1, 7, "aten::linear", {4, 8}, 128}}}};
+  const nlohmann::json sac = PlanToJson(document);
+  CHECK(sac["pytorch"]["sac"][0]["save"][0]["occurrence"] == 1);
+  CheckRoundTrip(sac);
+  auto refused = [&](const std::function<void(nlohmann::json&)>& mutate) {
+    return testing::Refusal(sac, mutate, [](const nlohmann::json& d) { PlanFromJson(d, "bad.json"); });
+  };
+  CHECK(refused([](nlohmann::json& d) { d["pytorch"]["sac"][0]["save"][0]["occurrence"] = 2; })
+            .find("pytorch.sac[0].save[0].occurrence") != std::string::npos);
+  CHECK(refused([](nlohmann::json& d) { d["pytorch"]["sac"][0].erase("family_counts"); })
+            .find("pytorch.sac[0].family_counts") != std::string::npos);
+  CHECK(refused([](nlohmann::json& d) { d["pytorch"]["sac"][0]["save"][0]["shape"] = {-1}; })
+            .find("pytorch.sac[0].save[0].shape[0]") != std::string::npos);
 }
 
 TEST_CASE("a banded plan, a chain's plan and an infeasible plan round-trip") {

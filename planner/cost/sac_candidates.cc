@@ -83,10 +83,13 @@ void AddCandidates(const Profile& profile, const Chain& chain, const Liveness& l
       if (kept != storage_kept.end() && kept->second) kept_visible += liveness.StorageBytes(s);
     }
     if (!own) continue;
-    // What the op allocated and autograd kept beyond its visible outputs
-    // (native_layer_norm's mean and rstd, attention's logsumexp): the
-    // dispatched op returns them too, and saving it holds them.
-    const int64_t hidden = rec.saved_bytes - kept_visible;
+    // What the dispatched op returns beyond the visible outputs
+    // (native_layer_norm's mean and rstd, attention's logsumexp), which
+    // saving it holds too: what the op allocated and autograd kept beyond
+    // them. A matrix product or convolution returns its output alone (what
+    // else it keeps is a copy of a non-contiguous input, made by another op).
+    const bool returns_more = dispatch.family != "mm" && dispatch.family != "convolution";
+    const int64_t hidden = returns_more ? rec.saved_bytes - kept_visible : 0;
     if (hidden > 0) c.storages.push_back({-1 - static_cast<int64_t>(op), hidden});
     m->sac_candidates.push_back(std::move(c));
   }

@@ -72,6 +72,9 @@ struct FrontierStep {
   // once, however many wrapped modules hold them).
   int64_t need_input = 0, input_own = 0;
   uint32_t input_bits = 0;
+  // Selective checkpointing: the shared storages (bits) its saved ops hold
+  // (its output, held again as the next wrapped module's input), in `held`.
+  uint32_t cache_bits = 0;
 };
 
 struct FrontierSteps {
@@ -199,6 +202,22 @@ FrontierSteps FrontierStepsOf(const Chain& chain, const std::vector<WrappableMod
       }
     }
   }
+  // Selective checkpointing: a storage a module may save at its output cut
+  // that no op saves (its last op's output) is held as the next wrapped
+  // module's input too: a bit, counted once (beyond 30, counted by each).
+  for (const WrappableModule& module : modules) {
+    if (module.sac_candidates.empty() || module.last_stage + 1 > length) continue;
+    std::set<int64_t> at_output;
+    for (const auto& entry : cuts.storages[static_cast<size_t>(module.last_stage) + 1]) at_output.insert(entry.first);
+    for (const SacCandidate& c : module.sac_candidates) {
+      for (const auto& [id, bytes] : c.storages) {
+        if (at_output.count(id) == 0 || cuts.kept.count(id) != 0 || bit_of.count(id) != 0) continue;
+        if (result.bit_bytes.size() >= 30) continue;
+        bit_of[id] = static_cast<int>(result.bit_bytes.size());
+        result.bit_bytes.push_back(bytes);
+      }
+    }
+  }
   // What its ops keep that checkpoint cannot drop (the Python numbers mul
   // and div save): held from its forward on, as its inputs are; in its
   // recomputation and backward its stages' own saved bytes count them (the
@@ -276,6 +295,7 @@ FrontierSteps FrontierStepsOf(const Chain& chain, const std::vector<WrappableMod
     // kept output hold anyway counted there), and the reruns they spare.
     std::vector<int64_t> cached(static_cast<size_t>(b - a + 1), 0);
     int64_t cached_total = 0;
+    uint32_t cache_bits = 0;
     {
       std::set<int64_t> counted = input;
       for (const auto& entry : cut(b + 1)) {
@@ -287,6 +307,8 @@ FrontierSteps FrontierStepsOf(const Chain& chain, const std::vector<WrappableMod
           if (!counted.insert(id).second) continue;
           cached[static_cast<size_t>(c.stage - a)] += bytes;
           cached_total += bytes;
+          auto bit = bit_of.find(id);
+          if (bit != bit_of.end()) cache_bits |= 1u << bit->second;
         }
         time -= c.recompute_ms;
       }
@@ -348,6 +370,7 @@ FrontierSteps FrontierStepsOf(const Chain& chain, const std::vector<WrappableMod
     unit.need_input = need;
     unit.input_own = loose[static_cast<size_t>(a)];
     unit.input_bits = bits_at(a) | call_bits[m];
+    unit.cache_bits = cache_bits;
     units[static_cast<size_t>(a)].push_back(unit);
   }
   result.by_stage = std::move(units);
@@ -405,7 +428,7 @@ StepEffect TakeStep(const FrontierSteps& units, const FrontierStep& unit, const 
   StepEffect step;
   step.need = state.held + std::max(unit.need, unit.need_input + input);
   step.held = state.held + unit.held + (unit.wrapped >= 0 ? input : 0);
-  step.bits = unit.wrapped >= 0 ? state.bits | unit.input_bits : state.bits;
+  step.bits = unit.wrapped >= 0 ? state.bits | unit.input_bits | unit.cache_bits : state.bits;
   return step;
 }
 
