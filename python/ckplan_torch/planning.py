@@ -134,7 +134,7 @@ class Plan:
         return self.doc.get("target", "schedule")
 
     def _predicted(self):
-        return self.doc["pytorch"]["predicted"] if self.target == "pytorch" else self.doc["predicted"]
+        return self.doc["pytorch"]["predicted"] if self.target in ("pytorch", "sac") else self.doc["predicted"]
 
     @property
     def peak_bytes(self):
@@ -151,6 +151,13 @@ class Plan:
     @property
     def min_budget_bytes(self):
         return self.doc.get("min_budget_bytes")
+
+    @property
+    def saved_ops(self):
+        """For the sac target: per wrapped module, the ops its policy saves, as
+        ``(family, occurrence, kind)``; empty for the others."""
+        return {e["module"]: [(s["family"], s["occurrence"], s["kind"]) for s in e["save"]]
+                for e in self.doc.get("pytorch", {}).get("sac") or []}
 
     @property
     def strategies(self):
@@ -185,7 +192,9 @@ class Plan:
     def __repr__(self):
         style = self.doc.get("unit_style", "binary")
         peak, budget = _describe_bytes(self.peak_bytes, style), _describe_bytes(self.budget_bytes, style)
-        lines = [f"ckplan plan ({self.target} target): wrap {len(self.checkpoint_modules)} modules; "
+        saves = sum(len(ops) for ops in self.saved_ops.values())
+        lines = [f"ckplan plan ({self.target} target): wrap {len(self.checkpoint_modules)} modules"
+                 f"{f' saving {saves} ops in them' if self.target == 'sac' else ''}; "
                  f"predicted peak {peak} of a {budget} budget, step {self.time_ms:.2f} ms (+{self.overhead_pct:.1f}%)"]
         if self.min_budget_bytes is not None:
             lines[0] += f"; smallest budget {_describe_bytes(self.min_budget_bytes, style)}"
@@ -232,7 +241,8 @@ def plan(model, example_inputs, budget, kwargs=None, gpu=None, optimizer="adamw"
     ``optimizer``: the job's torch.optim optimizer itself, or its name (``"adamw"``, ``"adam"``,
     ``"sgd"``, ``"momentum"``, ``"none"``) with ``optimizer_impl`` (``"auto"``, ``"for-loop"``,
     ``"foreach"``, ``"fused"``). ``target``: ``"pytorch"`` (modules to wrap, what ``Plan.apply``
-    does) or ``"schedule"`` (for ``ckplan run``). ``workdir``: keep the archive, profile and plan
+    does), ``"sac"`` (the same, and inside each the ops whose outputs a selective-checkpointing
+    policy saves: ``Plan.apply`` builds it) or ``"schedule"`` (for ``ckplan run``). ``workdir``: keep the archive, profile and plan
     there (default: a temporary folder, removed). ``ckplan``: the program's path (find_ckplan).
 
     Raises CkplanError with ckplan's one-line message (``exit_code`` 3: the budget is below the
@@ -243,8 +253,9 @@ def plan(model, example_inputs, budget, kwargs=None, gpu=None, optimizer="adamw"
         example_inputs = (example_inputs,)
     example_inputs = tuple(example_inputs)
     kwargs = dict(kwargs or {})
-    if target not in ("pytorch", "schedule"):
-        raise ValueError(f"target={target!r}: 'pytorch' (modules to wrap, Plan.apply) or 'schedule' (ckplan run)")
+    if target not in ("pytorch", "sac", "schedule"):
+        raise ValueError(f"target={target!r}: 'pytorch' (modules to wrap, Plan.apply), 'sac' (modules to wrap and "
+                         "ops to save in them, Plan.apply) or 'schedule' (ckplan run)")
     device = _model_device(model)
     if isinstance(budget, str) and budget == "auto":
         budget = auto_budget(device)

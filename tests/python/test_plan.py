@@ -76,6 +76,29 @@ def test_enable_at_the_smallest_budget_holds_in_pytorch(gpt2_plan, ckplan):
     assert model.config.use_cache is True
 
 
+def test_sac_target_halfway_holds_in_pytorch(gpt2_plan, ckplan):
+    """plan(target="sac") on the model as it comes: halfway between its smallest budget and no
+    checkpointing, the policy saves ops, the step is measured within the budget, and the plan is no
+    slower than wrapping whole modules at that budget, as priced."""
+    model, ids, first = gpt2_plan
+    loose = ckplan_torch.plan(model, (ids,), budget="1GB", kwargs={"labels": ids}, target="sac", ckplan=ckplan)
+    budget = (loose.min_budget_bytes + loose.strategies[0]["peak_bytes"]) // 2
+    plan = ckplan_torch.plan(model, (ids,), budget=budget, kwargs={"labels": ids}, target="sac", ckplan=ckplan)
+    assert plan.target == "sac" and any(plan.saved_ops.values())
+    assert "saving" in repr(plan)
+    rows = {row["name"]: row for row in plan.strategies}
+    if rows["optimal (pytorch)"]["fits"]:
+        assert plan.time_ms <= rows["optimal (pytorch)"]["time_ms"] * (1 + 1e-9)
+    plan.apply(model)
+    try:
+        measured = memory_timeline.training_step_peak(model, lambda p: torch.optim.AdamW(p),
+                                                      lambda: with_loss(model(ids, labels=ids)))
+        assert measured <= budget, (measured, budget)
+        assert measured >= plan.peak_bytes * 0.98, (measured, plan.peak_bytes)
+    finally:
+        ckplan_torch.remove_plan(model)
+
+
 def test_torchvision_model_with_the_jobs_optimizer(ckplan):
     torch.manual_seed(0)
     model = torchvision.models.resnet18(num_classes=10)
