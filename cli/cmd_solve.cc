@@ -102,37 +102,6 @@ std::string PrintableMinimum(int64_t minimum, UnitStyle style, const std::functi
   return text;
 }
 
-// The selective-checkpointing policies people write by hand: the op
-// families each saves (the rest recomputed).
-std::vector<std::pair<std::string, std::set<std::string>>> HandWrittenPolicies() {
-  return {{"sac: save matmuls, each layer", {"mm"}},
-          {"sac: all but pointwise, each layer", {"mm", "convolution", "sdpa", "layer_norm", "group_norm"}}};
-}
-
-// The model's layers (the modules a container holds, as
-// gradient_checkpointing_enable() wraps them; else the modules of one stage
-// each, as `every` wraps them), each saving its candidates of `families`.
-std::vector<WrappableModule> LayersSaving(const std::vector<WrappableModule>& modules, const Profile& profile,
-                                          const std::set<std::string>& families) {
-  const std::set<std::string> containers(profile.model.containers.begin(), profile.model.containers.end());
-  std::vector<WrappableModule> layers;
-  for (const WrappableModule& m : modules) {
-    const size_t dot = m.path.rfind('.');
-    if (dot != std::string::npos && containers.count(m.path.substr(0, dot)) != 0) layers.push_back(m);
-  }
-  if (layers.empty()) {
-    for (const WrappableModule& m : modules) {
-      if (m.first_stage == m.last_stage) layers.push_back(m);
-    }
-  }
-  for (WrappableModule& m : layers) {
-    for (size_t i = 0; i < m.sac_candidates.size(); ++i) {
-      if (families.count(m.sac_candidates[i].family) != 0) m.sac_saved.push_back(static_cast<int>(i));
-    }
-  }
-  return layers;
-}
-
 int RunSolve(const SolveOptions& o) {
   const std::optional<ByteQuantity> budget_option = ParseBudgetOption(o);
   // Options and output folders first, so that a typo fails before any work.
@@ -286,20 +255,7 @@ int RunSolve(const SolveOptions& o) {
     add_row(plan.target == "schedule" ? "optimal" : "optimal (" + plan.target + ")", plan);
   }
   if (request.algorithm == Algorithm::kOptimal && plan.target == "sac") {
-    // Beside it: wrapping whole modules, and the policies people write by
-    // hand around each layer, priced in the same model.
-    PlanRequest r = request;
-    r.pytorch_modules = &plain_modules;
-    r.sweep = false;
-    add_row("optimal (pytorch)", MakePlan(in.chain, in.fixed, r));
-    for (const auto& [name, families] : HandWrittenPolicies()) {
-      const std::vector<WrappableModule> wrapped = LayersSaving(modules, in.profile, families);
-      if (wrapped.empty()) continue;
-      PlanRequest h = request;
-      h.wrap_exactly = &wrapped;
-      h.sweep = false;
-      add_row(name, MakePlan(in.chain, in.fixed, h));
-    }
+    for (const auto& [name, p] : SacComparisons(in, modules, plain_modules, request)) add_row(name, p);
   }
   if (request.algorithm == Algorithm::kOptimal && plan.target != "schedule") {
     PlanRequest r = request;

@@ -6,6 +6,8 @@
 #include "planner/base/json_io.h"
 #include "cli/terminal.h"
 #include "planner/cost/wrappable_modules.h"
+#include "planner/cost/sac_candidates.h"
+#include "cli/strategy_table.h"
 
 namespace ckplan {
 namespace {
@@ -99,6 +101,19 @@ Report MakeReport(const PlannerInput& input, const std::string& source, int64_t 
   }
   for (auto& strategy : r.strategies) strategy.fits = strategy.peak_bytes <= r.budget_bytes;
   add("optimal", r.chosen);
+  if (pytorch) {
+    // Selective checkpointing beside it (`--target sac`): the best, and the
+    // policies people write by hand, at the same budget.
+    std::vector<WrappableModule> selective = modules;
+    AddSacCandidates(input.profile, input.chain, &selective);
+    PlanRequest sac = chosen;
+    sac.pytorch_modules = &selective;
+    sac.progress = nullptr;
+    const Plan best = MakePlan(input.chain, input.fixed, sac);
+    if (best.feasible) add("optimal (sac)", best);
+    const auto compared = SacComparisons(input, selective, modules, sac);
+    for (size_t k = 1; k < compared.size(); ++k) add(compared[k].first, compared[k].second);
+  }
   if (pytorch) {
     PlanRequest schedule = chosen;
     schedule.pytorch_modules = nullptr;

@@ -207,4 +207,32 @@ void AddSacCandidates(const Profile& profile, const Chain& chain, std::vector<Wr
   }
 }
 
+std::vector<HandWrittenSacPolicy> HandWrittenSacPolicies() {
+  return {{"sac: save matmuls, each layer", {"mm"}},
+          {"sac: all but pointwise, each layer", {"mm", "convolution", "sdpa", "layer_norm", "group_norm"}}};
+}
+
+std::vector<WrappableModule> LayersSaving(const std::vector<WrappableModule>& modules, const Profile& profile,
+                                          const std::vector<std::string>& families) {
+  const std::set<std::string> containers(profile.model.containers.begin(), profile.model.containers.end());
+  const std::set<std::string> saved(families.begin(), families.end());
+  std::vector<WrappableModule> layers;
+  for (const WrappableModule& m : modules) {
+    const size_t dot = m.path.rfind('.');
+    if (dot != std::string::npos && containers.count(m.path.substr(0, dot)) != 0) layers.push_back(m);
+  }
+  if (layers.empty()) {
+    for (const WrappableModule& m : modules) {
+      if (m.first_stage == m.last_stage) layers.push_back(m);
+    }
+  }
+  for (WrappableModule& m : layers) {
+    m.sac_saved.clear();
+    for (size_t i = 0; i < m.sac_candidates.size(); ++i) {
+      if (saved.count(m.sac_candidates[i].family) != 0) m.sac_saved.push_back(static_cast<int>(i));
+    }
+  }
+  return layers;
+}
+
 }  // namespace ckplan

@@ -46,4 +46,20 @@ constexpr int kExactSacCandidates = 12;
 constexpr int kMaxSacVariants = 256;
 std::vector<std::vector<int>> SacVariants(const WrappableModule& module, bool* exact = nullptr);
 
+/// The selective-checkpointing policies people write by hand, by name: the
+/// families each saves in every layer (`mm`: PyTorch's "save matmuls";
+/// every family: "all but pointwise").
+struct HandWrittenSacPolicy {
+  std::string name;
+  std::vector<std::string> families;
+};
+std::vector<HandWrittenSacPolicy> HandWrittenSacPolicies();
+
+/// The model's layers (the modules a container of the profile holds, as
+/// transformers' gradient_checkpointing_enable() wraps them; else the
+/// modules of one stage each, as `every` wraps them), each saving its
+/// candidates of `families`. `modules` carry their candidates.
+std::vector<WrappableModule> LayersSaving(const std::vector<WrappableModule>& modules, const Profile& profile,
+                                          const std::vector<std::string>& families);
+
 }  // namespace ckplan
