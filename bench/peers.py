@@ -1,0 +1,283 @@
+#!/usr/bin/env python3
+"""ckplan's plans against the checkpointing a user could pick instead, measured
+the same way in one run, on a Hugging Face GPT-2 and Llama (6 layers, d 256,
+batch 4 x 256) and a torchvision ResNet-18 (4 x 3 x 96 x 96), with AdamW:
+
+- wrapping every layer (transformers' gradient_checkpointing_enable(); for the
+  ResNet its blocks) and every 2nd layer;
+- PyTorch's selective checkpointing around each layer with the policy people
+  write by hand: save the matrix products (mm, addmm, bmm), recompute the rest;
+- torch.compile with torch._functorch.config.activation_memory_budget (its
+  partitioner picks per op what to save), against the compiled step without it;
+- ckplan's plans, solved at each peer's measured peak: the module target
+  (`--target pytorch`) and selective checkpointing (`--target sac`), applied
+  with ckplan_torch.apply_plan to the eager model.
+
+Every method's peak is the profiler's memory timeline over a whole step
+(memory_timeline.training_step_peak: zero_grad, forward with the model's own
+loss, backward, optimizer.step, the output held); its time the median step
+over interleaved rounds, one thread; its gradients compared with the step
+without checkpointing (bit for bit for the eager methods). Prints a table per
+model and, for each peer, ckplan's sac plan at its peak: no slower, or by how
+much. One command:
+
+    .venv/bin/python bench/peers.py [--models gpt2,llama,resnet18] [--rounds 7] [--no-compile]
+"""
+import argparse
+import functools
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "python"))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "python"))
+
+import torch  # noqa: E402
+import torch.utils.checkpoint as tuc  # noqa: E402
+
+import ckplan_torch  # noqa: E402
+import memory_timeline  # noqa: E402
+
+warnings.filterwarnings("ignore")
+MATMULS = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default}
+
+
+def make(name):
+    """(model, inputs, kwargs, forward(model) -> (out, loss), layer paths)."""
+    torch.manual_seed(0)
+    if name in ("gpt2", "llama"):
+        import transformers
+        if name == "gpt2":
+            config = transformers.GPT2Config(n_layer=6, n_embd=256, n_head=4, vocab_size=4096, n_positions=256,
+                                             bos_token_id=0, eos_token_id=0)
+            model = transformers.GPT2LMHeadModel(config)
+            layers = [f"transformer.h.{i}" for i in range(6)]
+        else:
+            config = transformers.LlamaConfig(hidden_size=256, intermediate_size=688, num_hidden_layers=6,
+                                              num_attention_heads=4, num_key_value_heads=2, vocab_size=4096,
+                                              max_position_embeddings=256, bos_token_id=0, eos_token_id=0)
+            model = transformers.LlamaForCausalLM(config)
+            layers = [f"model.layers.{i}" for i in range(6)]
+        model.config.use_cache = False
+        ids = torch.randint(0, 4096, (4, 256), generator=torch.Generator().manual_seed(1))
+        labels = ids.clone()
+
+        def forward(m):
+            out = m(ids, labels=labels)
+            return out, out.loss
+        return model.train(), (ids,), {"labels": labels}, forward, layers
+    import torchvision
+    model = torchvision.models.resnet18(num_classes=10).train()
+    x = torch.randn(4, 3, 96, 96, generator=torch.Generator().manual_seed(1))
+    target = torch.randint(0, 10, (4,), generator=torch.Generator().manual_seed(2))
+
+    def forward(m):
+        out = m(x)
+        return out, torch.nn.functional.cross_entropy(out, target)
+    layers = [f"layer{i}.{j}" for i in range(1, 5) for j in range(2)]
+    return model, (x,), {}, forward, layers
+
+
+def wrap_layers(model, paths, policy=None):
+    """Checkpoints each of `paths` (non-reentrant), with a selective policy if given; returns the undo."""
+    named = dict(model.named_modules())
+    undo = []
+    for path in paths:
+        module = named[path]
+        original = module.forward
+
+        def forward(*args, _original=original, **kwargs):
+            if not torch.is_grad_enabled():
+                return _original(*args, **kwargs)
+            extra = {} if policy is None else {
+                "context_fn": functools.partial(tuc.create_selective_checkpoint_contexts, policy)}
+            return tuc.checkpoint(_original, *args, use_reentrant=False, **extra, **kwargs)
+        module.forward = forward
+        undo.append(module)
+
+    def done():
+        for module in undo:
+            del module.forward
+    return done
+
+
+def save_matmuls(ctx, func, *args, **kwargs):
+    return tuc.CheckpointPolicy.MUST_SAVE if func in MATMULS else tuc.CheckpointPolicy.PREFER_RECOMPUTE
+
+
+class Method:
+    def __init__(self, name, apply=None, compiled=None, budget=None):
+        self.name, self.apply, self.compiled, self.budget = name, apply, compiled, budget
+        self.peak = self.times = self.grad_diff = None
+
+
+def grads_of(model, forward):
+    model.zero_grad(set_to_none=True)
+    torch.manual_seed(7)
+    forward(model)[1].backward()
+    return [p.grad.detach().clone() for p in model.parameters()]
+
+
+def measure_peak(model, runner, forward):
+    return memory_timeline.training_step_peak(model, lambda p: torch.optim.AdamW(p), lambda: forward(runner))
+
+
+def step_time(model, runner, forward, optimizer):
+    optimizer.zero_grad(set_to_none=True)
+    start = time.perf_counter()
+    out, loss = forward(runner)
+    loss.backward()
+    optimizer.step()
+    return (time.perf_counter() - start) * 1e3
+
+
+def run_eager(model, forward, methods, rounds):
+    """Peaks one by one; times in interleaved rounds (every method once per round, a warm-up first)."""
+    reference = grads_of(model, forward)
+    for m in methods:
+        undo = m.apply(model) if m.apply else (lambda: None)
+        m.peak = measure_peak(model, model, forward)
+        got = grads_of(model, forward)
+        m.grad_diff = max((a - b).abs().max().item() for a, b in zip(got, reference))
+        undo()
+        m.times = []
+    with memory_timeline.restored_after(model):
+        optimizer = torch.optim.AdamW(model.parameters())
+        step_time(model, model, forward, optimizer)
+        for r in range(rounds + 1):
+            for m in methods:
+                undo = m.apply(model) if m.apply else (lambda: None)
+                t = step_time(model, model, forward, optimizer)
+                if r > 0:
+                    m.times.append(t)
+                undo()
+
+
+def run_compiled(model, forward, budgets, rounds):
+    """torch.compile of the whole step's forward and backward, per activation memory budget (1.0: none)."""
+    import torch._dynamo
+    import torch._functorch.config as functorch_config
+    reference = grads_of(model, forward)
+    out = []
+    for budget in budgets:
+        torch._dynamo.reset()
+        m = Method(f"torch.compile, budget {budget}" if budget < 1 else "torch.compile, none", budget=budget)
+        with functorch_config.patch(activation_memory_budget=budget):
+            compiled = torch.compile(model)
+            grads_of(compiled, forward)  # compiles
+            m.peak = measure_peak(model, compiled, forward)
+            got = grads_of(compiled, forward)
+            m.grad_diff = max((a - b).abs().max().item() for a, b in zip(got, reference))
+            with memory_timeline.restored_after(model):
+                optimizer = torch.optim.AdamW(model.parameters())
+                step_time(model, compiled, forward, optimizer)
+                m.times = [step_time(model, compiled, forward, optimizer) for _ in range(rounds)]
+        out.append(m)
+    torch._dynamo.reset()
+    return out
+
+
+def ckplan_at(program, profile, budget, target):
+    """The plan `ckplan solve` makes at `budget` (None where nothing fits)."""
+    result = subprocess.run([program, "solve", profile, "--budget", str(budget), "--target", target,
+                             "--optimizer", "adamw", "-o", "-"], capture_output=True, text=True)
+    if result.returncode == 3:
+        return None
+    if result.returncode != 0:
+        raise RuntimeError(result.stderr)
+    return json.loads(result.stdout)
+
+
+def plan_method(name, plan):
+    def apply(model):
+        ckplan_torch.apply_plan(model, plan, strict=False)
+        return lambda: ckplan_torch.remove_plan(model)
+    m = Method(name, apply)
+    m.plan = plan
+    return m
+
+
+def median(m):
+    return statistics.median(m.times)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", default="gpt2,llama,resnet18")
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--no-compile", action="store_true", help="leave out torch.compile (minutes on a CPU)")
+    parser.add_argument("--compile-budgets", default="0.5,0.1")
+    parser.add_argument("--ckplan", default=None)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    program = ckplan_torch.find_ckplan(args.ckplan)
+    summary = []
+    for name in args.models.split(","):
+        model, inputs, kwargs, forward, layers = make(name)
+        work = tempfile.mkdtemp(prefix=f"ckplan-peers-{name}-")
+        started = time.perf_counter()
+        ckplan_torch.plan(model, inputs, budget="1TB", kwargs=kwargs, optimizer="adamw", ckplan=program,
+                          workdir=work)
+        profile = os.path.join(work, "profile.json")
+        print(f"\n== {name}: exported and profiled in {time.perf_counter() - started:.0f} s ({profile})", flush=True)
+        peers = [Method("none"),
+                 Method("every layer", lambda m: wrap_layers(m, layers)),
+                 Method("every 2nd layer", lambda m: wrap_layers(m, layers[::2])),
+                 Method("SAC save matmuls, each layer", lambda m: wrap_layers(m, layers, save_matmuls))]
+        run_eager(model, forward, peers, args.rounds)
+        compiled = [] if args.no_compile else run_compiled(
+            model, forward, [1.0] + [float(b) for b in args.compile_budgets.split(",")], max(3, args.rounds // 2))
+        # ckplan at each peer's measured peak.
+        ours = []
+        for peer in peers[1:] + compiled[1:]:
+            for target in ("pytorch", "sac"):
+                plan = ckplan_at(program, profile, peer.peak, target)
+                if plan is None:
+                    smallest = ckplan_at(program, profile, "1TB", target)["min_budget_bytes"]
+                    line = (f"{name}: no ckplan {target} plan within {peer.name}'s measured peak "
+                            f"({peer.peak / 1e6:.2f} MB): its smallest predicted budget is {smallest / 1e6:.2f} MB")
+                    print(line)
+                    summary.append(line)
+                else:
+                    m = plan_method(f"ckplan {target} @ {peer.name}", plan)
+                    m.peer = peer
+                    ours.append(m)
+        run_eager(model, forward, [peers[0]] + ours, args.rounds)
+        base = median(peers[0])
+        compiled_base = median(compiled[0]) if compiled else None
+        rows = [("method", "peak MB", "step ms", "overhead", "grads max diff")]
+        for m in peers + compiled + ours:
+            ref = compiled_base if m in compiled else base
+            rows.append((m.name, f"{m.peak / 1e6:.1f}", f"{median(m):.1f}", f"{(median(m) - ref) / ref * 100:+.1f}%",
+                         f"{m.grad_diff:.1e}"))
+        widths = [max(len(r[k]) for r in rows) for k in range(5)]
+        for r in rows:
+            print("  ".join(c.ljust(widths[k]) if k == 0 else c.rjust(widths[k]) for k, c in enumerate(r)))
+        print(f"(eager overheads against eager none {base:.1f} ms"
+              + (f"; torch.compile's against compiled none {compiled_base:.1f} ms)" if compiled else ")"))
+        for m in ours:
+            if not m.name.startswith("ckplan sac"):
+                continue
+            peer = m.peer
+            if peer in compiled:
+                gap = (median(m) - base) / base * 100 - (median(peer) - compiled_base) / compiled_base * 100
+                verdict = f"overhead {gap:+.1f} points against torch.compile's"
+            else:
+                gap = (median(m) - median(peer)) / median(peer) * 100
+                verdict = "no slower" if gap <= 0 else f"slower by {gap:.1f}%"
+            line = (f"{name}: ckplan sac at {peer.name}'s peak ({peer.peak / 1e6:.1f} MB): {m.peak / 1e6:.1f} MB, "
+                    f"{median(m):.1f} ms vs {median(peer):.1f} ms: {verdict}")
+            print(line)
+            summary.append(line)
+    print("\n" + "\n".join(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
