@@ -114,7 +114,7 @@ def save_matmuls(ctx, func, *args, **kwargs):
 class Method:
     def __init__(self, name, apply=None, compiled=None, budget=None):
         self.name, self.apply, self.compiled, self.budget = name, apply, compiled, budget
-        self.peak = self.times = self.grad_diff = None
+        self.peak = self.times = self.grad_diff = self.plan = None
 
 
 def grads_of(model, forward):
@@ -137,8 +137,8 @@ def step_time(model, runner, forward, optimizer):
     return (time.perf_counter() - start) * 1e3
 
 
-def run_eager(model, forward, methods, rounds):
-    """Peaks one by one; times in interleaved rounds (every method once per round, a warm-up first)."""
+def measure_peaks(model, forward, methods):
+    """Each method's step peak, and its gradients against the step without checkpointing."""
     reference = grads_of(model, forward)
     for m in methods:
         undo = m.apply(model) if m.apply else (lambda: None)
@@ -146,6 +146,11 @@ def run_eager(model, forward, methods, rounds):
         got = grads_of(model, forward)
         m.grad_diff = max((a - b).abs().max().item() for a, b in zip(got, reference))
         undo()
+
+
+def time_interleaved(model, forward, methods, rounds):
+    """Median step per method over interleaved rounds (every method once per round; a warm-up round first)."""
+    for m in methods:
         m.times = []
     with memory_timeline.restored_after(model):
         optimizer = torch.optim.AdamW(model.parameters())
@@ -159,15 +164,20 @@ def run_eager(model, forward, methods, rounds):
                 undo()
 
 
-def run_compiled(model, forward, budgets, rounds):
-    """torch.compile of the whole step's forward and backward, per activation memory budget (1.0: none)."""
+def run_compiled(model, forward, budgets, rounds, plans=()):
+    """torch.compile of the whole step's forward and backward, per activation memory budget (1.0: none),
+    then of the eager model under each of `plans` ((name, plan): its policy's tags read by the partitioner)."""
     import torch._dynamo
     import torch._functorch.config as functorch_config
     reference = grads_of(model, forward)
     out = []
-    for budget in budgets:
+    for budget, (plan_name, plan) in [(b, (None, None)) for b in budgets] + [(1.0, p) for p in plans]:
         torch._dynamo.reset()
-        m = Method(f"torch.compile, budget {budget}" if budget < 1 else "torch.compile, none", budget=budget)
+        name = plan_name or (f"torch.compile, budget {budget}" if budget < 1 else "torch.compile, none")
+        m = Method(name, budget=budget)
+        m.plan = plan
+        if plan is not None:
+            ckplan_torch.apply_plan(model, plan, strict=False)
         with functorch_config.patch(activation_memory_budget=budget):
             compiled = torch.compile(model)
             grads_of(compiled, forward)  # compiles
@@ -178,6 +188,8 @@ def run_compiled(model, forward, budgets, rounds):
                 optimizer = torch.optim.AdamW(model.parameters())
                 step_time(model, compiled, forward, optimizer)
                 m.times = [step_time(model, compiled, forward, optimizer) for _ in range(rounds)]
+        if plan is not None:
+            ckplan_torch.remove_plan(model)
         out.append(m)
     torch._dynamo.reset()
     return out
@@ -230,7 +242,7 @@ def main(argv=None):
                  Method("every layer", lambda m: wrap_layers(m, layers)),
                  Method("every 2nd layer", lambda m: wrap_layers(m, layers[::2])),
                  Method("SAC save matmuls, each layer", lambda m: wrap_layers(m, layers, save_matmuls))]
-        run_eager(model, forward, peers, args.rounds)
+        measure_peaks(model, forward, peers)
         compiled = [] if args.no_compile else run_compiled(
             model, forward, [1.0] + [float(b) for b in args.compile_budgets.split(",")], max(3, args.rounds // 2))
         # ckplan at each peer's measured peak.
@@ -241,22 +253,35 @@ def main(argv=None):
                 if plan is None:
                     smallest = ckplan_at(program, profile, "1TB", target)["min_budget_bytes"]
                     line = (f"{name}: no ckplan {target} plan within {peer.name}'s measured peak "
-                            f"({peer.peak / 1e6:.2f} MB): its smallest predicted budget is {smallest / 1e6:.2f} MB")
-                    print(line)
+                            f"({peer.peak:,} B): its smallest predicted budget is {smallest:,} B "
+                            f"({smallest - peer.peak:+,} B)")
+                    print(line, flush=True)
                     summary.append(line)
                 else:
                     m = plan_method(f"ckplan {target} @ {peer.name}", plan)
                     m.peer = peer
                     ours.append(m)
-        run_eager(model, forward, [peers[0]] + ours, args.rounds)
+        measure_peaks(model, forward, ours)
+        # Every eager method timed in the same interleaved rounds.
+        time_interleaved(model, forward, peers + ours, args.rounds)
+        # A sac plan under torch.compile: what the compiled job holds against the plan.
+        sac_plans = [m for m in ours if m.name.startswith("ckplan sac")]
+        if compiled and sac_plans:
+            under = run_compiled(model, forward, [], max(3, args.rounds // 2),
+                                 [(f"torch.compile of {sac_plans[-1].name}", sac_plans[-1].plan)])
+            compiled += under
         base = median(peers[0])
         compiled_base = median(compiled[0]) if compiled else None
         rows = [("method", "peak MB", "step ms", "overhead", "grads max diff")]
+        rows[0] += ("predicted MB", "predicted overhead")
         for m in peers + compiled + ours:
             ref = compiled_base if m in compiled else base
+            predicted = getattr(m, "plan", None)
             rows.append((m.name, f"{m.peak / 1e6:.1f}", f"{median(m):.1f}", f"{(median(m) - ref) / ref * 100:+.1f}%",
-                         f"{m.grad_diff:.1e}"))
-        widths = [max(len(r[k]) for r in rows) for k in range(5)]
+                         f"{m.grad_diff:.1e}",
+                         f"{predicted['predicted']['peak_bytes'] / 1e6:.1f}" if predicted else "",
+                         f"{predicted['pytorch']['predicted']['overhead_pct']:+.1f}%" if predicted else ""))
+        widths = [max(len(r[k]) for r in rows) for k in range(7)]
         for r in rows:
             print("  ".join(c.ljust(widths[k]) if k == 0 else c.rjust(widths[k]) for k, c in enumerate(r)))
         print(f"(eager overheads against eager none {base:.1f} ms"
@@ -273,8 +298,15 @@ def main(argv=None):
                 verdict = "no slower" if gap <= 0 else f"slower by {gap:.1f}%"
             line = (f"{name}: ckplan sac at {peer.name}'s peak ({peer.peak / 1e6:.1f} MB): {m.peak / 1e6:.1f} MB, "
                     f"{median(m):.1f} ms vs {median(peer):.1f} ms: {verdict}")
-            print(line)
+            print(line, flush=True)
             summary.append(line)
+        for m in compiled:
+            if getattr(m, "plan", None) is not None:
+                line = (f"{name}: {m.name}: {m.peak / 1e6:.1f} MB measured against the eager plan's "
+                        f"{m.plan['predicted']['peak_bytes'] / 1e6:.1f} MB predicted, "
+                        f"{(median(m) - compiled_base) / compiled_base * 100:+.1f}% against compiled none")
+                print(line, flush=True)
+                summary.append(line)
     print("\n" + "\n".join(summary))
     return 0
 

@@ -48,22 +48,23 @@ Profile BlockProfile(const std::string& device, bool relu_in_place) {
   return ProfileFromJson(doc, "block.json");
 }
 
-const WrappableModule& Block(const std::vector<WrappableModule>& modules) {
+// The module `blk` of BlockProfile(device, relu_in_place), with its candidates.
+WrappableModule Block(const std::string& device, bool relu_in_place) {
+  const Profile profile = BlockProfile(device, relu_in_place);
+  const Chain chain = ChainFromProfile(profile);
+  std::vector<WrappableModule> modules = WrappableModules(chain, &profile);
+  AddSacCandidates(profile, chain, &modules);
   for (const WrappableModule& m : modules) {
     if (m.path == "blk") return m;
   }
   FAIL("no wrappable module blk");
-  return modules.front();
+  return {};
 }
 
 }  // namespace
 
 TEST_CASE("sac candidates: a policy's families in order; outputs written in place and attention's math path excluded") {
-  const Profile profile = BlockProfile("cpu", true);
-  const Chain chain = ChainFromProfile(profile);
-  std::vector<WrappableModule> modules = WrappableModules(chain, &profile);
-  AddSacCandidates(profile, chain, &modules);
-  const WrappableModule& blk = Block(modules);
+  const WrappableModule blk = Block("cpu", true);
   CHECK(blk.selective);
   // linear, then attention's two products on the CPU path with dropout, then matmul.
   CHECK(blk.sac_family_counts == std::map<std::string, int>{{"layer_norm", 1}, {"mm", 4}});
@@ -81,11 +82,7 @@ TEST_CASE("sac candidates: a policy's families in order; outputs written in plac
 }
 
 TEST_CASE("sac candidates: off the CPU attention is one fused kernel; a layer norm holds its mean and rstd too") {
-  const Profile profile = BlockProfile("cuda:0 (NVIDIA H200)", false);
-  const Chain chain = ChainFromProfile(profile);
-  std::vector<WrappableModule> modules = WrappableModules(chain, &profile);
-  AddSacCandidates(profile, chain, &modules);
-  const WrappableModule& blk = Block(modules);
+  const WrappableModule blk = Block("cuda:0 (NVIDIA H200)", false);
   CHECK(blk.sac_family_counts == std::map<std::string, int>{{"layer_norm", 1}, {"mm", 2}, {"sdpa", 1}});
   REQUIRE(blk.sac_candidates.size() == 4);
   CHECK(blk.sac_candidates[1].family == "layer_norm");
