@@ -149,7 +149,7 @@ def test_errors_are_one_line_python_exceptions(gpt2_plan, ckplan, tmp_path):
     with pytest.raises(ValueError, match="give the budget"):
         ckplan_torch.plan(model, (ids,), budget="auto", ckplan=ckplan)
     with pytest.raises(ValueError, match="target"):
-        ckplan_torch.plan(model, (ids,), budget="1GB", target="sac", ckplan=ckplan)
+        ckplan_torch.plan(model, (ids,), budget="1GB", target="selective", ckplan=ckplan)
     with pytest.raises(ckplan_torch.CkplanError, match="no ckplan program"):
         ckplan_torch.find_ckplan(str(tmp_path / "nothing"))
     with pytest.raises(ckplan_torch.CkplanError, match="budget"):
