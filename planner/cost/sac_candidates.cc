@@ -18,17 +18,17 @@ SacDispatch SacDispatchOf(const OpRecord& op, const std::string& device) {
     // A vector operand makes dot or mv, no family op.
     const bool vector = !op.args.empty() && (op.args[0].shape.size() < 2 || (op.args.size() > 1 && op.args[1].shape.size() < 2));
     if (vector && op.kind != "aten::addmm") return {};
-    return {"mm", 1, true};
+    return {"mm", 1, true, false};
   }
   if (op.kind == "aten::einsum") return {"mm", 1, false};
-  if (kConv.count(op.kind) != 0) return {"convolution", 1, true};
-  if (op.kind == "aten::layer_norm") return {"layer_norm", 1, true};
-  if (op.kind == "aten::group_norm") return {"group_norm", 1, true};
+  if (kConv.count(op.kind) != 0) return {"convolution", 1, true, false};
+  if (op.kind == "aten::layer_norm") return {"layer_norm", 1, true, true};
+  if (op.kind == "aten::group_norm") return {"group_norm", 1, true, true};
   if (op.kind == "aten::scaled_dot_product_attention") {
     // On the CPU, dropout takes the math path: q k^T and its product with v.
     const bool cpu = device.rfind("cpu", 0) == 0;
     if (cpu && op.dropout_p > 0) return {"mm", 2, false};
-    return {"sdpa", 1, true};
+    return {"sdpa", 1, true, true};
   }
   return {};
 }
@@ -88,8 +88,7 @@ void AddCandidates(const Profile& profile, const Chain& chain, const Liveness& l
     // saving it holds too: what the op allocated and autograd kept beyond
     // them. A matrix product or convolution returns its output alone (what
     // else it keeps is a copy of a non-contiguous input, made by another op).
-    const bool returns_more = dispatch.family != "mm" && dispatch.family != "convolution";
-    const int64_t hidden = returns_more ? rec.saved_bytes - kept_visible : 0;
+    const int64_t hidden = dispatch.returns_more ? rec.saved_bytes - kept_visible : 0;
     if (hidden > 0) c.storages.push_back({-1 - static_cast<int64_t>(op), hidden});
     m->sac_candidates.push_back(std::move(c));
   }
@@ -101,12 +100,6 @@ struct Variant {
   double saved_ms = 0;
   std::vector<int64_t> prefix;  // bytes saved up to each stage of the module
 };
-
-int64_t CandidateBytes(const SacCandidate& c) {
-  int64_t total = 0;
-  for (const auto& entry : c.storages) total += entry.second;
-  return total;
-}
 
 }  // namespace
 
@@ -126,7 +119,7 @@ std::vector<std::vector<int>> SacVariants(const WrappableModule& module, bool* e
       for (int i = 0; i < n; ++i) {
         if ((mask & (1u << i)) == 0) continue;
         v.saved.push_back(i);
-        const int64_t bytes = CandidateBytes(cands[static_cast<size_t>(i)]);
+        const int64_t bytes = cands[static_cast<size_t>(i)].bytes();
         v.bytes += bytes;
         v.saved_ms += cands[static_cast<size_t>(i)].recompute_ms;
         for (int k = cands[static_cast<size_t>(i)].stage - module.first_stage; k < stages; ++k) {
@@ -161,7 +154,7 @@ std::vector<std::vector<int>> SacVariants(const WrappableModule& module, bool* e
   // The Pareto frontier of (bytes, time saved), item by item.
   std::vector<Variant> front(1);
   for (int i = 0; i < n; ++i) {
-    const int64_t bytes = CandidateBytes(cands[static_cast<size_t>(i)]);
+    const int64_t bytes = cands[static_cast<size_t>(i)].bytes();
     std::vector<Variant> merged = front;
     for (const Variant& v : front) {
       Variant w = v;

@@ -28,6 +28,9 @@ struct SacDispatch {
   std::string family;
   int count = 0;
   bool carries_output = false;
+  /// The dispatched op returns more than the visible output (a norm's mean
+  /// and rstd, attention's logsumexp), which saving it holds too.
+  bool returns_more = false;
 };
 SacDispatch SacDispatchOf(const OpRecord& op, const std::string& device);
 

@@ -34,6 +34,12 @@ struct SacCandidate {
   /// rstd) under the id -1 - op.
   std::vector<std::pair<int64_t, int64_t>> storages;
   double recompute_ms = 0;  ///< what rerunning it in the recomputation costs (what saving it saves)
+  /// What saving it holds: its storages' bytes.
+  int64_t bytes() const {
+    int64_t total = 0;
+    for (const auto& entry : storages) total += entry.second;
+    return total;
+  }
   std::vector<int64_t> shape;  ///< its first output's, checked by apply_plan
 };
 

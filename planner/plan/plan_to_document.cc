@@ -62,9 +62,7 @@ PlanDocument MakePlanDocument(const Plan& plan, const Chain& chain, const PlanSo
       policy.family_counts = m.sac_family_counts;
       for (int i : m.sac_saved) {
         const SacCandidate& c = m.sac_candidates[static_cast<size_t>(i)];
-        int64_t bytes = 0;
-        for (const auto& entry : c.storages) bytes += entry.second;
-        policy.save.push_back({c.family, c.occurrence, c.op, c.kind, c.shape, bytes});
+        policy.save.push_back({c.family, c.occurrence, c.op, c.kind, c.shape, c.bytes()});
       }
       policies.push_back(std::move(policy));
     }

@@ -169,12 +169,18 @@ def _numel(shape):
     return n
 
 
+@functools.lru_cache(maxsize=None)
+def _checkpoint_options_cached():
+    names = inspect.signature(torch.utils.checkpoint.checkpoint).parameters
+    return (("respect_saved_tensors_hooks", True),) if "respect_saved_tensors_hooks" in names else ()
+
+
 def _checkpoint_options():
     """What this torch's non-reentrant checkpoint takes beyond the call."""
-    names = inspect.signature(torch.utils.checkpoint.checkpoint).parameters
     # Tensors a selective policy saves go through saved_tensors_hooks like
     # any other (PyTorch's announced default; saving to the CPU then covers them).
-    return {"respect_saved_tensors_hooks": True} if "respect_saved_tensors_hooks" in names else {}
+    # The signature is read once, not on every wrapped forward.
+    return dict(_checkpoint_options_cached())
 
 
 def _wrap(module, sac=None):
