@@ -71,24 +71,86 @@ FixedMemory RankFor(const PlannerInput& in, const std::vector<ParameterRecord>& 
   return m;
 }
 
-int RunDataParallel(const DistributedOptions& o, const PlannerInput& in, const ByteQuantity& budget, int slots,
-                    const std::string& optimizer, const std::string& output) {
+// What each rank of a pipeline holds, a stage over chain stages [first,
+// last): its parameters, its fixed part, and at the step's end the
+// optimizer's update of its own parameters on top. With several microbatches
+// in flight a stage's gradients are held from its first backward on (while
+// later microbatches run forward): for the whole step, in each stage's fixed
+// part, so the chain carries none.
+class PipelineRanks {
+ public:
+  PipelineRanks(const DistributedOptions& o, const PlannerInput& in, std::string optimizer)
+      : o_(o), in_(in), optimizer_(std::move(optimizer)), chain_(WithoutParamGrads(in.chain)) {
+    if (o.pipeline > chain_.length()) {
+      throw BadInput(Format("invalid --pipeline %d: the %s has %d stages, so at most --pipeline %d", o.pipeline,
+                            in.from_profile ? "model" : "chain", chain_.length(), chain_.length()));
+    }
+    if (in.from_profile && in.profile.parameters.empty() && in.profile.totals.param_bytes > 0) {
+      throw BadInput(in.source.path +
+                     ": the profile has no 'parameters' list, which --pipeline needs (each stage's parameters): "
+                     "profile the model again with this ckplan");
+    }
+    owner_ = ParameterStages(chain_, in.profile.parameters);
+  }
+  const Chain& chain() const { return chain_; }
+  std::vector<ParameterRecord> Params(int first, int last) const {
+    std::vector<ParameterRecord> mine;
+    for (size_t k = 0; k < in_.profile.parameters.size(); ++k) {
+      if (owner_[k] >= first && owner_[k] < last) mine.push_back(in_.profile.parameters[k]);
+    }
+    return mine;
+  }
+  FixedMemory Rank(int first, int last) const {
+    const std::vector<ParameterRecord> mine = Params(first, last);
+    int64_t bytes = 0;
+    for (const ParameterRecord& p : mine) bytes += p.bytes;
+    FixedMemory m = RankFor(in_, mine, bytes, SubChain(chain_, first, last), o_, optimizer_);
+    if (!in_.from_profile) m.grad_bytes = SubChain(in_.chain, first, last).ParamGradBytes();  // a chain's own
+    if (first > 0) m.buffer_bytes = 0;  // buffers counted once, on the first stage (their module is not known)
+    return m;
+  }
+  int64_t End(int first, int last) const {
+    int64_t end = Rank(first, last).total();
+    if (in_.from_profile) {
+      OptimizerChoice choice(optimizer_);
+      choice.flags = in_.fixed.optimizer_flags;
+      end += UpdateTmpBytes(choice, in_.fixed.optimizer_impl, Params(first, last));
+    }
+    return end;
+  }
+
+ private:
+  const DistributedOptions& o_;
+  const PlannerInput& in_;
+  std::string optimizer_;
+  Chain chain_;
+  std::vector<int> owner_;
+};
+
+// A data-parallel rank's fixed part and the chain it runs: its gradients
+// are held for the whole step, in its fixed part (DDP's buckets and ZeRO's
+// partitions are allocated once; FSDP's shards appear in backward, which
+// this counts conservatively), so the chain carries none; with the
+// optimizer's state sharded, each rank updates its shards: the update's
+// temporaries are theirs.
+std::pair<FixedMemory, Chain> DataParallelRank(const DistributedOptions& o, const PlannerInput& in,
+                                               const std::string& optimizer) {
   const std::vector<ParameterRecord> none;
   const auto& params = in.from_profile ? in.profile.parameters : none;
   FixedMemory rank = RankFor(in, params, in.from_profile ? in.profile.totals.param_bytes : 0, in.chain, o, optimizer);
-  // Gradients: a rank's are held for the whole step, in its fixed part (DDP's
-  // buckets and ZeRO's partitions are allocated once; FSDP's shards appear
-  // in backward, which this counts conservatively), so the chain carries none.
   Chain chain = WithoutParamGrads(in.chain);
   if (!in.from_profile) rank.grad_bytes += in.chain.ParamGradBytes();  // a chain's own
-  // With the optimizer's state sharded, each rank updates its shards: the
-  // update's temporaries are theirs.
   if (in.from_profile && ParseShardMode(o.shard) != ShardMode::kNone) {
     OptimizerChoice choice(optimizer);
     choice.flags = in.fixed.optimizer_flags;
-    chain.update_tmp_bytes =
-        UpdateTmpBytes(choice, in.fixed.optimizer_impl, ShardedParameters(params, o.data_parallel));
+    chain.update_tmp_bytes = UpdateTmpBytes(choice, in.fixed.optimizer_impl, ShardedParameters(params, o.data_parallel));
   }
+  return {rank, chain};
+}
+
+int RunDataParallel(const DistributedOptions& o, const PlannerInput& in, const ByteQuantity& budget, int slots,
+                    const std::string& optimizer, const std::string& output) {
+  const auto [rank, chain] = DataParallelRank(o, in, optimizer);
   FILE* human = output == "-" ? stderr : stdout;
   if (!OptimalBudgetFeasible(chain, rank, budget.bytes, slots)) {
     int64_t minimum = MinimumOptimalBudget(chain, rank, slots);
@@ -125,50 +187,11 @@ int RunDataParallel(const DistributedOptions& o, const PlannerInput& in, const B
 
 int RunPipeline(const DistributedOptions& o, const PlannerInput& in, const ByteQuantity& budget, int slots,
                 const std::string& optimizer, const std::string& output) {
-  // With several microbatches in flight a stage's gradients are held from
-  // its first backward on (while later microbatches run forward): for the
-  // whole step, in each stage's fixed part.
-  const Chain chain = WithoutParamGrads(in.chain);
-  if (o.pipeline > chain.length()) {
-    throw BadInput(Format("invalid --pipeline %d: the %s has %d stages, so at most --pipeline %d", o.pipeline,
-                          in.from_profile ? "model" : "chain", chain.length(), chain.length()));
-  }
-  if (in.from_profile && in.profile.parameters.empty() && in.profile.totals.param_bytes > 0) {
-    throw BadInput(in.source.path +
-                   ": the profile has no 'parameters' list, which --pipeline needs (each stage's parameters): "
-                   "profile the model again with this ckplan");
-  }
-  const std::vector<ParameterRecord>& params = in.profile.parameters;
-  const std::vector<int> owner = ParameterStages(chain, params);
-  auto stage_params = [&](int first, int last) {
-    std::vector<ParameterRecord> mine;
-    for (size_t k = 0; k < params.size(); ++k) {
-      if (owner[k] >= first && owner[k] < last) mine.push_back(params[k]);
-    }
-    return mine;
-  };
-  auto stage_rank = [&](int first, int last) {
-    const std::vector<ParameterRecord> mine = stage_params(first, last);
-    int64_t bytes = 0;
-    for (const ParameterRecord& p : mine) bytes += p.bytes;
-    Chain sub = SubChain(chain, first, last);
-    FixedMemory m = RankFor(in, mine, bytes, sub, o, optimizer);
-    if (!in.from_profile) m.grad_bytes = SubChain(in.chain, first, last).ParamGradBytes();  // a chain's own
-    if (first > 0) m.buffer_bytes = 0;  // buffers counted once, on the first stage (their module is not known)
-    return m;
-  };
+  const PipelineRanks ranks(o, in, optimizer);
+  const Chain& chain = ranks.chain();
+  auto stage_rank = [&](int first, int last) { return ranks.Rank(first, last); };
+  auto stage_end = [&](int first, int last) { return ranks.End(first, last); };
   const PipelineSchedule schedule = ParsePipelineSchedule(o.schedule);
-  // At the step's end each stage's rank updates its own parameters: the
-  // update's temporaries on top of its fixed part, its activations gone.
-  auto stage_end = [&](int first, int last) {
-    int64_t end = stage_rank(first, last).total();
-    if (in.from_profile) {
-      OptimizerChoice choice(optimizer);
-      choice.flags = in.fixed.optimizer_flags;
-      end += UpdateTmpBytes(choice, in.fixed.optimizer_impl, stage_params(first, last));
-    }
-    return end;
-  };
   PipelinePlan plan = PlanPipeline(
       chain, o.pipeline, o.microbatches, schedule, budget.bytes, slots,
       [&](int first, int last) { return stage_rank(first, last).total(); }, stage_end);
@@ -238,6 +261,73 @@ int RunPipeline(const DistributedOptions& o, const PlannerInput& in, const ByteQ
 }
 
 }  // namespace
+
+BatchPlans DistributedBatchPlans(const DistributedOptions& o, const PlannerInput& in, const ByteQuantity& budget,
+                                 int slots, const std::string& optimizer) {
+  CheckDistributedOptions(o);
+  BatchPlans out;
+  out.optimizer_ms = in.fixed.optimizer_step_ms;
+  if (o.pipeline > 1) {
+    // The profile's batch is one microbatch; a step runs `microbatches` of
+    // them through the pipeline, (microbatches + stages - 1) slots of the
+    // slowest stage (1F1B and GPipe alike), in time per microbatch counted
+    // as the step's time / microbatches so that samples per second are the
+    // batch over it.
+    const PipelineSchedule schedule = ParsePipelineSchedule(o.schedule);
+    const PipelineRanks ranks(o, in, optimizer);
+    const Chain& chain = ranks.chain();
+    auto stage_fixed = [&](int first, int last) { return ranks.Rank(first, last).total(); };
+    auto stage_end = [&](int first, int last) { return ranks.End(first, last); };
+    auto per_microbatch = [&](double slowest) {
+      return slowest * (o.microbatches + o.pipeline - 1) / o.microbatches;
+    };
+    const PipelinePlan plan = PlanPipeline(chain, o.pipeline, o.microbatches, schedule, budget.bytes, slots, stage_fixed,
+                                           stage_end);
+    // No checkpointing: the fastest split with every microbatch's activations kept.
+    const PipelinePlan loose = PlanPipeline(chain, o.pipeline, o.microbatches, schedule, int64_t{1} << 60, slots,
+                                            stage_fixed, stage_end);
+    out.plan_fits = plan.feasible;
+    out.min_budget_bytes = plan.feasible ? 0 : plan.min_budget_bytes;
+    int64_t peak = 0, loose_peak = 0;
+    size_t recomputed = 0;
+    for (const PipelineStagePlan& sp : plan.stages) {
+      peak = std::max(peak, sp.peak_bytes);
+      recomputed += CheckpointedStages(sp.solution.schedule, sp.last - sp.first).size();
+    }
+    for (const PipelineStagePlan& sp : loose.stages) loose_peak = std::max(loose_peak, sp.peak_bytes);
+    if (plan.feasible) {
+      out.plan_peak_bytes = peak;
+      out.plan_ms = per_microbatch(plan.slowest_stage_ms);
+      out.min_budget_bytes = peak;  // at least what this plan holds; the exact minimum is searched only when infeasible
+      out.plan_what = recomputed == 0 ? "no checkpointing" : Format("recompute %zu stage%s", recomputed, recomputed == 1 ? "" : "s");
+    }
+    out.none_peak_bytes = loose_peak;
+    out.none_ms = per_microbatch(loose.slowest_stage_ms);
+    out.plan_overhead_pct = plan.feasible ? OverheadPct(out.plan_ms, out.none_ms) : 0;
+    out.optimizer_ms = 0;
+    return out;
+  }
+  // Data parallel: one rank (RunDataParallel).
+  const auto [rank, chain] = DataParallelRank(o, in, optimizer);
+  PlanRequest request;
+  request.budget = budget;
+  request.slots = slots;
+  out.plan_fits = OptimalBudgetFeasible(chain, rank, budget.bytes, slots);
+  out.min_budget_bytes = MinimumOptimalBudget(chain, rank, slots);
+  if (out.plan_fits) {
+    const Plan plan = MakePlan(chain, rank, request);
+    out.plan_peak_bytes = plan.peak_bytes;
+    out.plan_ms = plan.time_ms;
+    out.plan_overhead_pct = plan.overhead_pct();
+    out.plan_what = plan.checkpointed_stages.empty() ? "no checkpointing"
+                                                     : Format("recompute %zu stage%s", plan.checkpointed_stages.size(), plan.checkpointed_stages.size() == 1 ? "" : "s");
+  }
+  request.algorithm = Algorithm::kNone;
+  const Plan none = MakePlan(chain, rank, request);
+  out.none_peak_bytes = none.peak_bytes;
+  out.none_ms = none.time_ms;
+  return out;
+}
 
 int RunDistributedSolve(const DistributedOptions& o, const PlannerInput& in, const ByteQuantity& budget, int slots,
                         const std::string& optimizer, const std::string& output) {

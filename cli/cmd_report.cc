@@ -1,6 +1,7 @@
 // `ckplan report`: strategies compared over budgets, for a person to read.
 
 #include <cstdio>
+#include <optional>
 
 #include <CLI/CLI.hpp>
 
@@ -26,6 +27,7 @@ struct ReportOptions {
   std::vector<int> every = {2, 4, 8};
   std::vector<std::string> runs;
   std::string plan;  // a distributed plan: per-rank memory
+  std::string batches;  // solve --batch-table: samples per second by batch
 };
 
 bool EndsWith(const std::string& s, const std::string& suffix) {
@@ -56,6 +58,8 @@ int RunReportCommand(const ReportOptions& o) {
   if (!o.budget.empty()) budget = ParseBytes(o.budget);
   DistributedSummary distributed;
   if (!o.plan.empty()) distributed = ReadDistributedPlan(o.plan);
+  std::optional<BatchTable> batches;
+  if (!o.batches.empty()) batches = BatchTableFromJson(ReadJsonFile(o.batches), o.batches);
   PlannerInput in = LoadPlannerInput(o.input, OptimizerChoiceOf(o.optimizer));
   Report report;
   {
@@ -64,6 +68,7 @@ int RunReportCommand(const ReportOptions& o) {
                         o.every, o.runs, [&bar](double fraction) { bar.Update(fraction); });
   }
   report.distributed = distributed;
+  report.batches = batches;
   std::string text = format == "md" ? ReportMarkdown(report)
                      : format == "json" ? ReportJson(report).dump(2) + "\n"
                                         : ReportHtml(report);
@@ -98,6 +103,9 @@ void AddReportCommand(CLI::App& app, Action* action) {
   cmd->add_option("--slots", o->slots, "memory slots of the dynamic program")->capture_default_str();
   cmd->add_option("--every", o->every, "segment lengths for the every-n baselines")->delimiter(',')->capture_default_str();
   cmd->add_option("--plan", o->plan, "a distributed plan (solve --data-parallel or --pipeline): per-rank memory");
+  cmd->add_option("--batches", o->batches,
+                  "the batch table from `ckplan solve MODEL --batch auto --batch-table FILE`: samples per second "
+                  "against batch, with and without checkpointing");
   cmd->add_option("--runs", o->runs, "run reports from `ckplan run -o`: measured points beside predicted ones");
   cmd->callback([o, action] { *action = [o] { return RunReportCommand(*o); }; });
 }

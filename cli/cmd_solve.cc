@@ -20,6 +20,7 @@
 #include "planner/solvers/modules.h"
 #include "planner/cost/sac_candidates.h"
 #include "planner/contracts/sweep_document.h"
+#include "cli/batch_solve.h"
 #include "cli/commands.h"
 #include "cli/distributed_solve.h"
 #include "cli/optimizer_options.h"
@@ -45,6 +46,7 @@ struct SolveOptions {
   std::string target;  // "pytorch" (default for a profile) or "schedule"
   DistributedOptions distributed;  // --data-parallel, --shard, --pipeline, ... (cmd_distributed.cc)
   std::string gpu;  ///< --gpu: what --budget gpu means
+  BatchOptions batch;  ///< --batch and what goes with it (cli/batch_solve.h)
 };
 
 // `--budget`, parsed once: its bytes, the unit style they were written in
@@ -102,6 +104,51 @@ std::string PrintableMinimum(int64_t minimum, UnitStyle style, const std::functi
   return text;
 }
 
+// One batch's profile under the budget (--batch): the best plan of the
+// target, and no checkpointing, priced as `solve` prices them.
+BatchPlans SolveAtBudget(const SolveOptions& o, const PlannerInput& in, const ByteQuantity& budget) {
+  if (o.distributed.given) return DistributedBatchPlans(o.distributed, in, budget, o.slots, in.fixed.optimizer);
+  const std::string target = o.target.empty() ? "pytorch" : o.target;
+  if (target != "pytorch" && target != "schedule" && target != "sac") {
+    throw BadInput("invalid --target '" + o.target + "': use pytorch, sac or schedule");
+  }
+  PlanRequest request;
+  request.algorithm = Algorithm::kOptimal;
+  request.budget = budget;
+  request.slots = o.slots;
+  request.threads = o.threads;
+  std::vector<WrappableModule> modules;
+  if (target != "schedule") {
+    modules = WrappableModules(in.chain, &in.profile);
+    if (target == "sac") AddSacCandidates(in.profile, in.chain, &modules);
+    request.pytorch_modules = &modules;
+  }
+  const Plan best = MakePlan(in.chain, in.fixed, request);
+  request.algorithm = Algorithm::kNone;
+  const Plan none = MakePlan(in.chain, in.fixed, request);
+  BatchPlans out;
+  out.plan_fits = best.feasible && !best.budget_below_fixed;
+  out.plan_peak_bytes = best.peak_bytes;
+  out.min_budget_bytes = best.min_budget_bytes;
+  out.plan_ms = best.time_ms;
+  out.plan_overhead_pct = best.overhead_pct();
+  if (best.checkpointed_stages.empty()) {
+    out.plan_what = "no checkpointing";
+  } else if (target == "schedule") {
+    out.plan_what = Format("recompute %zu stage%s", best.checkpointed_stages.size(), best.checkpointed_stages.size() == 1 ? "" : "s");
+  } else {
+    size_t saved = 0;
+    for (const WrappableModule& m : best.pytorch.wrapped) saved += m.sac_saved.size();
+    const size_t wrapped = best.pytorch.checkpoint_modules.size();
+    out.plan_what = Format("wrap %zu module%s", wrapped, wrapped == 1 ? "" : "s");
+    if (target == "sac") out.plan_what += Format(", save %zu ops", saved);
+  }
+  out.none_peak_bytes = none.peak_bytes;
+  out.none_ms = none.time_ms;
+  out.optimizer_ms = in.fixed.optimizer_step_ms;
+  return out;
+}
+
 int RunSolve(const SolveOptions& o) {
   const std::optional<ByteQuantity> budget_option = ParseBudgetOption(o);
   // Options and output folders first, so that a typo fails before any work.
@@ -111,7 +158,29 @@ int RunSolve(const SolveOptions& o) {
   if (o.threads < 1 || o.threads > 256) throw BadInput("invalid --threads " + std::to_string(o.threads) + ": use 1..256");
   for (const std::string* path : {&o.output, &o.sweep_path, &o.chain_out}) CheckOutputPath(*path);
   CheckDistributedOptions(o.distributed);
-  PlannerInput in = LoadPlannerInput(o.input, OptimizerChoiceOf(o.optimizer, o.gpu));
+  CheckBatchOptions(o.batch);
+  if (o.batch.given()) {
+    if (!budget_option) throw BadInput("--batch needs --budget (for example --budget 24GB)");
+    if (o.distributed.given && o.batch.global_batch > 0) {
+      throw BadInput("--global-batch is not available with --data-parallel, --shard or --pipeline: give the "
+                     "pipeline's --microbatches, or plan each rank's micro-batch");
+    }
+    if (o.algorithm != "optimal" || o.every_given || o.show_stages || !o.chain_out.empty()) {
+      throw BadInput("--batch plans with the optimal solver: --algo, --every, --show-stages and --chain-out do not apply");
+    }
+  }
+  const OptimizerChoice optimizer = OptimizerChoiceOf(o.optimizer, o.gpu);
+  BatchOptions batch = o.batch;
+  if (o.distributed.given) {
+    batch.scope = o.distributed.pipeline > 1
+                      ? Format("per pipeline (%d stages, %d microbatches of the batch)", o.distributed.pipeline,
+                               o.distributed.microbatches)
+                      : Format("per rank (of %d, --shard %s)", o.distributed.data_parallel, o.distributed.shard.c_str());
+  }
+  PlannerInput in = o.batch.given() ? SolveBatches(batch, o.input, o.gpu, *budget_option, optimizer,
+                                                   [&](const PlannerInput& at) { return SolveAtBudget(o, at, *budget_option); },
+                                                   o.output == "-" ? stderr : stdout)
+                                    : LoadPlannerInput(o.input, optimizer);
   const std::string what = in.from_profile ? "model" : "chain";
   if (!o.chain_out.empty()) {
     WriteFileAtomic(o.chain_out, ChainToJson(in.chain).dump(2) + "\n");
@@ -289,6 +358,10 @@ int RunSolve(const SolveOptions& o) {
 
   PlanDocument document = MakePlanDocument(plan, in.chain, in.source);
   document.strategies = rows;
+  if (o.batch.global_batch > 0 && document.batch) {
+    document.global_batch = o.batch.global_batch;
+    document.accumulation_steps = o.batch.global_batch / *document.batch;
+  }
   EmitOutput(o.output, PlanToJson(document).dump(2) + "\n", human);
   return 0;
 }
@@ -300,15 +373,17 @@ void AddSolveCommand(CLI::App& app, Action* action) {
   CLI::App* cmd = app.add_subcommand(
       "solve",
       "Find where to checkpoint so that a training step fits a memory budget.\n"
-      "INPUT is a profile (from `ckplan profile`) or a chain file (`ckplan.chain/1`).\n"
+      "INPUT is a profile (from `ckplan profile`) or a chain file (`ckplan.chain/1`); with --batch, the\n"
+      "model itself, profiled at the batches needed to find the largest and the fastest batch that fit.\n"
       "For a profile the budget is the whole step: parameters, buffers, gradients,\n"
       "optimizer state, inputs and activations. For a chain it covers the chain alone.\n"
       "Exit code 3 when the budget is below the minimum; the message gives it.");
-  cmd->add_option("input", options->input, "profile or chain JSON")->required();
+  cmd->add_option("input", options->input, "profile or chain JSON; with --batch, the model (.pt2 or TorchScript)")->required();
   cmd->add_option("-b,--budget", options->budget,
                   "memory budget: 24GB (10^9), 24GiB (2^30), 512MiB, 1.5e9, bytes, or gpu (the --gpu device's memory)");
   cmd->add_option("--gpu", options->gpu, "with --budget gpu: the device whose memory is the budget (" +
-                                             KnownGpuNames().substr(0, KnownGpuNames().size() - 5) + ")");
+                                             KnownGpuNames().substr(0, KnownGpuNames().size() - 5) +
+                                             "); with --batch also the cost model the profiles take their times from");
   cmd->add_option("-o,--output", options->output, "write the plan JSON here (ckplan.plan/1); - for stdout");
   cmd->add_option("--algo", options->algorithm, "optimal (default), none, every, every-n, sqrt")
       ->check(CLI::IsMember({"optimal", "none", "every", "every-n", "sqrt"}));
@@ -329,6 +404,7 @@ void AddSolveCommand(CLI::App& app, Action* action) {
   cmd->add_option("--chain-out", options->chain_out,
                   "write the chain the profile is cut into (ckplan.chain/1) to this file (--budget optional)");
   AddDistributedOptions(cmd, &options->distributed);
+  AddBatchOptions(cmd, &options->batch);
   cmd->callback([options, action, every, cmd] {
     options->every_given = every->count() > 0;
     FinishDistributedOptions(cmd, &options->distributed);

@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "cli/batch_solve.h"
 #include "planner/plan/planner_input.h"
 #include "planner/base/units.h"
 
@@ -36,5 +37,13 @@ void CheckDistributedOptions(const DistributedOptions& options);
 /// per-rank minimum, naming it.
 int RunDistributedSolve(const DistributedOptions& options, const PlannerInput& in, const ByteQuantity& budget,
                         int slots, const std::string& optimizer, const std::string& output);
+
+/// One batch's per-rank answer for `--batch` (cli/batch_solve.h): a data
+/// parallel rank's optimal plan and no checkpointing; for a pipeline the
+/// profile's batch is one microbatch, and the time per microbatch is the
+/// step's ((microbatches + stages - 1) x the slowest stage) over the
+/// microbatches, without checkpointing at the fastest split.
+BatchPlans DistributedBatchPlans(const DistributedOptions& options, const PlannerInput& in, const ByteQuantity& budget,
+                                 int slots, const std::string& optimizer);
 
 }  // namespace ckplan

@@ -4,6 +4,7 @@
 // writes it as HTML, Markdown or JSON). Torch-free: planner values only.
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,7 @@
 
 #include "planner/plan/planner_input.h"
 #include "planner/plan/plan.h"
+#include "planner/contracts/batch_table.h"
 #include "planner/contracts/run_report.h"
 #include "cli/report/report_distributed.h"
 #include "cli/strategy_table.h"
@@ -40,6 +42,7 @@ struct Report {
   Chain chain;
   std::vector<RunPoint> runs;
   DistributedSummary distributed;  ///< `--plan` of a distributed plan: per-rank memory; empty otherwise
+  std::optional<BatchTable> batches;  ///< `--batches` (solve --batch-table): samples per second by batch
 };
 
 /// Sweeps the budgets (one DP gives the whole optimal curve) and plans every

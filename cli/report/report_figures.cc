@@ -339,4 +339,32 @@ std::string ModulesSvg(const Report& r) {
   return s.str();
 }
 
+std::string BatchesSvg(const Report& r) {
+  const BatchTable& t = *r.batches;
+  double x_hi = 1, y_hi = 0;
+  std::vector<std::pair<double, double>> none, plan;
+  for (const BatchRow& row : t.rows) {
+    if (!row.error.empty()) continue;
+    x_hi = std::max<double>(x_hi, row.batch);
+    if (row.none_fits && row.none_samples_per_s > 0) none.push_back({row.batch, row.none_samples_per_s});
+    if (row.plan && row.plan->samples_per_s > 0) plan.push_back({row.batch, row.plan->samples_per_s});
+    y_hi = std::max({y_hi, row.none_samples_per_s, row.plan ? row.plan->samples_per_s : 0.0});
+  }
+  Chart chart(0, x_hi * 1.05, 0, y_hi * 1.12 + 1e-9, "batch", "samples per second (predicted)",
+              "Samples per second by batch, within " + FormatBytes(t.budget_bytes, r.style));
+  if (!plan.empty()) chart.Polyline(plan, kColors[0], 2.5);
+  if (!none.empty()) chart.Polyline(none, kColors[1], 2, "6 3");
+  for (const auto& [x, y] : plan) chart.Point(x, y, kColors[0], "");
+  for (const auto& [x, y] : none) chart.Point(x, y, kColors[1], "");
+  if (t.largest_none > 0) chart.VerticalLine(t.largest_none, kColors[1], "largest without: " + std::to_string(t.largest_none));
+  if (t.largest_plan > 0) chart.VerticalLine(t.largest_plan, kColors[0], "largest with: " + std::to_string(t.largest_plan));
+  for (const BatchRow& row : t.rows) {
+    if (row.batch == t.fastest_plan && row.plan) {
+      chart.Point(row.batch, row.plan->samples_per_s, "#000", "fastest: batch " + std::to_string(row.batch), "triangle");
+    }
+  }
+  chart.Legend({{kColors[0], "best plan (checkpointing)"}, {kColors[1], "no checkpointing"}});
+  return chart.Svg();
+}
+
 }  // namespace ckplan

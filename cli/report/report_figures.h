@@ -17,5 +17,7 @@ std::string TradeoffSvg(const Report& report);
 std::string TimelineSvg(const Report& report);
 /// Activation memory kept for backward per stage, recomputed stages marked.
 std::string ModulesSvg(const Report& report);
+/// `--batches`: samples per second against batch, with and without checkpointing.
+std::string BatchesSvg(const Report& report);
 
 }  // namespace ckplan

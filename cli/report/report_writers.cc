@@ -8,6 +8,39 @@
 #include "cli/terminal.h"
 
 namespace ckplan {
+namespace {
+
+// One row of the batch table, each cell between `open` and `close`.
+std::string BatchCells(const BatchRow& row, UnitStyle style, const char* open, const char* close) {
+  std::vector<std::string> cells = {std::to_string(row.batch)};
+  auto rate = [](double v) { return v > 0 ? Format("%.1f", v) : std::string("-"); };
+  if (!row.error.empty()) {
+    cells.insert(cells.end(), {"not profiled: " + row.error, "", "", "", "", ""});
+  } else {
+    cells.push_back(FormatBytes(row.none_peak_bytes, style) + (row.none_fits ? "" : " (over)"));
+    cells.push_back(row.none_fits ? rate(row.none_samples_per_s) : "-");
+    if (row.plan) {
+      cells.insert(cells.end(), {row.plan->what, FormatBytes(row.plan->peak_bytes, style), FormatPct(row.plan->overhead_pct),
+                                 rate(row.plan->samples_per_s)});
+    } else {
+      cells.insert(cells.end(), {"does not fit", "needs " + FormatBytes(row.min_budget_bytes, style), "", "-"});
+    }
+  }
+  std::string out;
+  for (const std::string& c : cells) out += open + Escape(c) + close;
+  return out;
+}
+
+std::string BatchSummary(const BatchTable& t) {
+  std::string s = "Largest batch without checkpointing: " + (t.largest_none > 0 ? std::to_string(t.largest_none) : "none") +
+                  "; with checkpointing: " + (t.largest_plan > 0 ? std::to_string(t.largest_plan) : "none");
+  if (t.fastest_plan > 0) s += "; the most samples per second: batch " + std::to_string(t.fastest_plan);
+  if (t.global_batch) s += Format(" (accumulated to a global batch of %d)", *t.global_batch);
+  return s + ". Every batch listed was profiled at that batch (ckplan solve --batch).";
+}
+
+}  // namespace
+
 
 std::string ReportHtml(const Report& r) {
   std::ostringstream s;
@@ -62,6 +95,13 @@ std::string ReportHtml(const Report& r) {
     s << "</table>\n";
   }
   if (!r.distributed.rows.empty()) s << DistributedHtml(r.distributed, r.style);
+  if (r.batches) {
+    s << "<h2>Samples per second by batch</h2>\n<figure>" << BatchesSvg(r) << "</figure>\n<table><tr><th>batch</th>"
+         "<th>no checkpointing: peak</th><th>samples/s</th><th>best plan</th><th>peak</th><th>overhead</th>"
+         "<th>samples/s</th></tr>\n";
+    for (const BatchRow& row : r.batches->rows) s << "<tr>" << BatchCells(row, r.style, "<td>", "</td>") << "</tr>\n";
+    s << "</table>\n<p class=\"note\">" << Escape(BatchSummary(*r.batches)) << "</p>\n";
+  }
   s << "<h2>The plan over time</h2>\n<figure>" << TimelineSvg(r) << "</figure>\n";
   s << "<h2>Where the memory goes</h2>\n<figure>" << ModulesSvg(r) << "</figure>\n";
   s << "<p class=\"note\">Predicted by ckplan's simulator from " << Escape(r.source)
@@ -96,6 +136,13 @@ std::string ReportMarkdown(const Report& r) {
     }
   }
   if (!r.distributed.rows.empty()) s << DistributedMarkdown(r.distributed, r.style);
+  if (r.batches) {
+    s << "\nSamples per second by batch, within " << FormatBytes(r.batches->budget_bytes, r.style)
+      << ":\n\n| batch | no checkpointing: peak | samples/s | best plan | peak | overhead | samples/s |\n"
+         "| ---: | ---: | ---: | --- | ---: | ---: | ---: |\n";
+    for (const BatchRow& row : r.batches->rows) s << "|" << BatchCells(row, r.style, " ", " |") << "\n";
+    s << "\n" << BatchSummary(*r.batches) << "\n";
+  }
   s << "\nOptimal nested schedule's step time by budget (`--target schedule`):\n\n| budget | step | overhead |\n| ---: | ---: | ---: |\n";
   size_t stride = std::max<size_t>(1, r.optimal_curve.size() / 10);
   for (size_t k = 0; k < r.optimal_curve.size(); k += stride) {
@@ -120,6 +167,7 @@ nlohmann::json ReportJson(const Report& r) {
                         run.run.predicted_peak_bytes, run.run.predicted_time_ms, run.run.verdict});
   }
   if (!r.distributed.rows.empty()) doc.distributed = r.distributed;
+  doc.batches = r.batches;
   return ReportToJson(doc);
 }
 

@@ -99,7 +99,8 @@ bool PlanDocument::operator==(const PlanDocument& o) const {
          timeline_stored_after_bytes == o.timeline_stored_after_bytes && checkpoint_modules == o.checkpoint_modules &&
          pytorch == o.pytorch && slots == o.slots && slot_bytes == o.slot_bytes && solver == o.solver &&
          every_n == o.every_n && unit_style == o.unit_style && distributed == o.distributed &&
-         pipeline_stage == o.pipeline_stage && strategies == o.strategies;
+         pipeline_stage == o.pipeline_stage && strategies == o.strategies && batch == o.batch &&
+         global_batch == o.global_batch && accumulation_steps == o.accumulation_steps;
 }
 
 bool StrategyPoint::operator==(const StrategyPoint& o) const {
@@ -230,6 +231,9 @@ nlohmann::json PlanToJson(const PlanDocument& p) {
     for (const StrategyPoint& point : p.strategies) strategies.push_back(StrategyPointToJson(point));
     doc["strategies"] = strategies;
   }
+  if (p.batch) doc["batch"] = *p.batch;
+  if (p.global_batch) doc["global_batch"] = *p.global_batch;
+  if (p.accumulation_steps) doc["accumulation_steps"] = *p.accumulation_steps;
   if (p.is_pipeline) return doc;  // each stage's document (in distributed.stages) is a plan
   nlohmann::json stages = nlohmann::json::array();
   for (const PlanStage& s : p.stages) {
@@ -420,6 +424,14 @@ PlanDocument ReadPlan(const JsonReader& root) {
     if (*p.unit_style != "decimal" && *p.unit_style != "binary") style.Fail("expected \"decimal\" or \"binary\"");
   }
   if (root.Has("strategies")) p.strategies = StrategyPointsFromJson(root.Field("strategies"));
+  if (root.Has("batch")) p.batch = root.Field("batch").IntegerIn(1, 1 << 30);
+  if (root.Has("global_batch")) p.global_batch = root.Field("global_batch").IntegerIn(1, 1 << 30);
+  if (root.Has("accumulation_steps")) p.accumulation_steps = root.Field("accumulation_steps").IntegerIn(1, 1 << 30);
+  if (p.global_batch.has_value() != p.accumulation_steps.has_value() ||
+      (p.global_batch && (!p.batch || *p.batch * int64_t{*p.accumulation_steps} != *p.global_batch))) {
+    root.Field(p.global_batch ? "global_batch" : "accumulation_steps")
+        .Fail("global_batch must be batch x accumulation_steps, and both given or neither");
+  }
   if (p.is_pipeline) return p;
 
   if (root.Has("target")) p.target = root.Field("target").String();

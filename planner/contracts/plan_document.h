@@ -217,6 +217,12 @@ struct PlanDocument {
   /// `ckplan solve`'s strategy table at the plan's budget (optional; written
   /// for a profile or chain solve, not by the distributed commands).
   std::vector<StrategyPoint> strategies;
+  /// The batch the plan is for: the first dimension of the profile's first
+  /// input (absent for a chain). With gradient accumulation (`--global-batch`)
+  /// the micro-batch, and `global_batch` = batch x accumulation_steps.
+  std::optional<int> batch;
+  std::optional<int> global_batch;
+  std::optional<int> accumulation_steps;
   bool operator==(const PlanDocument& o) const;
 };
 

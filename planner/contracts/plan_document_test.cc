@@ -257,3 +257,27 @@ TEST_CASE("a plan's source names the profile's model and passes its inputs throu
   CHECK(PlanFromJson(doc, "plan.json").source == in.source);
   CHECK(doc["source"]["inputs"] == ProfileToJson(in.profile)["model"]["inputs"]);
 }
+
+TEST_CASE("a plan records its batch, from the profile's first input, and its accumulation") {
+  const PlannerInput in = LoadPlannerInput(ExampleProfile(), "adam");
+  PlanRequest request;
+  request.budget.bytes = int64_t{1} << 40;
+  PlanDocument document = MakePlanDocument(MakePlan(in.chain, in.fixed, request), in.chain, in.source);
+  REQUIRE(document.batch.has_value());
+  CHECK(*document.batch == in.profile.model.inputs->front().shape.front());
+  CHECK(!PlanToJson(document).contains("global_batch"));
+  document.global_batch = *document.batch * 4;
+  document.accumulation_steps = 4;
+  const nlohmann::json doc = PlanToJson(document);
+  CHECK(doc["batch"] == *document.batch);
+  CheckRoundTrip(doc);
+  auto refused = [&](const std::function<void(nlohmann::json&)>& mutate) {
+    return testing::Refusal(doc, mutate, [](const nlohmann::json& d) { PlanFromJson(d, "bad.json"); });
+  };
+  CHECK(refused([](nlohmann::json& d) { d["accumulation_steps"] = 3; }).find("global_batch") != std::string::npos);
+  CHECK(refused([](nlohmann::json& d) { d.erase("accumulation_steps"); }).find("global_batch") != std::string::npos);
+  CHECK(refused([](nlohmann::json& d) { d["batch"] = 0; }).find("batch") != std::string::npos);
+  // A chain's plan has no batch.
+  const Chain chain = ThreeStageChain();
+  CHECK(!PlanToJson(MakePlanDocument(MakePlan(chain, FixedMemory{}, request), chain, ChainSource("c"))).contains("batch"));
+}

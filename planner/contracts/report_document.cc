@@ -29,7 +29,8 @@ bool ReportDocument::operator==(const ReportDocument& o) const {
   };
   return source == o.source && budget_bytes == o.budget_bytes && fixed_bytes == o.fixed_bytes &&
          no_recompute_ms == o.no_recompute_ms && strategies == o.strategies &&
-         same_curve(optimal_curve, o.optimal_curve) && runs == o.runs && distributed == o.distributed;
+         same_curve(optimal_curve, o.optimal_curve) && runs == o.runs && distributed == o.distributed &&
+         batches == o.batches;
 }
 
 nlohmann::json ReportToJson(const ReportDocument& r) {
@@ -58,6 +59,7 @@ nlohmann::json ReportToJson(const ReportDocument& r) {
     }
     doc["distributed"] = {{"what", r.distributed->what}, {"ranks", rows}};
   }
+  if (r.batches) doc["batches"] = BatchTableToJson(*r.batches);
   return doc;
 }
 
@@ -106,6 +108,7 @@ ReportDocument ReportFromJson(const nlohmann::json& json, const std::string& fil
     }
     r.distributed = summary;
   }
+  if (root.Has("batches")) r.batches = BatchTableFromJson(root.Field("batches").node(), file);
   return r;
 }
 

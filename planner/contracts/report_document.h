@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "planner/contracts/batch_table.h"
 #include "planner/contracts/sweep_document.h"
 
 namespace ckplan {
@@ -53,14 +54,15 @@ struct ReportDocument {
   std::vector<CurvePoint> optimal_curve;  ///< every budget from the smallest feasible up
   std::vector<ReportRun> runs;
   std::optional<DistributedSummary> distributed;  ///< `--plan` of a distributed plan
+  std::optional<BatchTable> batches;              ///< `--batches`: the batch table (ckplan.batches/1)
   bool operator==(const ReportDocument& o) const;
 };
 
 /// The `ckplan.report/1` document.
 nlohmann::json ReportToJson(const ReportDocument& report);
 
-/// Reads a `ckplan.report/1` document; every field but `distributed` is
-/// required. Throws BadInput naming `file` and the field.
+/// Reads a `ckplan.report/1` document; every field but `distributed` and
+/// `batches` is required. Throws BadInput naming `file` and the field.
 ReportDocument ReportFromJson(const nlohmann::json& doc, const std::string& file);
 
 }  // namespace ckplan

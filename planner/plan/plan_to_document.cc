@@ -37,6 +37,15 @@ PlanDocument MakePlanDocument(const Plan& plan, const Chain& chain, const PlanSo
   doc.predicted.live_after_forward_bytes = plan.live_after_forward_bytes;
   if (plan.fixed.optimizer_step_ms > 0) doc.predicted.optimizer_step_ms = plan.fixed.optimizer_step_ms;
   doc.min_budget_bytes = plan.min_budget_bytes;
+  // The batch: the first dimension of the first input (a profile's inputs are
+  // exported with a dynamic batch, ckplan_torch.export).
+  if (source.inputs && source.inputs->is_array() && !source.inputs->empty()) {
+    const nlohmann::json& shape = source.inputs->front().value("shape", nlohmann::json());
+    if (shape.is_array() && !shape.empty() && shape.front().is_number_integer() && shape.front().get<int64_t>() >= 1 &&
+        shape.front().get<int64_t>() <= (1 << 30)) {
+      doc.batch = shape.front().get<int>();
+    }
+  }
   doc.timeline_peak_during_bytes = plan.timeline_peak_during_bytes;
   doc.timeline_stored_after_bytes = plan.timeline_stored_after_bytes;
   // For PyTorch training jobs: the modules to wrap, and what that predicts.

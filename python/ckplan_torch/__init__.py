@@ -37,7 +37,7 @@ import torch.utils.checkpoint
 
 __all__ = ["apply_plan", "remove_plan", "load_plan", "checkpointed_modules", "check_model", "check_optimizer",
            "export", "ExportError",
-           "rank_plan", "fsdp_units", "apply_rank_plan", "is_meta_model"]
+           "rank_plan", "fsdp_units", "apply_rank_plan", "is_meta_model", "plan_batch"]
 
 _ORIGINAL_FORWARD = "_ckplan_original_forward"
 # Configs whose use_cache apply_plan turned off, for remove_plan: id -> weakref
@@ -373,6 +373,7 @@ def apply_plan(model, plan, optimizer=None, strict=True):
             warnings.warn(f"ckplan_torch.apply_plan: the plan names module '{path}', a "
                           f"{type(named[path]).__name__} that the model's forward never calls: nothing is "
                           "checkpointed there, and the step will need more memory than the plan predicts")
+    _watch_batch(model, doc)
     policies = {}
     sac = (doc.get("pytorch") or {}).get("sac")
     if sac is not None:
@@ -398,9 +399,57 @@ def apply_plan(model, plan, optimizer=None, strict=True):
     return paths
 
 
+_BATCH_HOOK = "_ckplan_batch_hook"
+
+
+def plan_batch(plan):
+    """The batch a plan is for: its ``batch`` (written by ``ckplan solve``),
+    else the first dimension of its profile's first input; None when unknown."""
+    doc = load_plan(plan)
+    if isinstance(doc.get("batch"), int):
+        return doc["batch"]
+    inputs = (doc.get("source") or {}).get("inputs") or []
+    shape = inputs[0].get("shape") if inputs and isinstance(inputs[0], dict) else None
+    return shape[0] if isinstance(shape, list) and shape and isinstance(shape[0], int) else None
+
+
+def _first_batch(args, kwargs):
+    for value in list(args) + list(kwargs.values()):
+        if isinstance(value, torch.Tensor) and value.dim() > 0:
+            return value.shape[0]
+    return None
+
+
+def _watch_batch(model, doc):
+    """On the model's first forward after apply_plan, a warning when it runs
+    another batch than the plan was made for (the peak grows with the batch)."""
+    expected = plan_batch(doc)
+    old = model.__dict__.pop(_BATCH_HOOK, None)
+    if old is not None:
+        old.remove()
+    if expected is None:
+        return
+
+    def check(module, args, kwargs):
+        handle = module.__dict__.pop(_BATCH_HOOK, None)
+        if handle is not None:
+            handle.remove()
+        batch = _first_batch(args, kwargs)
+        if batch is not None and batch != expected:
+            warnings.warn(f"ckplan_torch.apply_plan: the plan is for batch {expected}, and the model runs batch "
+                          f"{batch}: the step {'needs more memory' if batch > expected else 'holds less'} than the "
+                          f"plan predicts; plan this batch (ckplan solve MODEL --batch {batch} ...), or the largest "
+                          "that fits (--batch largest)", stacklevel=2)
+
+    model.__dict__[_BATCH_HOOK] = model.register_forward_pre_hook(check, with_kwargs=True)
+
+
 def remove_plan(model):
     """Undoes apply_plan; returns the paths that were unwrapped."""
     undone = []
+    hook = _eager(model).__dict__.pop(_BATCH_HOOK, None)
+    if hook is not None:
+        hook.remove()
     for path, module in _eager(model).named_modules():
         original = module.__dict__.pop(_ORIGINAL_FORWARD, None)
         if original is not None:
@@ -591,6 +640,11 @@ def _export_program(model, args, kwargs, dynamic_batch):
                 return program
 
     dynamic_shapes = _dynamic_batch_shapes(model, args, kwargs) if dynamic_batch else None
+    if dynamic_shapes is not None and any(isinstance(x, torch.Tensor) and x.dim() > 0 and x.shape[0] == 1
+                                          for x in _ordered_inputs(args, kwargs)):
+        warnings.warn("ckplan_torch.export: the example inputs have batch 1, and torch.export specializes a "
+                      "dimension of size 1: the archive runs batch 1 only. Export with a batch of 2 or more to "
+                      "profile it at other batches (ckplan solve MODEL --batch auto)")
     try:
         try:
             return attempt(dynamic_shapes)

@@ -20,7 +20,7 @@ import torch
 
 # The package imports this module after defining these (ckplan_torch/__init__.py, at its end).
 from . import (_describe_bytes, _optimizer_of, _optimizer_options_of, _solve_flags, apply_plan, export,  # noqa: E402
-               is_meta_model)
+               is_meta_model, plan_batch)
 
 __all__ = ["plan", "enable", "Plan", "CkplanError", "find_ckplan", "auto_budget", "AUTO_BUDGET_MARGIN"]
 
@@ -115,11 +115,17 @@ class Plan:
     ``time_ms``, ``overhead_pct``, ``fits``); ``doc``: the plan as JSON; ``profile``: the profile.
     """
 
-    def __init__(self, doc, profile=None, ckplan=None, solve_flags=()):
+    def __init__(self, doc, profile=None, ckplan=None, solve_flags=(), batches=None):
         self.doc = doc
+        self.batches = batches
         self.profile = profile
         self._ckplan = ckplan
         self._solve_flags = list(solve_flags)
+
+    @property
+    def batch(self):
+        """The batch the plan is for (the micro-batch with ``global_batch``)."""
+        return plan_batch(self.doc)
 
     @property
     def checkpoint_modules(self):
@@ -224,7 +230,7 @@ def _write_json(path, doc):
 
 
 def plan(model, example_inputs, budget, kwargs=None, gpu=None, optimizer="adamw", target="pytorch",
-         optimizer_impl="auto", ckplan=None, workdir=None):
+         optimizer_impl="auto", ckplan=None, workdir=None, batch=None, max_batch=None, global_batch=None):
     """Plans checkpointing for ``model`` under a memory ``budget``, in one call; returns a Plan.
 
     ``example_inputs`` and ``kwargs``: as ``torch.export.export`` takes them (a tuple of tensors, and
@@ -244,6 +250,14 @@ def plan(model, example_inputs, budget, kwargs=None, gpu=None, optimizer="adamw"
     does), ``"sac"`` (the same, and inside each the ops whose outputs a selective-checkpointing
     policy saves: ``Plan.apply`` builds it) or ``"schedule"`` (for ``ckplan run``). ``workdir``: keep the archive, profile and plan
     there (default: a temporary folder, removed). ``ckplan``: the program's path (find_ckplan).
+
+    ``batch``: None plans the example inputs' batch. ``"auto"`` profiles the model at the batches
+    needed to find the largest that fits the budget, with and without checkpointing, and plans the
+    batch that trains the most samples per second (``ckplan solve MODEL --batch auto``);
+    ``"largest"`` the largest that fits; a number that batch. The first dimension of every input is
+    the batch. ``max_batch`` caps the search (default 4096); ``global_batch``: samples per optimizer
+    step, reached by accumulating micro-batches that divide it. ``Plan.batch`` is the batch planned,
+    ``Plan.batches`` the table (``ckplan.batches/1``).
 
     Raises CkplanError with ckplan's one-line message (``exit_code`` 3: the budget is below the
     smallest that fits; the message gives it), ExportError when the model does not export.
@@ -279,13 +293,30 @@ def plan(model, example_inputs, budget, kwargs=None, gpu=None, optimizer="adamw"
         profile = os.path.join(work, "profile.json")
         plan_path = os.path.join(work, "plan.json")
         export(model, example_inputs, archive, kwargs=kwargs)
-        _run(program, "profile", archive, *profile_flags, "-o", profile)
-        _run(program, "solve", profile, "--budget", budget, "--target", target, *solve_flags, "-o", plan_path)
+        batches = None
+        if batch is None:
+            _run(program, "profile", archive, *profile_flags, "-o", profile)
+            _run(program, "solve", profile, "--budget", budget, "--target", target, *solve_flags, "-o", plan_path)
+        else:
+            if isinstance(batch, bool) or not (batch in ("auto", "largest") or (isinstance(batch, int) and batch > 0)):
+                raise ValueError(f"batch={batch!r}: 'auto' (the fastest batch that fits), 'largest' or a batch size")
+            profiles = os.path.join(work, "profiles")
+            table = os.path.join(work, "batches.json")
+            flags = ["--batch", str(batch), "--profiles", profiles, "--batch-table", table]
+            if max_batch is not None:
+                flags += ["--max-batch", str(max_batch)]
+            if global_batch is not None:
+                flags += ["--global-batch", str(global_batch)]
+            _run(program, "solve", archive, "--budget", budget, "--target", target, *profile_flags, *flags,
+                 *solve_flags, "-o", plan_path)
+            with open(table) as f:
+                batches = json.load(f)
+            profile = os.path.join(profiles, f"batch-{batches['chosen']}.json")
         with open(profile) as f:
             profile_doc = json.load(f)
         with open(plan_path) as f:
             plan_doc = json.load(f)
-    return Plan(plan_doc, profile_doc, ckplan=program, solve_flags=solve_flags)
+    return Plan(plan_doc, profile_doc, ckplan=program, solve_flags=solve_flags, batches=batches)
 
 
 def enable(model, example_inputs, budget, kwargs=None, optimizer="adamw", **options):

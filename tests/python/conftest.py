@@ -27,6 +27,15 @@ def ckplan(request):
     return ckplan_torch.find_ckplan(request.config.getoption("--ckplan"))
 
 
+@pytest.fixture(scope="session")
+def models_dir(request):
+    """The test models' folder (--models); tests that need it are skipped without it."""
+    folder = request.config.getoption("--models")
+    if folder is None:
+        pytest.skip("needs --models (ctest passes it)")
+    return folder
+
+
 @pytest.fixture
 def run_script(request, ckplan):
     """Runs a check script's main(argv) with the named options from pytest's command line; returns its

@@ -170,3 +170,76 @@ def test_a_model_on_the_meta_device(ckplan):
                              ckplan=ckplan)
     assert plan.profile["environment"]["device"] == "meta"
     assert plan.time_ms > 0 and plan.strategies[0]["fits"]
+
+
+def test_batch_auto_plans_the_fastest_batch_that_fits(gpt2_plan, ckplan):
+    """plan(batch="auto") on the transformers GPT-2 with its labels: the batch
+    it plans fits the budget in PyTorch (a whole AdamW step by the memory
+    timeline), the plan records it, and apply_plan warns once when the job
+    runs another batch."""
+    _, ids, loose = gpt2_plan
+    model, _ = gpt2()
+    none_peak = loose.strategies[0]["peak_bytes"]  # at the example batch, 2
+    budget = 3 * none_peak
+    plan = ckplan_torch.plan(model, (ids,), budget=budget, kwargs={"labels": ids}, batch="auto", max_batch=32,
+                             ckplan=ckplan)
+    table = plan.batches
+    assert table["schema"] == "ckplan.batches/1" and table["chosen"] == plan.batch == plan.doc["batch"]
+    assert table["largest_plan"] >= table["largest_none"] > 2, table
+    assert table["fastest_plan"] == plan.batch and plan.peak_bytes <= budget
+    batch = plan.batch
+    big = torch.randint(0, 512, (batch, 64), generator=torch.Generator().manual_seed(2))
+    torch.set_num_threads(1)  # as profiled: a CPU step on more threads holds per-thread buffers
+    plan.apply(model)
+    try:
+        measured = memory_timeline.training_step_peak(model, lambda p: torch.optim.AdamW(p),
+                                                      lambda: with_loss(model(big, labels=big)))
+        assert measured <= budget, (measured, budget)
+        # Another batch: one warning, on the first forward only.
+        ckplan_torch.remove_plan(model)
+        plan.apply(model)
+        with pytest.warns(UserWarning, match=f"plan is for batch {batch}, and the model runs batch 2"):
+            model(ids, labels=ids)
+        import warnings
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            model(ids, labels=ids)
+    finally:
+        ckplan_torch.remove_plan(model)
+    with pytest.raises(ValueError, match="batch="):
+        ckplan_torch.plan(model, (ids,), budget=budget, kwargs={"labels": ids}, batch="biggest", ckplan=ckplan)
+
+
+def test_batch_errors_are_one_line(ckplan, tmp_path):
+    """`ckplan solve --batch` refuses bad options at once (exit 2), a budget that fits no batch with the
+    smallest need (exit 3), and leaves no output behind."""
+    import subprocess
+    example = os.path.join(os.path.dirname(__file__), "..", "..", "data", "example.pt")
+    out = str(tmp_path / "plan.json")
+
+    def solve(*args):
+        return subprocess.run([ckplan, "solve", example, *args, "-o", out], capture_output=True, text=True)
+
+    for args, message in [
+        (["--batch", "huge", "--budget", "1GB"], "invalid --batch 'huge'"),
+        (["--batch", "auto"], "--batch needs --budget"),
+        (["--batch", "auto", "--budget", "1GB", "--max-batch", "0"], "invalid --max-batch 0"),
+        (["--batch", "auto", "--budget", "1GB", "--input", "8x3x32"], None),  # the model refuses: named
+        (["--budget", "1GB", "--input", "8x3x32x32"], "--input is for --batch"),
+        (["--batch", "auto", "--budget", "1GB", "--device", "meta"], "needs --gpu"),
+    ]:
+        done = solve(*args)
+        assert done.returncode == 2, (args, done.stderr)
+        lines = done.stderr.strip().splitlines()
+        assert lines[-1].startswith("ckplan: error: ") and "Traceback" not in done.stderr, done.stderr
+        if message:
+            assert message in lines[-1], (message, lines[-1])
+        assert not os.path.exists(out)
+    done = solve("--batch", "auto", "--budget", "1MiB", "--input", "8x3x32x32")
+    assert done.returncode == 3 and "fits no batch" in done.stderr and "batch 1 needs at least" in done.stderr
+    assert not os.path.exists(out)
+    # A fixed batch: the plan records it.
+    done = solve("--batch", "4", "--budget", "1GB", "--input", "8x3x32x32", "--reps", "1")
+    assert done.returncode == 0, done.stderr
+    with open(out) as f:
+        assert json.load(f)["batch"] == 4

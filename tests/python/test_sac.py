@@ -28,14 +28,6 @@ import test_apply_plan as apply_checks
 SAVING = {"gpt2", "llama", "bert", "sdpa_decoder", "transformer_encoder", "mobilenet_v2", "unet", "densenet"}
 
 
-@pytest.fixture(scope="module")
-def models_dir(request):
-    folder = request.config.getoption("--models")
-    if folder is None:
-        pytest.skip("needs --models (ctest passes it)")
-    return folder
-
-
 def run(ckplan, *args):
     result = subprocess.run([ckplan, *args], capture_output=True, text=True)
     assert result.returncode == 0, f"ckplan {' '.join(args)}: {result.stderr}"

@@ -1,0 +1,64 @@
+#pragma once
+/// `ckplan solve MODEL --batch auto`: the largest batch that fits the budget,
+/// with and without checkpointing, and the batch and plan that train the
+/// most samples per second. Each batch it answers for is profiled at that
+/// batch (`ckplan profile`, run as a child process: `ckplan` stays
+/// LibTorch-free) and solved; planner/solvers/batch_search.h picks which
+/// batches to profile.
+
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "planner/base/units.h"
+#include "planner/contracts/fixed_memory.h"
+#include "planner/plan/planner_input.h"
+
+namespace CLI {
+class App;
+}
+
+namespace ckplan {
+
+struct BatchOptions {
+  std::string mode;             ///< --batch: auto (the fastest), largest, or a number; empty: off
+  int max_batch = 4096;         ///< --max-batch
+  std::vector<std::string> inputs;  ///< --input, as `ckplan profile` takes them; the first dimension is the batch
+  std::string device = "cpu";   ///< --device for the profiles
+  std::string dtype;            ///< --dtype for the profiles
+  int reps = 0;                 ///< --reps for the profiles (0: profile's default)
+  std::string profiles_dir;     ///< --profiles: keep each batch's profile here
+  std::string table_out;        ///< --batch-table: the table as JSON (ckplan.batches/1)
+  int global_batch = 0;         ///< --global-batch: micro-batches accumulated to this many samples
+  std::string scope;            ///< what the figures are of, for a distributed job: `per rank (of 8)`, `per pipeline`
+  bool given() const { return !mode.empty(); }
+};
+
+/// What `solve` finds at one batch's profile under the budget.
+struct BatchPlans {
+  bool plan_fits = false;
+  int64_t plan_peak_bytes = 0;
+  int64_t min_budget_bytes = 0;
+  double plan_ms = 0;
+  double plan_overhead_pct = 0;
+  std::string plan_what;        ///< `wrap 3 modules`, `no checkpointing`
+  int64_t none_peak_bytes = 0;
+  double none_ms = 0;
+  double optimizer_ms = 0;      ///< the update, once per global batch with accumulation
+};
+using SolveAtBatch = std::function<BatchPlans(const PlannerInput&)>;
+
+void AddBatchOptions(CLI::App* cmd, BatchOptions* options);
+/// Throws BadInput for an option out of range, before any work.
+void CheckBatchOptions(const BatchOptions& options);
+
+/// Profiles `model` at the batches the search needs, prints the table and
+/// the answers on `human`, writes --batch-table, and returns the planner
+/// input (its profile) of the batch --batch chooses. Exit code 3 (Error)
+/// when not even a batch of 1 fits.
+PlannerInput SolveBatches(const BatchOptions& options, const std::string& model, const std::string& gpu,
+                          const ByteQuantity& budget, const OptimizerChoice& optimizer, const SolveAtBatch& solve,
+                          FILE* human);
+
+}  // namespace ckplan
