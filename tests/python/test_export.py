@@ -235,3 +235,18 @@ def test_export(run_script):
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def test_export_at_batch_one_warns_that_the_batch_is_fixed(tmp_path):
+    """torch.export specializes a dimension of size 1: an archive exported at batch 1 runs batch 1 only,
+    so export says so (ckplan solve --batch needs an example batch of 2 or more); at batch 2 it is quiet."""
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2)).train()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ckplan_torch.export(model, (torch.randn(1, 8),), str(tmp_path / "one.pt2"))
+    assert any("batch 1" in str(w.message) and "2 or more" in str(w.message) for w in caught), \
+        [str(w.message) for w in caught]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ckplan_torch.export(model, (torch.randn(2, 8),), str(tmp_path / "two.pt2"))
+    assert not any("batch 1" in str(w.message) for w in caught), [str(w.message) for w in caught]
