@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <map>
 #include <numeric>
@@ -34,18 +35,23 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The input specs with their first dimension set to `batch`; a scalar input
-// has none and stays.
-std::vector<std::string> AtBatch(const std::vector<std::string>& specs, int batch) {
+// The input specs with dimension `dim` set to `value`: the first of every
+// input (the batch), or the second of every integer input with two or more
+// (the sequence of token ids, labels and masks). Others stay.
+std::vector<std::string> AtValue(const std::vector<std::string>& specs, int value, int dim) {
   std::vector<std::string> out;
   for (const std::string& text : specs) {
     const InputSpec spec = ParseInputSpec(text);
-    if (spec.shape.empty()) {
+    if (static_cast<int>(spec.shape.size()) <= dim || (dim == 1 && !IsIntegerDtype(spec.dtype))) {
       out.push_back(text);
       continue;
     }
-    const size_t end = text.find_first_of("x:");
-    out.push_back(std::to_string(batch) + (end == std::string::npos ? "" : text.substr(end)));
+    std::vector<int64_t> shape = spec.shape;
+    shape[static_cast<size_t>(dim)] = value;
+    std::string dims;
+    for (int64_t d : shape) dims += (dims.empty() ? "" : "x") + std::to_string(d);
+    const size_t end = text.find(':');
+    out.push_back(dims + (end == std::string::npos ? "" : text.substr(end)));
   }
   return out;
 }
@@ -129,25 +135,46 @@ class BatchProfiler {
       throw BadInput(model_ + ": --batch needs inputs with a batch dimension: give them with --input (the first "
                      "dimension of each is the batch)");
     }
-    for (const InputSpec& spec : *profile.model.inputs) specs_.push_back(spec.text);
-    const int batch = static_cast<int>(profile.model.inputs->front().shape.front());
-    fs::rename(path, PathFor(batch));
-    Record(batch, PathFor(batch), 0);
+    std::vector<std::string> specs;
+    for (const InputSpec& spec : *profile.model.inputs) specs.push_back(spec.text);
+    SetSpecs(specs);
+    const int value = Value(*profile.model.inputs);
+    if (value <= 0) {
+      throw BadInput(model_ + ": --seq needs an integer input of two or more dimensions (token ids): give them "
+                     "with --input");
+    }
+    fs::rename(path, PathFor(value));
+    Record(value, PathFor(value), 0);
   }
 
-  void SetSpecs(std::vector<std::string> specs) { specs_ = std::move(specs); }
+  // The specs to vary; in seq mode the batch they keep, which turns
+  // sequences per second into tokens per second.
+  void SetSpecs(std::vector<std::string> specs) {
+    specs_ = std::move(specs);
+    std::vector<InputSpec> parsed;
+    for (const std::string& text : specs_) parsed.push_back(ParseInputSpec(text));
+    if (o_.dim == 1) {
+      if (Value(parsed) <= 0) {
+        throw BadInput("--seq varies the second dimension of the integer inputs (token ids): none among " +
+                       specs_.front() + (specs_.size() > 1 ? ", ..." : ""));
+      }
+      per_value_ = static_cast<double>(parsed.front().shape.empty() ? 1 : parsed.front().shape.front());
+    }
+  }
+  // Samples (batch) or tokens (seq) per second for `value`'s rate.
+  double Rate(const BatchPoint& p, bool with_plan) const { return p.samples_per_s(with_plan) * per_value_; }
 
   BatchPoint Evaluate(int batch) {
     if (auto it = done_.find(batch); it != done_.end()) return it->second.point;
     const std::string path = PathFor(batch);
     const auto start = std::chrono::steady_clock::now();
-    const std::string error = RunProfile(path, AtBatch(specs_, batch));
+    const std::string error = RunProfile(path, AtValue(specs_, batch, o_.dim));
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (!error.empty()) {
       Profiled& p = done_[batch];
       p.point.batch = batch;
       p.point.error = error;
-      if (progress_) std::fprintf(stderr, "batch %d: not profiled (%.1f s): %s\n", batch, seconds, error.c_str());
+      if (progress_) std::fprintf(stderr, "%s %d: not profiled (%.1f s): %s\n", o_.DimName(), batch, seconds, error.c_str());
       return p.point;
     }
     return Record(batch, path, seconds);
@@ -157,7 +184,18 @@ class BatchProfiler {
   int profiles() const { return profiles_; }
 
  private:
-  std::string PathFor(int batch) const { return dir_ + "/batch-" + std::to_string(batch) + ".json"; }
+  std::string PathFor(int value) const { return dir_ + "/" + o_.DimName() + "-" + std::to_string(value) + ".json"; }
+
+  // The value of the dimension searched in these inputs: the first input's
+  // batch, or the sequence of the first integer input with two dimensions
+  // or more (0 if none).
+  int Value(const std::vector<InputSpec>& inputs) const {
+    for (const InputSpec& spec : inputs) {
+      if (o_.dim == 0 && !spec.shape.empty()) return static_cast<int>(spec.shape.front());
+      if (o_.dim == 1 && spec.shape.size() >= 2 && IsIntegerDtype(spec.dtype)) return static_cast<int>(spec.shape[1]);
+    }
+    return 0;
+  }
 
   // Runs `ckplan profile`; empty on success, else its error.
   std::string RunProfile(const std::string& path, const std::vector<std::string>& specs) {
@@ -200,7 +238,7 @@ class BatchProfiler {
       p.point.none_ms = divides ? per_global(p.plans.none_ms) * batch / o_.global_batch : 0;
       p.point.plan_ms = divides ? per_global(p.plans.plan_ms) * batch / o_.global_batch : 0;
     }
-    if (progress_) std::fprintf(stderr, "batch %d: profiled%s; no checkpointing %s (%s), best plan %s\n", batch,
+    if (progress_) std::fprintf(stderr, "%s %d: profiled%s; no checkpointing %s (%s), best plan %s\n", o_.DimName(), batch,
                  seconds > 0 ? Format(" in %.1f s", seconds).c_str() : "",
                  FormatBytes(p.plans.none_peak_bytes, budget_.style).c_str(), p.point.none_fits ? "fits" : "over",
                  p.plans.plan_fits ? FormatBytes(p.plans.plan_peak_bytes, budget_.style).c_str()
@@ -216,6 +254,7 @@ class BatchProfiler {
   std::string self_;
   std::vector<std::string> specs_;
   std::map<int, Profiled> done_;
+  double per_value_ = 1;
   // A line per batch on stderr as it is profiled, when it is a terminal (as a progress bar is).
   bool progress_ = StderrIsTerminal();
   int profiles_ = 0;
@@ -254,8 +293,10 @@ class ProfilesDir {
 std::string SamplesPerS(double value) { return value > 0 ? Format("%.1f", value) : "-"; }
 
 BatchTable TableOf(const BatchOptions& o, const std::string& model, const ByteQuantity& budget,
-                   const BatchSearch& search, const std::map<int, Profiled>& done, int chosen) {
+                   const BatchSearch& search, const std::map<int, Profiled>& done, int chosen,
+                   const std::function<double(const BatchPoint&, bool)>& rate) {
   BatchTable t;
+  t.dimension = o.DimName();
   t.model = model;
   t.budget_bytes = budget.bytes;
   t.max_batch = o.max_batch;
@@ -274,11 +315,11 @@ BatchTable TableOf(const BatchOptions& o, const std::string& model, const ByteQu
       row.none_peak_bytes = p.plans.none_peak_bytes;
       row.none_ms = p.plans.none_ms;
       row.none_fits = p.point.none_fits;
-      row.none_samples_per_s = p.point.none_fits ? p.point.samples_per_s(false) : 0;
+      row.none_samples_per_s = p.point.none_fits ? rate(p.point, false) : 0;
       row.min_budget_bytes = p.plans.min_budget_bytes;
       if (p.plans.plan_fits) {
         row.plan = BatchPlanFit{p.plans.plan_peak_bytes, p.plans.plan_ms, p.plans.plan_overhead_pct, p.plans.plan_what,
-                                p.point.samples_per_s(true)};
+                                rate(p.point, true)};
       }
     }
     t.rows.push_back(row);
@@ -303,12 +344,49 @@ void AddBatchOptions(CLI::App* cmd, BatchOptions* o) {
   cmd->add_option("--reps", o->reps, "with --batch: measured repetitions per profile (default: profile's)");
   cmd->add_option("--profiles", o->profiles_dir, "with --batch: keep each batch's profile in this folder (batch-N.json)");
   cmd->add_option("--batch-table", o->table_out, "with --batch: write the table as JSON (ckplan.batches/1); - for stdout");
+  cmd->add_option("--seq", o->seq,
+                  "with a MODEL exported with a dynamic sequence (ckplan_torch.export(..., dynamic_seq=True)): the same "
+                  "search over the sequence length, the second dimension of the integer inputs (token ids, labels, "
+                  "masks), at the inputs' batch, in tokens per second: auto (the fastest), largest, or N");
+  cmd->add_option("--max-seq", o->max_seq, "with --seq: the longest sequence tried (default 65536)");
   cmd->add_option("--global-batch", o->global_batch,
                   "with --batch: samples per optimizer step; each batch that divides it is trained by accumulating "
                   "gradients over global/batch micro-batches (the update runs once per global batch)");
 }
 
+BatchOptions BatchOptions::Normalized() const {
+  BatchOptions o = *this;
+  if (!seq.empty()) {
+    o.mode = seq;
+    o.max_batch = max_seq;
+    o.dim = 1;
+  }
+  return o;
+}
+
 void CheckBatchOptions(const BatchOptions& o) {
+  if (!o.mode.empty() && !o.seq.empty()) {
+    throw BadInput("--batch and --seq search one dimension each: give one (--seq keeps the inputs' batch)");
+  }
+  if (!o.seq.empty() && o.global_batch != 0) throw BadInput("--global-batch is for --batch, not --seq");
+  if (!o.seq.empty()) {
+    BatchOptions as_batch = o.Normalized();
+    as_batch.seq.clear();
+    try {
+      CheckBatchOptions(as_batch);
+    } catch (const Error& e) {
+      std::string message = e.what();
+      for (const auto& [from, to] : {std::pair<std::string, std::string>{"--batch", "--seq"}, {"--max-batch", "--max-seq"},
+                                     {"a batch size", "a sequence length"}}) {
+        for (size_t at = message.find(from); at != std::string::npos; at = message.find(from, at + to.size())) {
+          if (from == "--batch" && message.compare(at, 11, "--max-batch") == 0) continue;
+          message.replace(at, from.size(), to);
+        }
+      }
+      throw BadInput(message);
+    }
+    return;
+  }
   if (!o.given()) {
     for (const auto& [given, name] : {std::pair{!o.inputs.empty(), "--input"}, {o.reps != 0, "--reps"},
                                       {!o.profiles_dir.empty(), "--profiles"}, {!o.table_out.empty(), "--batch-table"},
@@ -396,25 +474,25 @@ PlannerInput SolveBatches(const BatchOptions& o, const std::string& model, const
   auto measured = std::find_if(search.points.begin(), search.points.end(),
                                [](const auto& entry) { return entry.second.error.empty(); });
   if (measured == search.points.end()) {
-    throw BadInput(Format("batch %d: ", search.points.begin()->first) + search.points.begin()->second.error);
+    throw BadInput(Format("%s %d: ", o.DimName(), search.points.begin()->first) + search.points.begin()->second.error);
   }
 
   // The table: every batch profiled.
   const bool accumulate = o.global_batch > 0;
   std::vector<std::vector<std::string>> rows = {
-      {"batch", accumulate ? "steps" : "", "none: peak", "step", "samples/s", "best plan", "peak", "step", "overhead",
-       "samples/s"}};
+      {o.DimName(), accumulate ? "steps" : "", "none: peak", "step", o.RateName(), "best plan", "peak", "step", "overhead",
+       o.RateName()}};
   for (const auto& [batch, p] : done) {
     std::vector<std::string> row = {std::to_string(batch), accumulate ? (o.global_batch % batch == 0 ? std::to_string(o.global_batch / batch) : "-") : ""};
     if (!p.point.error.empty()) {
       row.insert(row.end(), {"not profiled", "", "", p.point.error.substr(0, 60), "", "", "", ""});
     } else {
       row.insert(row.end(), {FormatBytes(p.plans.none_peak_bytes, budget.style) + (p.point.none_fits ? "" : " (over)"),
-                             FormatMs(p.plans.none_ms), p.point.none_fits ? SamplesPerS(p.point.samples_per_s(false)) : "-"});
+                             FormatMs(p.plans.none_ms), p.point.none_fits ? SamplesPerS(profiler.Rate(p.point, false)) : "-"});
       if (p.plans.plan_fits) {
         row.insert(row.end(), {p.plans.plan_what, FormatBytes(p.plans.plan_peak_bytes, budget.style),
                                FormatMs(p.plans.plan_ms), FormatPct(p.plans.plan_overhead_pct),
-                               SamplesPerS(p.point.samples_per_s(true))});
+                               SamplesPerS(profiler.Rate(p.point, true))});
       } else {
         row.insert(row.end(), {"does not fit", "needs " + FormatBytes(p.plans.min_budget_bytes, budget.style), "", "", "-"});
       }
@@ -425,9 +503,10 @@ PlannerInput SolveBatches(const BatchOptions& o, const std::string& model, const
   if (!accumulate) rows[0].erase(rows[0].begin() + 1);
   std::vector<bool> right(rows[0].size(), true);
   right[rows[0].size() - 5] = false;  // the plan's description
-  std::fprintf(human, "%s: %d batches profiled on %s in %.1f s, budget %s%s%s\n%s", model.c_str(), profiler.profiles(),
-               o.device.c_str(), seconds, FormatBytes(budget.bytes, budget.style).c_str(),
-               o.scope.empty() ? "" : (", memory and samples per second " + o.scope).c_str(),
+  std::fprintf(human, "%s: %d %s profiled on %s in %.1f s, budget %s%s%s\n%s", model.c_str(), profiler.profiles(),
+               o.dim == 1 ? "sequence lengths" : "batches", o.device.c_str(), seconds,
+               FormatBytes(budget.bytes, budget.style).c_str(),
+               o.scope.empty() ? "" : (std::string(", memory and ") + o.RateName() + " " + o.scope).c_str(),
                accumulate ? Format(", global batch %d (the update once per global batch)", o.global_batch).c_str() : "",
                FormatTable(rows, right).c_str());
   if (accumulate) {
@@ -437,7 +516,7 @@ PlannerInput SolveBatches(const BatchOptions& o, const std::string& model, const
 
   auto next_needs = [&](int batch, bool plan) -> std::string {
     auto it = done.find(batch + 1);
-    if (it == done.end()) return batch >= max_batch ? Format("; --max-batch %d reached", max_batch) : "";
+    if (it == done.end()) return batch >= max_batch ? Format("; --max-%s %d reached", o.DimName(), max_batch) : "";
     const Profiled& p = it->second;
     if (!p.point.error.empty()) return Format("; %d could not be profiled", batch + 1);
     return Format("; %d needs %s", batch + 1,
@@ -445,48 +524,54 @@ PlannerInput SolveBatches(const BatchOptions& o, const std::string& model, const
   };
   if (fixed_batch == 0) {
     if (search.largest_none > 0) {
-      std::fprintf(human, "largest batch without checkpointing: %d (peak %s%s)\n", search.largest_none,
+      std::fprintf(human, "largest %s without checkpointing: %d (peak %s%s)\n", o.DimName(), search.largest_none,
                    FormatBytes(done.at(search.largest_none).plans.none_peak_bytes, budget.style).c_str(),
                    next_needs(search.largest_none, false).c_str());
     } else {
-      std::fprintf(human, "largest batch without checkpointing: none fits\n");
+      std::fprintf(human, "largest %s without checkpointing: none fits\n", o.DimName());
     }
     if (search.largest_plan > 0) {
       const Profiled& p = done.at(search.largest_plan);
-      std::fprintf(human, "largest batch with checkpointing: %d (%s, peak %s, %s over no checkpointing%s)\n",
-                   search.largest_plan, p.plans.plan_what.c_str(), FormatBytes(p.plans.plan_peak_bytes, budget.style).c_str(),
+      std::fprintf(human, "largest %s with checkpointing: %d (%s, peak %s, %s over no checkpointing%s)\n",
+                   o.DimName(), search.largest_plan, p.plans.plan_what.c_str(), FormatBytes(p.plans.plan_peak_bytes, budget.style).c_str(),
                    FormatPct(p.plans.plan_overhead_pct).c_str(), next_needs(search.largest_plan, true).c_str());
     }
     if (search.fastest_plan > 0) {
       const Profiled& p = done.at(search.fastest_plan);
-      std::fprintf(human, "fastest: batch %d, %s, %s samples/s", search.fastest_plan, p.plans.plan_what.c_str(),
-                   SamplesPerS(p.point.samples_per_s(true)).c_str());
+      std::fprintf(human, "fastest: %s %d, %s, %s %s", o.DimName(), search.fastest_plan, p.plans.plan_what.c_str(),
+                   SamplesPerS(profiler.Rate(p.point, true)).c_str(), o.RateName());
       if (search.fastest_none > 0) {
-        std::fprintf(human, " (without checkpointing at most %s, batch %d)",
-                     SamplesPerS(done.at(search.fastest_none).point.samples_per_s(false)).c_str(), search.fastest_none);
+        std::fprintf(human, " (without checkpointing at most %s, %s %d)",
+                     SamplesPerS(profiler.Rate(done.at(search.fastest_none).point, false)).c_str(), o.DimName(),
+                     search.fastest_none);
       }
       std::fprintf(human, "\n");
     }
   }
   const int chosen = fixed_batch > 0 ? fixed_batch : o.mode == "largest" ? search.largest_plan : search.fastest_plan;
   if (!o.table_out.empty()) {
-    EmitOutput(o.table_out, BatchTableToJson(TableOf(o, model, budget, search, done, chosen)).dump(2) + "\n", human);
+    EmitOutput(o.table_out,
+               BatchTableToJson(TableOf(o, model, budget, search, done, chosen,
+                                        [&](const BatchPoint& p, bool plan) { return profiler.Rate(p, plan); }))
+                       .dump(2) + "\n",
+               human);
   }
   if (chosen == 0 || !done.at(chosen).point.error.empty() || !done.at(chosen).plans.plan_fits) {
     const Profiled& smallest = done.at(measured->first);  // the smallest batch searched that profiled
     throw Error(ExitCode::kInfeasible,
                 fixed_batch > 0
-                    ? Format("budget %s is below the minimum %s for batch %d of %s", budget.text.c_str(),
-                             FormatBytes(smallest.plans.min_budget_bytes, budget.style, true).c_str(), fixed_batch, model.c_str())
-                    : Format("budget %s fits no batch of %s: batch %d needs at least %s", budget.text.c_str(), model.c_str(),
-                             smallest.point.batch,
+                    ? Format("budget %s is below the minimum %s for %s %d of %s", budget.text.c_str(),
+                             FormatBytes(smallest.plans.min_budget_bytes, budget.style, true).c_str(), o.DimName(),
+                             fixed_batch, model.c_str())
+                    : Format("budget %s fits no %s of %s: %s %d needs at least %s", budget.text.c_str(), o.DimName(),
+                             model.c_str(), o.DimName(), smallest.point.batch,
                              FormatBytes(smallest.plans.min_budget_bytes, budget.style, true).c_str()));
   }
-  std::fprintf(human, "\nthe plan for batch %d (%s):\n", chosen,
-               fixed_batch > 0 ? "--batch" : o.mode == "largest" ? "the largest that fits" : "the fastest");
+  std::fprintf(human, "\nthe plan for %s %d (%s):\n", o.DimName(), chosen,
+               fixed_batch > 0 ? (o.dim == 1 ? "--seq" : "--batch") : o.mode == "largest" ? "the largest that fits" : "the fastest");
   PlannerInput input =
       InputAt(done.at(chosen).profile_path, optimizer, o.global_batch > 0 ? o.global_batch / chosen : 1);
-  if (dir.temporary()) input.source.path = model + " (profiled at batch " + std::to_string(chosen) + ")";
+  if (dir.temporary()) input.source.path = model + " (profiled at " + o.DimName() + " " + std::to_string(chosen) + ")";
   return input;
 }
 

@@ -32,7 +32,18 @@ struct BatchOptions {
   std::string table_out;        ///< --batch-table: the table as JSON (ckplan.batches/1)
   int global_batch = 0;         ///< --global-batch: micro-batches accumulated to this many samples
   std::string scope;            ///< what the figures are of, for a distributed job: `per rank (of 8)`, `per pipeline`
-  bool given() const { return !mode.empty(); }
+  /// --seq (auto, largest or N) and --max-seq: the same search over the
+  /// second dimension of the integer inputs (token ids, labels, masks) at
+  /// the inputs' batch, in tokens per second. cmd_solve sets `dim` 1 and
+  /// copies them into mode and max_batch (Normalized).
+  std::string seq;
+  int max_seq = 65536;
+  int dim = 0;                  ///< 0: the batch (the first dimension of every input); 1: the sequence
+  bool given() const { return !mode.empty() || !seq.empty(); }
+  const char* DimName() const { return dim == 1 ? "seq" : "batch"; }
+  const char* RateName() const { return dim == 1 ? "tokens/s" : "samples/s"; }
+  /// --seq as the search runs it: mode and max_batch from --seq and --max-seq.
+  BatchOptions Normalized() const;
 };
 
 /// What `solve` finds at one batch's profile under the budget.

@@ -170,7 +170,7 @@ int RunSolve(const SolveOptions& o) {
     }
   }
   const OptimizerChoice optimizer = OptimizerChoiceOf(o.optimizer, o.gpu);
-  BatchOptions batch = o.batch;
+  BatchOptions batch = o.batch.Normalized();
   if (o.distributed.given) {
     batch.scope = o.distributed.pipeline > 1
                       ? Format("per pipeline (%d stages, %d microbatches of the batch)", o.distributed.pipeline,

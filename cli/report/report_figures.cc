@@ -350,8 +350,11 @@ std::string BatchesSvg(const Report& r) {
     if (row.plan && row.plan->samples_per_s > 0) plan.push_back({row.batch, row.plan->samples_per_s});
     y_hi = std::max({y_hi, row.none_samples_per_s, row.plan ? row.plan->samples_per_s : 0.0});
   }
-  Chart chart(0, x_hi * 1.05, 0, y_hi * 1.12 + 1e-9, "batch", "samples per second (predicted)",
-              "Samples per second by batch, within " + FormatBytes(t.budget_bytes, r.style));
+  const bool seq = t.dimension == "seq";
+  const std::string dim = seq ? "sequence length" : "batch", unit = seq ? "tokens" : "samples";
+  Chart chart(0, x_hi * 1.05, 0, y_hi * 1.12 + 1e-9, dim, unit + " per second (predicted)",
+              (seq ? "Tokens per second by sequence length, within " : "Samples per second by batch, within ") +
+                  FormatBytes(t.budget_bytes, r.style));
   if (!plan.empty()) chart.Polyline(plan, kColors[0], 2.5);
   if (!none.empty()) chart.Polyline(none, kColors[1], 2, "6 3");
   for (const auto& [x, y] : plan) chart.Point(x, y, kColors[0], "");
@@ -360,7 +363,8 @@ std::string BatchesSvg(const Report& r) {
   if (t.largest_plan > 0) chart.VerticalLine(t.largest_plan, kColors[0], "largest with: " + std::to_string(t.largest_plan));
   for (const BatchRow& row : t.rows) {
     if (row.batch == t.fastest_plan && row.plan) {
-      chart.Point(row.batch, row.plan->samples_per_s, "#000", "fastest: batch " + std::to_string(row.batch), "triangle");
+      chart.Point(row.batch, row.plan->samples_per_s, "#000", "fastest: " + std::string(seq ? "seq " : "batch ") +
+                  std::to_string(row.batch), "triangle");
     }
   }
   chart.Legend({{kColors[0], "best plan (checkpointing)"}, {kColors[1], "no checkpointing"}});

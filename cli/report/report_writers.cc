@@ -32,11 +32,17 @@ std::string BatchCells(const BatchRow& row, UnitStyle style, const char* open, c
 }
 
 std::string BatchSummary(const BatchTable& t) {
-  std::string s = "Largest batch without checkpointing: " + (t.largest_none > 0 ? std::to_string(t.largest_none) : "none") +
+  const bool seq = t.dimension == "seq";
+  const std::string dim = seq ? "sequence length" : "batch";
+  std::string s = "Largest " + dim + " without checkpointing: " +
+                  (t.largest_none > 0 ? std::to_string(t.largest_none) : "none") +
                   "; with checkpointing: " + (t.largest_plan > 0 ? std::to_string(t.largest_plan) : "none");
-  if (t.fastest_plan > 0) s += "; the most samples per second: batch " + std::to_string(t.fastest_plan);
+  if (t.fastest_plan > 0) {
+    s += std::string("; the most ") + (seq ? "tokens" : "samples") + " per second: " + dim + " " +
+         std::to_string(t.fastest_plan);
+  }
   if (t.global_batch) s += Format(" (accumulated to a global batch of %d)", *t.global_batch);
-  return s + ". Every batch listed was profiled at that batch (ckplan solve --batch).";
+  return s + ". Every row was profiled at its " + dim + " (ckplan solve --" + (seq ? "seq" : "batch") + ").";
 }
 
 }  // namespace
@@ -96,9 +102,11 @@ std::string ReportHtml(const Report& r) {
   }
   if (!r.distributed.rows.empty()) s << DistributedHtml(r.distributed, r.style);
   if (r.batches) {
-    s << "<h2>Samples per second by batch</h2>\n<figure>" << BatchesSvg(r) << "</figure>\n<table><tr><th>batch</th>"
-         "<th>no checkpointing: peak</th><th>samples/s</th><th>best plan</th><th>peak</th><th>overhead</th>"
-         "<th>samples/s</th></tr>\n";
+    const bool seq = r.batches->dimension == "seq";
+    const std::string dim = seq ? "seq" : "batch", rate = seq ? "tokens/s" : "samples/s";
+    s << "<h2>" << (seq ? "Tokens per second by sequence length" : "Samples per second by batch") << "</h2>\n<figure>"
+      << BatchesSvg(r) << "</figure>\n<table><tr><th>" << dim << "</th><th>no checkpointing: peak</th><th>" << rate
+      << "</th><th>best plan</th><th>peak</th><th>overhead</th><th>" << rate << "</th></tr>\n";
     for (const BatchRow& row : r.batches->rows) s << "<tr>" << BatchCells(row, r.style, "<td>", "</td>") << "</tr>\n";
     s << "</table>\n<p class=\"note\">" << Escape(BatchSummary(*r.batches)) << "</p>\n";
   }
@@ -137,9 +145,11 @@ std::string ReportMarkdown(const Report& r) {
   }
   if (!r.distributed.rows.empty()) s << DistributedMarkdown(r.distributed, r.style);
   if (r.batches) {
-    s << "\nSamples per second by batch, within " << FormatBytes(r.batches->budget_bytes, r.style)
-      << ":\n\n| batch | no checkpointing: peak | samples/s | best plan | peak | overhead | samples/s |\n"
-         "| ---: | ---: | ---: | --- | ---: | ---: | ---: |\n";
+    const bool seq = r.batches->dimension == "seq";
+    const std::string dim = seq ? "seq" : "batch", rate = seq ? "tokens/s" : "samples/s";
+    s << "\n" << (seq ? "Tokens per second by sequence length" : "Samples per second by batch") << ", within "
+      << FormatBytes(r.batches->budget_bytes, r.style) << ":\n\n| " << dim << " | no checkpointing: peak | " << rate
+      << " | best plan | peak | overhead | " << rate << " |\n| ---: | ---: | ---: | --- | ---: | ---: | ---: |\n";
     for (const BatchRow& row : r.batches->rows) s << "|" << BatchCells(row, r.style, " ", " |") << "\n";
     s << "\n" << BatchSummary(*r.batches) << "\n";
   }

@@ -16,7 +16,7 @@ bool BatchRow::operator==(const BatchRow& o) const {
 }
 
 bool BatchTable::operator==(const BatchTable& o) const {
-  return model == o.model && budget_bytes == o.budget_bytes && max_batch == o.max_batch && device == o.device &&
+  return dimension == o.dimension && model == o.model && budget_bytes == o.budget_bytes && max_batch == o.max_batch && device == o.device &&
          global_batch == o.global_batch && largest_none == o.largest_none && largest_plan == o.largest_plan &&
          fastest_none == o.fastest_none && fastest_plan == o.fastest_plan && chosen == o.chosen && rows == o.rows;
 }
@@ -56,6 +56,7 @@ nlohmann::json BatchTableToJson(const BatchTable& t) {
                         {"chosen", t.chosen},
                         {"rows", rows}};
   if (t.global_batch) doc["global_batch"] = *t.global_batch;
+  if (t.dimension != "batch") doc["dimension"] = t.dimension;
   return doc;
 }
 
@@ -66,6 +67,10 @@ BatchTable BatchTableFromJson(const nlohmann::json& doc, const std::string& file
   if (schema != "ckplan.batches/1") root.Field("schema").Fail("expected \"ckplan.batches/1\", got \"" + schema + "\"");
   BatchTable t;
   constexpr int kMaxBatch = 1 << 30;
+  if (root.Has("dimension")) {
+    t.dimension = root.Field("dimension").String();
+    if (t.dimension != "batch" && t.dimension != "seq") root.Field("dimension").Fail("expected \"batch\" or \"seq\"");
+  }
   t.model = root.Field("model").String();
   t.budget_bytes = root.Field("budget_bytes").NonNegativeBytes();
   t.max_batch = root.Field("max_batch").IntegerIn(1, kMaxBatch);

@@ -35,6 +35,10 @@ struct BatchRow {
 };
 
 struct BatchTable {
+  /// What was searched: `batch` (rows' `batch` is the batch, rates samples
+  /// per second) or `seq` (rows' `batch` is the sequence length at the
+  /// inputs' batch, rates tokens per second).
+  std::string dimension = "batch";
   std::string model;
   int64_t budget_bytes = 0;
   int max_batch = 0;

@@ -4,6 +4,7 @@
 
 #include <doctest/doctest.h>
 
+#include "planner/base/error.h"
 #include "tests/test_errors.h"
 
 using namespace ckplan;
@@ -39,4 +40,19 @@ TEST_CASE("a batch table round-trips and is refused field by field") {
   CHECK(refused([](nlohmann::json& d) { d["rows"][1]["plan"].erase("what"); }).find("rows[1].plan.what") !=
         std::string::npos);
   CHECK(refused([](nlohmann::json& d) { d["largest_plan"] = -1; }).find("largest_plan") != std::string::npos);
+}
+
+TEST_CASE("a sequence-length table names its dimension; a batch table leaves it out") {
+  BatchTable t;
+  t.model = "m.pt2";
+  t.max_batch = 4096;
+  t.device = "cpu";
+  CHECK(!BatchTableToJson(t).contains("dimension"));
+  t.dimension = "seq";
+  const nlohmann::json doc = BatchTableToJson(t);
+  CHECK(doc["dimension"] == "seq");
+  CHECK(BatchTableFromJson(doc, "t.json") == t);
+  nlohmann::json bad = doc;
+  bad["dimension"] = "width";
+  CHECK_THROWS_AS(BatchTableFromJson(bad, "t.json"), Error);
 }

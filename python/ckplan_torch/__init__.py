@@ -597,13 +597,25 @@ def _follow_eager(model, args, kwargs=None):
             setattr(masking, n, f)
 
 
-def _dynamic_batch_shapes(model, args, kwargs):
+def _dynamic_batch_shapes(model, args, kwargs, seq=False):
     """torch.export's dynamic_shapes with the first dimension of every input
-    one dimension `batch`: a tuple for positional inputs alone, else a dict
-    by forward's parameter names (None where the inputs cannot be named)."""
+    one dimension `batch`, and with ``seq`` the second dimension of every
+    integer input of two or more (token ids, labels, masks) dynamic too
+    (`Dim.AUTO`: export works out which of them must agree): a tuple for
+    positional inputs alone, else a dict by forward's parameter names (None
+    where the inputs cannot be named)."""
     batch = torch.export.Dim("batch", min=1, max=1 << 20)
+
+    def spec(x):
+        if x.dim() == 0:
+            return None
+        dims = {0: batch}
+        if seq and x.dim() >= 2 and not x.is_floating_point() and x.dtype != torch.bool:
+            dims[1] = torch.export.Dim.AUTO
+        return dims
+
     if not kwargs:
-        return tuple({0: batch} if x.dim() > 0 else None for x in args)
+        return tuple(spec(x) for x in args)
     try:
         signature = inspect.signature(model.forward)
         bound = signature.bind(*args, **kwargs).arguments
@@ -612,10 +624,10 @@ def _dynamic_batch_shapes(model, args, kwargs):
     plain = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     if any(signature.parameters[name].kind not in plain for name in bound):
         return None  # passed through *args or **kwargs: no name to give a shape
-    return {name: ({0: batch} if value.dim() > 0 else None) for name, value in bound.items()}
+    return {name: spec(value) for name, value in bound.items()}
 
 
-def _export_program(model, args, kwargs, dynamic_batch):
+def _export_program(model, args, kwargs, dynamic_batch, dynamic_seq=False):
     # Every module's call signature is kept in the program (the graph is the
     # same): the tensors each module is called with, those its ops never read
     # included (a decoder layer's position ids), which torch.utils.checkpoint
@@ -645,6 +657,14 @@ def _export_program(model, args, kwargs, dynamic_batch):
         warnings.warn("ckplan_torch.export: the example inputs have batch 1, and torch.export specializes a "
                       "dimension of size 1: the archive runs batch 1 only. Export with a batch of 2 or more to "
                       "profile it at other batches (ckplan solve MODEL --batch auto)")
+    seq_shapes = _dynamic_batch_shapes(model, args, kwargs, seq=True) if dynamic_batch and dynamic_seq else None
+    if seq_shapes is not None:
+        # The sequence too where the model allows it; else the batch alone, with a warning.
+        try:
+            return attempt(seq_shapes)
+        except Exception as error:  # noqa: BLE001 - PyTorch raises many kinds
+            warnings.warn(f"ckplan_torch.export: the sequence dimension cannot be dynamic "
+                          f"({str(error).splitlines()[0][:200]}); exported with a dynamic batch only")
     try:
         try:
             return attempt(dynamic_shapes)
@@ -666,7 +686,7 @@ def _export_program(model, args, kwargs, dynamic_batch):
         raise ExportError(f"torch.export could not export {type(model).__name__}: {reason}; {fix}") from error
 
 
-def _export_plain_outputs(model, args, kwargs, dynamic_batch, field=None):
+def _export_plain_outputs(model, args, kwargs, dynamic_batch, field=None, dynamic_seq=False):
     """The model exported with its forward returning plain tuples where it
     returns namedtuples (torch.export.save cannot save a namedtuple output
     spec), or only its output's `field` when given (a ModelOutput's
@@ -683,7 +703,7 @@ def _export_plain_outputs(model, args, kwargs, dynamic_batch, field=None):
 
     model.forward = forward
     try:
-        return _export_program(model, args, kwargs, dynamic_batch)
+        return _export_program(model, args, kwargs, dynamic_batch, dynamic_seq)
     finally:
         if had_forward:
             model.forward = previous
@@ -827,14 +847,16 @@ def _eager_module_peaks(model, args, kwargs=None):
     return {"inputs": [{"shape": list(x.shape), "itemsize": x.element_size()} for x in inputs], "bytes": peaks}
 
 
-def export(model, args, path, kwargs=None, dynamic_batch=True):
+def export(model, args, path, kwargs=None, dynamic_batch=True, dynamic_seq=False):
     """Exports ``model`` in train mode for ckplan, with ``torch.export.export``'s
     arguments in its order: ``args`` (a tuple of tensors, or one tensor) and
     ``kwargs`` (tensors by forward's parameter names: a Hugging Face model's
     ``labels``, ``attention_mask``). Non-strict, the training IR (ATen ops
     with autograd, dropout and batch norm as in training); the first
     dimension of every input marked dynamic when ``dynamic_batch`` (one file
-    profiles at any batch size); saved with ``torch.export.save`` and loaded
+    profiles at any batch size), and with ``dynamic_seq`` the second
+    dimension of every integer input too (token ids, labels, masks: one file
+    profiles at any sequence length, ``ckplan solve --seq``); saved with ``torch.export.save`` and loaded
     back to check the round trip, then renamed to ``path`` (a failure leaves
     no file). The archive records the inputs' shapes, dtypes and integer
     ranges, so ``ckplan profile model.pt2`` needs no ``--input`` at the
@@ -864,19 +886,20 @@ def export(model, args, path, kwargs=None, dynamic_batch=True):
     model.train()
     try:
         with _caches_off(model):
-            program = _export_program(model, args, kwargs, dynamic_batch)
+            program = _export_program(model, args, kwargs, dynamic_batch, dynamic_seq)
             named = _namedtuple_in(program.call_spec.out_spec)
             fields = _model_output_fields(program.call_spec.out_spec)
             if named is not None:
                 warnings.warn(f"ckplan_torch.export: {type(model).__name__} returns a namedtuple ({named.__name__}), "
                               f"which torch.export.save cannot save; exported returning a plain tuple of its fields "
                               f"({', '.join(named._fields)})")
-                program = _export_plain_outputs(model, args, kwargs, dynamic_batch)
+                program = _export_plain_outputs(model, args, kwargs, dynamic_batch, dynamic_seq=dynamic_seq)
             elif fields and "loss" not in fields and len(fields) > 1:
                 warnings.warn(f"ckplan_torch.export: {type(model).__name__} returns no loss (pass its labels in "
                               f"kwargs for the loss it trains with); exported returning its {fields[0]} (of "
                               f"{', '.join(fields)}), which ckplan profile's --loss reads")
-                program = _export_plain_outputs(model, args, kwargs, dynamic_batch, field=fields[0])
+                program = _export_plain_outputs(model, args, kwargs, dynamic_batch, field=fields[0],
+                                                dynamic_seq=dynamic_seq)
             eager_peaks = _eager_module_peaks(model, args, kwargs)
     finally:
         model.train(was_training)

@@ -230,7 +230,8 @@ def _write_json(path, doc):
 
 
 def plan(model, example_inputs, budget, kwargs=None, gpu=None, optimizer="adamw", target="pytorch",
-         optimizer_impl="auto", ckplan=None, workdir=None, batch=None, max_batch=None, global_batch=None):
+         optimizer_impl="auto", ckplan=None, workdir=None, batch=None, max_batch=None, global_batch=None,
+         seq=None, max_seq=None):
     """Plans checkpointing for ``model`` under a memory ``budget``, in one call; returns a Plan.
 
     ``example_inputs`` and ``kwargs``: as ``torch.export.export`` takes them (a tuple of tensors, and
@@ -257,7 +258,9 @@ def plan(model, example_inputs, budget, kwargs=None, gpu=None, optimizer="adamw"
     ``"largest"`` the largest that fits; a number that batch. The first dimension of every input is
     the batch. ``max_batch`` caps the search (default 4096); ``global_batch``: samples per optimizer
     step, reached by accumulating micro-batches that divide it. ``Plan.batch`` is the batch planned,
-    ``Plan.batches`` the table (``ckplan.batches/1``).
+    ``Plan.batches`` the table (``ckplan.batches/1``). ``seq`` (``"auto"``, ``"largest"`` or a number)
+    searches the sequence length instead, at the example's batch (the model exported with a dynamic
+    sequence: the second dimension of its integer inputs), in tokens per second; ``max_seq`` caps it.
 
     Raises CkplanError with ckplan's one-line message (``exit_code`` 3: the budget is below the
     smallest that fits; the message gives it), ExportError when the model does not export.
@@ -292,26 +295,29 @@ def plan(model, example_inputs, budget, kwargs=None, gpu=None, optimizer="adamw"
         archive = os.path.join(work, "model.pt2")
         profile = os.path.join(work, "profile.json")
         plan_path = os.path.join(work, "plan.json")
-        export(model, example_inputs, archive, kwargs=kwargs)
+        if batch is not None and seq is not None:
+            raise ValueError("batch= and seq= search one dimension each: give one")
+        export(model, example_inputs, archive, kwargs=kwargs, dynamic_seq=seq is not None)
         batches = None
-        if batch is None:
+        if batch is None and seq is None:
             _run(program, "profile", archive, *profile_flags, "-o", profile)
             _run(program, "solve", profile, "--budget", budget, "--target", target, *solve_flags, "-o", plan_path)
         else:
-            if isinstance(batch, bool) or not (batch in ("auto", "largest") or (isinstance(batch, int) and batch > 0)):
-                raise ValueError(f"batch={batch!r}: 'auto' (the fastest batch that fits), 'largest' or a batch size")
+            name, value, cap = ("seq", seq, max_seq) if seq is not None else ("batch", batch, max_batch)
+            if isinstance(value, bool) or not (value in ("auto", "largest") or (isinstance(value, int) and value > 0)):
+                raise ValueError(f"{name}={value!r}: 'auto' (the fastest that fits), 'largest' or a number")
             profiles = os.path.join(work, "profiles")
             table = os.path.join(work, "batches.json")
-            flags = ["--batch", str(batch), "--profiles", profiles, "--batch-table", table]
-            if max_batch is not None:
-                flags += ["--max-batch", str(max_batch)]
+            flags = [f"--{name}", str(value), "--profiles", profiles, "--batch-table", table]
+            if cap is not None:
+                flags += [f"--max-{name}", str(cap)]
             if global_batch is not None:
                 flags += ["--global-batch", str(global_batch)]
             _run(program, "solve", archive, "--budget", budget, "--target", target, *profile_flags, *flags,
                  *solve_flags, "-o", plan_path)
             with open(table) as f:
                 batches = json.load(f)
-            profile = os.path.join(profiles, f"batch-{batches['chosen']}.json")
+            profile = os.path.join(profiles, f"{name}-{batches['chosen']}.json")
         with open(profile) as f:
             profile_doc = json.load(f)
         with open(plan_path) as f:

@@ -243,3 +243,38 @@ def test_batch_errors_are_one_line(ckplan, tmp_path):
     assert done.returncode == 0, done.stderr
     with open(out) as f:
         assert json.load(f)["batch"] == 4
+
+
+def test_seq_largest_plans_the_longest_sequence_that_fits(ckplan):
+    """plan(seq="largest") on the transformers GPT-2 with its labels (exported with a dynamic sequence):
+    the sequence it names fits the budget in PyTorch (an AdamW step by the memory timeline, one thread as
+    profiled), and one token more, with the smallest plan ckplan can make there, does not."""
+    torch.set_num_threads(1)
+    model, ids = gpt2()  # 2 x 64, n_positions 64: the search stays below 64
+    loose = ckplan_torch.plan(model, (ids,), budget="1TB", kwargs={"labels": ids}, ckplan=ckplan)
+    short = ids[:, :32].contiguous()
+    at_32 = ckplan_torch.plan(model, (short,), budget="1TB", kwargs={"labels": short}, ckplan=ckplan)
+    # Between what 32 tokens need without checkpointing and what 64 need with the best plan.
+    assert at_32.strategies[0]["peak_bytes"] < loose.min_budget_bytes
+    budget = (at_32.strategies[0]["peak_bytes"] + loose.min_budget_bytes) // 2
+    plan = ckplan_torch.plan(model, (ids,), budget=budget, kwargs={"labels": ids}, seq="largest", max_seq=64,
+                             ckplan=ckplan)
+    table = plan.batches
+    assert table["dimension"] == "seq" and table["chosen"] == table["largest_plan"] and plan.batch == 2
+    seq = table["largest_plan"]
+    assert 1 < seq < 64 and plan.peak_bytes <= budget, table
+
+    def measured(at, p):
+        x = torch.randint(0, 512, (2, at), generator=torch.Generator().manual_seed(3))
+        p.apply(model)
+        try:
+            return memory_timeline.training_step_peak(model, lambda q: torch.optim.AdamW(q),
+                                                      lambda: with_loss(model(x, labels=x)))
+        finally:
+            ckplan_torch.remove_plan(model)
+
+    assert measured(seq, plan) <= budget
+    over = ckplan_torch.plan(model, (ids,), budget="1TB", kwargs={"labels": ids}, seq=seq + 1, ckplan=ckplan)
+    least = ckplan_torch.plan(model, (ids,), budget=over.min_budget_bytes, kwargs={"labels": ids}, seq=seq + 1,
+                              ckplan=ckplan)
+    assert least.min_budget_bytes > budget and measured(seq + 1, least) > budget
