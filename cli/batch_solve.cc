@@ -364,34 +364,19 @@ BatchOptions BatchOptions::Normalized() const {
   return o;
 }
 
-void CheckBatchOptions(const BatchOptions& o) {
-  if (!o.mode.empty() && !o.seq.empty()) {
+void CheckBatchOptions(const BatchOptions& given) {
+  if (!given.mode.empty() && !given.seq.empty()) {
     throw BadInput("--batch and --seq search one dimension each: give one (--seq keeps the inputs' batch)");
   }
-  if (!o.seq.empty() && o.global_batch != 0) throw BadInput("--global-batch is for --batch, not --seq");
-  if (!o.seq.empty()) {
-    BatchOptions as_batch = o.Normalized();
-    as_batch.seq.clear();
-    try {
-      CheckBatchOptions(as_batch);
-    } catch (const Error& e) {
-      std::string message = e.what();
-      for (const auto& [from, to] : {std::pair<std::string, std::string>{"--batch", "--seq"}, {"--max-batch", "--max-seq"},
-                                     {"a batch size", "a sequence length"}}) {
-        for (size_t at = message.find(from); at != std::string::npos; at = message.find(from, at + to.size())) {
-          if (from == "--batch" && message.compare(at, 11, "--max-batch") == 0) continue;
-          message.replace(at, from.size(), to);
-        }
-      }
-      throw BadInput(message);
-    }
-    return;
-  }
+  if (!given.seq.empty() && given.global_batch != 0) throw BadInput("--global-batch is for --batch, not --seq");
+  // --seq checked as the search runs it: its value in mode, --max-seq in max_batch.
+  const BatchOptions o = given.Normalized();
+  const std::string dim = o.DimName();
   if (!o.given()) {
-    for (const auto& [given, name] : {std::pair{!o.inputs.empty(), "--input"}, {o.reps != 0, "--reps"},
-                                      {!o.profiles_dir.empty(), "--profiles"}, {!o.table_out.empty(), "--batch-table"},
-                                      {o.global_batch != 0, "--global-batch"}, {!o.dtype.empty(), "--dtype"}}) {
-      if (given) throw BadInput(std::string(name) + " is for --batch (planning the batch from a model)");
+    for (const auto& [set, name] : {std::pair{!o.inputs.empty(), "--input"}, {o.reps != 0, "--reps"},
+                                    {!o.profiles_dir.empty(), "--profiles"}, {!o.table_out.empty(), "--batch-table"},
+                                    {o.global_batch != 0, "--global-batch"}, {!o.dtype.empty(), "--dtype"}}) {
+      if (set) throw BadInput(std::string(name) + " is for --batch (planning the batch from a model)");
     }
     return;
   }
@@ -399,11 +384,12 @@ void CheckBatchOptions(const BatchOptions& o) {
     char* end = nullptr;
     const long n = std::strtol(o.mode.c_str(), &end, 10);
     if (end == o.mode.c_str() || *end != '\0' || n < 1 || n > (1 << 30)) {
-      throw BadInput("invalid --batch '" + o.mode + "': use auto, largest or a batch size (1 or more)");
+      throw BadInput("invalid --" + dim + " '" + o.mode + "': use auto, largest or a " +
+                     (o.dim == 1 ? "sequence length" : "batch size") + " (1 or more)");
     }
   }
   if (o.max_batch < 1 || o.max_batch > (1 << 30)) {
-    throw BadInput("invalid --max-batch " + std::to_string(o.max_batch) + ": use 1 or more");
+    throw BadInput("invalid --max-" + dim + " " + std::to_string(o.max_batch) + ": use 1 or more");
   }
   if (o.global_batch < 0 || o.global_batch > (1 << 30)) {
     throw BadInput("invalid --global-batch " + std::to_string(o.global_batch) + ": use 1 or more");
@@ -457,14 +443,7 @@ PlannerInput SolveBatches(const BatchOptions& o, const std::string& model, const
         ++added;
         if (!search.points.count(b)) search.points.emplace(b, profiler.Evaluate(b));
       }
-      // The answers again, with them (SearchBatches' own rule).
-      double best_plan = 0, best_none = 0;
-      search.fastest_plan = search.fastest_none = 0;
-      for (const auto& [b, p] : search.points) {
-        if (!p.error.empty()) continue;
-        if (p.plan_fits && p.samples_per_s(true) > best_plan) best_plan = p.samples_per_s(true), search.fastest_plan = b;
-        if (p.none_fits && p.samples_per_s(false) > best_none) best_none = p.samples_per_s(false), search.fastest_none = b;
-      }
+      SetAnswers(&search);  // with them
     }
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

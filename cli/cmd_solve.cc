@@ -104,25 +104,49 @@ std::string PrintableMinimum(int64_t minimum, UnitStyle style, const std::functi
   return text;
 }
 
+// The target a solve plans for: --target, else pytorch for a profile and
+// schedule for a chain.
+std::string TargetOf(const SolveOptions& o, bool from_profile) {
+  const std::string target = o.target.empty() ? (from_profile ? "pytorch" : "schedule") : o.target;
+  if (target != "pytorch" && target != "schedule" && target != "sac") {
+    throw BadInput("invalid --target '" + o.target + "': use pytorch, sac or schedule");
+  }
+  return target;
+}
+
+// The modules the pytorch and sac targets choose among (empty for the
+// schedule target): `modules` with the sac target's save sets, `plain`
+// without them (the hand-written policies' rows start from those).
+struct TargetModules {
+  std::vector<WrappableModule> modules, plain;
+};
+TargetModules ModulesFor(const SolveOptions& o, const PlannerInput& in, const std::string& target) {
+  TargetModules t;
+  if (target != "pytorch" && target != "sac") return t;
+  t.modules = WrappableModules(in.chain, in.from_profile ? &in.profile : nullptr);
+  if (!in.from_profile && t.modules.empty()) {
+    throw BadInput(o.input + ": --target pytorch needs module paths (a profile, or a chain whose stages name modules)");
+  }
+  if (target == "sac") {
+    if (!in.from_profile) throw BadInput(o.input + ": --target sac needs a profile (it saves ops inside modules)");
+    t.plain = t.modules;
+    AddSacCandidates(in.profile, in.chain, &t.modules);
+  }
+  return t;
+}
+
 // One batch's profile under the budget (--batch): the best plan of the
 // target, and no checkpointing, priced as `solve` prices them.
 BatchPlans SolveAtBudget(const SolveOptions& o, const PlannerInput& in, const ByteQuantity& budget) {
   if (o.distributed.given) return DistributedBatchPlans(o.distributed, in, budget, o.slots, in.fixed.optimizer);
-  const std::string target = o.target.empty() ? "pytorch" : o.target;
-  if (target != "pytorch" && target != "schedule" && target != "sac") {
-    throw BadInput("invalid --target '" + o.target + "': use pytorch, sac or schedule");
-  }
+  const std::string target = TargetOf(o, in.from_profile);
   PlanRequest request;
   request.algorithm = Algorithm::kOptimal;
   request.budget = budget;
   request.slots = o.slots;
   request.threads = o.threads;
-  std::vector<WrappableModule> modules;
-  if (target != "schedule") {
-    modules = WrappableModules(in.chain, &in.profile);
-    if (target == "sac") AddSacCandidates(in.profile, in.chain, &modules);
-    request.pytorch_modules = &modules;
-  }
+  TargetModules modules = ModulesFor(o, in, target);
+  if (target != "schedule") request.pytorch_modules = &modules.modules;
   const Plan best = MakePlan(in.chain, in.fixed, request);
   request.algorithm = Algorithm::kNone;
   const Plan none = MakePlan(in.chain, in.fixed, request);
@@ -209,25 +233,14 @@ int RunSolve(const SolveOptions& o) {
   request.threads = o.threads;
   request.sweep = !o.sweep_path.empty();
   // The PyTorch target: optimal over the sets of modules apply_plan can wrap.
-  const std::string target = o.target.empty() ? (in.from_profile ? "pytorch" : "schedule") : o.target;
-  if (target != "pytorch" && target != "schedule" && target != "sac") {
-    throw BadInput("invalid --target '" + o.target + "': use pytorch, sac or schedule");
-  }
-  std::vector<WrappableModule> modules, plain_modules;
+  const std::string target = TargetOf(o, in.from_profile);
   // Every algorithm for the PyTorch target is priced, applied and run as
   // that target: a baseline wraps the modules its stages are.
-  if (target == "pytorch" || target == "sac") {
-    modules = WrappableModules(in.chain, in.from_profile ? &in.profile : nullptr);
-    if (!in.from_profile && modules.empty()) {
-      throw BadInput(o.input + ": --target pytorch needs module paths (a profile, or a chain whose stages name modules)");
-    }
-    if (target == "sac") {
-      if (!in.from_profile) throw BadInput(o.input + ": --target sac needs a profile (it saves ops inside modules)");
-      plain_modules = modules;
-      AddSacCandidates(in.profile, in.chain, &modules);
-    }
-    request.pytorch_modules = &modules;  // gradients: the chain's, as every target counts them
-  }
+  TargetModules target_modules = ModulesFor(o, in, target);
+  std::vector<WrappableModule>& modules = target_modules.modules;
+  const std::vector<WrappableModule>& plain_modules = target_modules.plain;
+  // Gradients: the chain's, as every target counts them.
+  if (target == "pytorch" || target == "sac") request.pytorch_modules = &modules;
 
   const bool json_to_stdout = o.output == "-";
   FILE* human = json_to_stdout ? stderr : stdout;

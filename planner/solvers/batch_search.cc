@@ -66,6 +66,22 @@ void Narrow(BatchSearch* search, int64_t budget, const EvaluateBatch& evaluate, 
 
 }  // namespace
 
+void SetAnswers(BatchSearch* search) {
+  search->largest_none = search->largest_plan = search->fastest_none = search->fastest_plan = 0;
+  double best_plan = 0, best_none = 0;
+  for (const auto& [b, p] : search->points) {
+    if (!p.error.empty()) continue;
+    if (p.plan_fits) {
+      search->largest_plan = b;
+      if (p.samples_per_s(true) > best_plan) best_plan = p.samples_per_s(true), search->fastest_plan = b;
+    }
+    if (p.none_fits) {
+      search->largest_none = b;
+      if (p.samples_per_s(false) > best_none) best_none = p.samples_per_s(false), search->fastest_none = b;
+    }
+  }
+}
+
 BatchSearch SearchBatches(int max_batch, int64_t budget_bytes, const EvaluateBatch& evaluate) {
   BatchSearch search;
   max_batch = std::max(1, max_batch);
@@ -81,18 +97,7 @@ BatchSearch SearchBatches(int max_batch, int64_t budget_bytes, const EvaluateBat
          [](const BatchPoint& p) { return p.min_budget_bytes; });
   Narrow(&search, budget_bytes, evaluate, [](const BatchPoint& p) { return p.none_fits; },
          [](const BatchPoint& p) { return p.none_peak_bytes; });
-  double best_plan = 0, best_none = 0;
-  for (const auto& [b, p] : search.points) {
-    if (!p.error.empty()) continue;
-    if (p.plan_fits) {
-      search.largest_plan = b;
-      if (p.samples_per_s(true) > best_plan) best_plan = p.samples_per_s(true), search.fastest_plan = b;
-    }
-    if (p.none_fits) {
-      search.largest_none = b;
-      if (p.samples_per_s(false) > best_none) best_none = p.samples_per_s(false), search.fastest_none = b;
-    }
-  }
+  SetAnswers(&search);
   return search;
 }
 

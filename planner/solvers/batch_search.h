@@ -51,6 +51,12 @@ struct BatchSearch {
   int fastest_none = 0;
 };
 
+/// Sets the answers (largest_* and fastest_*) from `search->points`: the
+/// largest measured batch that fits, and the most samples per second among
+/// those that fit. SearchBatches ends with it; a caller that measures more
+/// batches calls it again.
+void SetAnswers(BatchSearch* search);
+
 /// Searches batches 1..max_batch under `budget_bytes` (the figures the
 /// evaluation returns are compared with it). `max_batch` >= 1.
 BatchSearch SearchBatches(int max_batch, int64_t budget_bytes, const EvaluateBatch& evaluate);
