@@ -1,12 +1,18 @@
 #!/usr/bin/env python3
 """ckplan's plans against the checkpointing a user could pick instead, measured
 the same way in one run, on a Hugging Face GPT-2 and Llama (6 layers, d 256,
-batch 4 x 256) and a torchvision ResNet-18 (4 x 3 x 96 x 96), with AdamW:
+batch 4 x 256) and a torchvision ResNet-18 (16 x 3 x 128 x 128), with AdamW:
 
 - wrapping every layer (transformers' gradient_checkpointing_enable(); for the
   ResNet its blocks) and every 2nd layer;
 - PyTorch's selective checkpointing around each layer with the policy people
   write by hand: save the matrix products (mm, addmm, bmm), recompute the rest;
+- PyTorch's auto-SAC (torch.distributed._tools: MemTracker, RuntimeEstimator
+  and SACEstimator on fake tensors, sac_milp for the modules and what share of
+  each to discard, then get_optimal_checkpointing_policy_per_module for the ops
+  each saves), its budget its own estimate of the weights and gradients plus
+  0.7 or 0.5 of its estimate of the activations; its operator benchmark timed on the CPU (needs `pip install
+  pulp pwlf`, else it is left out);
 - torch.compile with torch._functorch.config.activation_memory_budget (its
   partitioner picks per op what to save), against the compiled step without it;
 - ckplan's plans, solved at each peer's measured peak: the module target
@@ -24,6 +30,9 @@ much. One command:
     .venv/bin/python bench/peers.py [--models gpt2,llama,resnet18] [--rounds 7] [--no-compile]
 """
 import argparse
+import collections
+import contextlib
+import copy
 import functools
 import json
 import os
@@ -74,8 +83,8 @@ def make(name):
         return model.train(), (ids,), {"labels": labels}, forward, layers
     import torchvision
     model = torchvision.models.resnet18(num_classes=10).train()
-    x = torch.randn(4, 3, 96, 96, generator=torch.Generator().manual_seed(1))
-    target = torch.randint(0, 10, (4,), generator=torch.Generator().manual_seed(2))
+    x = torch.randn(16, 3, 128, 128, generator=torch.Generator().manual_seed(1))
+    target = torch.randint(0, 10, (16,), generator=torch.Generator().manual_seed(2))
 
     def forward(m):
         out = m(x)
@@ -84,8 +93,9 @@ def make(name):
     return model, (x,), {}, forward, layers
 
 
-def wrap_layers(model, paths, policy=None):
-    """Checkpoints each of `paths` (non-reentrant), with a selective policy if given; returns the undo."""
+def wrap_layers(model, paths, policy=None, context_fn=None):
+    """Checkpoints each of `paths` (non-reentrant), with a selective policy (or a context_fn) if given;
+    returns the undo."""
     named = dict(model.named_modules())
     undo = []
     for path in paths:
@@ -95,7 +105,7 @@ def wrap_layers(model, paths, policy=None):
         def forward(*args, _original=original, **kwargs):
             if not torch.is_grad_enabled():
                 return _original(*args, **kwargs)
-            extra = {} if policy is None else {
+            extra = {"context_fn": context_fn} if context_fn else {} if policy is None else {
                 "context_fn": functools.partial(tuc.create_selective_checkpoint_contexts, policy)}
             return tuc.checkpoint(_original, *args, use_reentrant=False, **extra, **kwargs)
         module.forward = forward
@@ -109,6 +119,141 @@ def wrap_layers(model, paths, policy=None):
 
 def save_matmuls(ctx, func, *args, **kwargs):
     return tuc.CheckpointPolicy.MUST_SAVE if func in MATMULS else tuc.CheckpointPolicy.PREFER_RECOMPUTE
+
+
+class _CpuEvent:
+    """torch.Event's timing, on the CPU's clock (auto-SAC's operator benchmark records accelerator events)."""
+
+    def __init__(self, enable_timing=True):
+        self.at = None
+
+    def record(self, stream=None):
+        self.at = time.perf_counter()
+
+    def elapsed_time(self, end):
+        return (end.at - self.at) * 1e3
+
+
+@contextlib.contextmanager
+def cpu_op_timing():
+    """RuntimeEstimator's operator-level benchmark on a machine without an accelerator."""
+    accelerator = torch.accelerator
+    saved = torch.Event, accelerator.current_stream, accelerator.synchronize
+    torch.Event, accelerator.current_stream, accelerator.synchronize = _CpuEvent, lambda: None, lambda: None
+    try:
+        yield
+    finally:
+        torch.Event, accelerator.current_stream, accelerator.synchronize = saved
+
+
+def auto_sac_peers(name, fractions):
+    """PyTorch's auto-SAC on `name`, as torch's own test of it runs (test/distributed/_tools/test_sac_ilp.py):
+    the stats on fake tensors, the module MILP at each of `fractions` of its own no-checkpointing peak, then
+    each chosen module's op ILP. A Method per fraction; none where pulp or pwlf is missing."""
+    try:
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        from torch.distributed._tools.ilp_utils import (aggregate_stats, get_peak_memory_runtime_baseline,
+                                                        parse_module_info)
+        from torch.distributed._tools.mem_tracker import _ModState, MemTracker
+        from torch.distributed._tools.runtime_estimator import RuntimeEstimator
+        from torch.distributed._tools.sac_estimator import OPS_TO_ALWAYS_SKIP, SACEstimator
+        from torch.distributed._tools.sac_ilp import get_optimal_checkpointing_policy_per_module, sac_milp
+        import pwlf  # noqa: F401  (aggregate_stats fits each module's trade-off curve with it)
+    except ImportError as error:
+        print(f"{name}: auto-SAC left out ({error}); `.venv/bin/pip install pulp pwlf` adds it", flush=True)
+        return []
+    started = time.perf_counter()
+    mode = "operator-level-benchmark"
+    with FakeTensorMode(), cpu_op_timing():
+        model, _, _, forward, _ = make(name)
+        optimizer = torch.optim.AdamW(model.parameters())
+
+        def step():
+            forward(model)[1].backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        tracker = MemTracker()
+        tracker.track_external(model, optimizer)
+        with tracker:
+            step()  # the optimizer's state
+            tracker.reset_mod_stats()
+            forward(model)[1].backward()
+            last = tracker.get_tracker_snapshot("current")
+            optimizer.step()
+            optimizer.zero_grad()
+        # Modules without a backward (their inputs and outputs need no gradient, as rotary embeddings):
+        # their backward states are the step's at the end of backward (torch's test does so for POST_BW).
+        for stats in tracker.memory_tracking.values():
+            for state in (_ModState.PRE_BW, _ModState.PEAK_BW, _ModState.POST_BW):
+                if state not in stats.snapshots:
+                    stats.snapshots[state] = [copy.deepcopy(last)]
+        runtime = RuntimeEstimator()
+        with runtime(estimate_mode_type=mode):
+            step()
+        estimator = SACEstimator()
+        with estimator(estimate_mode_type=mode):
+            loss = forward(model)[1]
+        loss.backward()
+        info = aggregate_stats(model, tracker, runtime, estimator, torch.device("cpu"))
+    # parse_module_info expects each module called once; a ResNet block calls its relu twice: keep each
+    # module's first call in the order lists.
+    for key, order in info["mod_order"].items():
+        info["mod_order"][key] = list(dict.fromkeys(order))
+    graph = parse_module_info(info)
+    baseline, _ = get_peak_memory_runtime_baseline(graph)
+    # What its memory model holds beside activations: the weights and the gradients.
+    fixed = graph.nodes[0]["param_per_module"] + max(node["grad_total"] for node in graph.nodes)
+    print(f"{name}: auto-SAC's stats in {time.perf_counter() - started:.0f} s; its estimate without "
+          f"checkpointing {baseline:,} B, of which activations {baseline - fixed:,} B", flush=True)
+    methods = []
+    for fraction in fractions:
+        decisions, _, peak = sac_milp(graph, memory_budget=(fixed + fraction * (baseline - fixed)) / 2**30)
+        if peak < 0:
+            print(f"{name}: auto-SAC finds no solution at {fraction} of its activations", flush=True)
+            continue
+        saves = {}  # module path -> {(op name, occurrence among the module's ops of that name)}
+        for fqn, discard in decisions.items():
+            stats = estimator.sac_mod_stats[fqn]
+            chosen = get_optimal_checkpointing_policy_per_module(stats, 1 - discard)
+            seen = collections.Counter()
+            keys = set()
+            for op, save in zip(stats.func_names, chosen):
+                if save:
+                    keys.add((op, seen[op]))
+                seen[op] += 1
+            saves[fqn.split(".", 1)[1] if "." in fqn else ""] = keys
+        method = Method(f"auto-SAC, {fraction} of activations",
+                        lambda m, saves=saves: wrap_saving(m, saves, OPS_TO_ALWAYS_SKIP))
+        method.detail = ", ".join(f"{path} ({len(keys)} ops)" for path, keys in saves.items())
+        methods.append(method)
+    return methods
+
+
+def wrap_saving(model, saves, skipped):
+    """Checkpoints each module of `saves` with a policy that saves the ops named there by (name,
+    occurrence) among the ops of that name the module runs, counted as auto-SAC counts them (not `skipped`)."""
+    undo = []
+    for path, keys in saves.items():
+        def policy_maker(keys=keys):
+            seen = {False: collections.Counter(), True: collections.Counter()}
+
+            def policy(ctx, func, *args, **kwargs):
+                if func in skipped:
+                    return tuc.CheckpointPolicy.PREFER_RECOMPUTE
+                op = func._overloadpacket.__name__
+                counter = seen[ctx.is_recompute]
+                key = (op, counter[op])
+                counter[op] += 1
+                return tuc.CheckpointPolicy.MUST_SAVE if key in keys else tuc.CheckpointPolicy.PREFER_RECOMPUTE
+            # auto-SAC saves an in-place op with the op whose output it writes (its ILP's constraint): the
+            # cached output is then mutated, which the policy must allow.
+            return tuc.create_selective_checkpoint_contexts(policy, allow_cache_entry_mutation=True)
+        undo.append(wrap_layers(model, [path], context_fn=policy_maker))
+
+    def done():
+        for each in undo:
+            each()
+    return done
 
 
 class Method:
@@ -196,9 +341,11 @@ def run_compiled(model, forward, budgets, rounds, plans=()):
 
 
 def ckplan_at(program, profile, budget, target):
-    """The plan `ckplan solve` makes at `budget` (None where nothing fits)."""
+    """The plan `ckplan solve` makes at `budget` (None where nothing fits), the sac target's with this
+    Python's dispatch-mode cost, as ckplan_torch.plan passes it."""
+    extra = ["--sac-dispatch-us", f"{ckplan_torch.sac_dispatch_us():.2f}"] if target == "sac" else []
     result = subprocess.run([program, "solve", profile, "--budget", str(budget), "--target", target,
-                             "--optimizer", "adamw", "-o", "-"], capture_output=True, text=True)
+                             "--optimizer", "adamw", *extra, "-o", "-"], capture_output=True, text=True)
     if result.returncode == 3:
         return None
     if result.returncode != 0:
@@ -224,7 +371,10 @@ def main(argv=None):
     parser.add_argument("--models", default="gpt2,llama,resnet18")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--no-compile", action="store_true", help="leave out torch.compile (minutes on a CPU)")
-    parser.add_argument("--compile-budgets", default="0.5,0.1")
+    parser.add_argument("--compile-budgets", default="0.9,0.5,0.1")
+    parser.add_argument("--auto-sac", default="0.7,0.5",
+                        help="auto-SAC's budgets: its weights and gradients plus these fractions of its activations, "
+                             "as it estimates them ('' leaves it out)")
     parser.add_argument("--ckplan", default=None)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -242,7 +392,12 @@ def main(argv=None):
                  Method("every layer", lambda m: wrap_layers(m, layers)),
                  Method("every 2nd layer", lambda m: wrap_layers(m, layers[::2])),
                  Method("SAC save matmuls, each layer", lambda m: wrap_layers(m, layers, save_matmuls))]
+        if args.auto_sac:
+            peers += auto_sac_peers(name, [float(f) for f in args.auto_sac.split(",")])
         measure_peaks(model, forward, peers)
+        for peer in peers:
+            if getattr(peer, "detail", None):
+                print(f"{name}: {peer.name} wraps {peer.detail}", flush=True)
         compiled = [] if args.no_compile else run_compiled(
             model, forward, [1.0] + [float(b) for b in args.compile_budgets.split(",")], max(3, args.rounds // 2))
         # ckplan at each peer's measured peak.

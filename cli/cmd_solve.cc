@@ -47,6 +47,7 @@ struct SolveOptions {
   DistributedOptions distributed;  // --data-parallel, --shard, --pipeline, ... (cmd_distributed.cc)
   std::string gpu;  ///< --gpu: what --budget gpu means
   BatchOptions batch;  ///< --batch and what goes with it (cli/batch_solve.h)
+  double sac_dispatch_us = kDefaultSacDispatchUs;  ///< --sac-dispatch-us
 };
 
 // `--budget`, parsed once: its bytes, the unit style they were written in
@@ -130,7 +131,7 @@ TargetModules ModulesFor(const SolveOptions& o, const PlannerInput& in, const st
   if (target == "sac") {
     if (!in.from_profile) throw BadInput(o.input + ": --target sac needs a profile (it saves ops inside modules)");
     t.plain = t.modules;
-    AddSacCandidates(in.profile, in.chain, &t.modules);
+    AddSacCandidates(in.profile, in.chain, &t.modules, o.sac_dispatch_us);
   }
   return t;
 }
@@ -305,6 +306,17 @@ int RunSolve(const SolveOptions& o) {
                  "sac target: wrap %zu modules with torch.utils.checkpoint, saving %zu ops' outputs in them "
                  "(a selective-checkpointing policy; apply_plan)\n",
                  plan.pytorch.checkpoint_modules.size(), saved);
+    int dispatched = 0;
+    double dispatch_ms = 0;
+    for (const WrappableModule& m : plan.pytorch.wrapped) {
+      if (m.sac_saved.empty()) continue;
+      dispatched += m.sac_dispatched_ops;
+      dispatch_ms += m.sac_dispatch_ms;
+    }
+    if (dispatched > 0) {
+      std::fprintf(human, "the policies' dispatch mode: %s of the step (about %d ops at %s us each; --sac-dispatch-us)\n",
+                   FormatMs(dispatch_ms).c_str(), dispatched, Format("%g", o.sac_dispatch_us).c_str());
+    }
     std::fprintf(human, "under torch.compile: %s\n", UnderTorchCompile().c_str());
   }
   if (plan.algorithm == Algorithm::kOptimal && !plan.proven_optimal) {
@@ -413,6 +425,12 @@ void AddSolveCommand(CLI::App& app, Action* action) {
                   "what apply_plan does; sac: the same, and in each wrapped module the ops whose outputs are "
                   "saved, not recomputed (selective activation checkpointing; apply_plan builds the policy); "
                   "schedule (default for a chain): the nested optimal schedule, for ckplan run");
+  cmd->add_option("--sac-dispatch-us", options->sac_dispatch_us,
+                  "--target sac: what a policy adds per op of a wrapped module's forward, in microseconds (its "
+                  "dispatch modes call Python for every op, forward and recomputation; ckplan_torch.plan "
+                  "measures the job's own)")
+      ->check(CLI::Range(0.0, 1e6))
+      ->capture_default_str();
   cmd->add_flag("--show-stages", options->show_stages, "print the chain's stages (--budget optional)");
   cmd->add_option("--chain-out", options->chain_out,
                   "write the chain the profile is cut into (ckplan.chain/1) to this file (--budget optional)");

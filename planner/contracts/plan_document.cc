@@ -63,7 +63,8 @@ bool PlanSacOp::operator==(const PlanSacOp& o) const {
 }
 
 bool PlanSacModule::operator==(const PlanSacModule& o) const {
-  return module == o.module && family_counts == o.family_counts && save == o.save;
+  return module == o.module && family_counts == o.family_counts && save == o.save && dispatched_ops == o.dispatched_ops &&
+         dispatch_ms == o.dispatch_ms;
 }
 
 bool PlanSolver::operator==(const PlanSolver& o) const {
@@ -280,6 +281,10 @@ nlohmann::json PlanToJson(const PlanDocument& p) {
                         {"shape", op.shape}, {"bytes", op.bytes}});
       }
       list.push_back({{"module", m.module}, {"family_counts", m.family_counts}, {"save", save}});
+      if (m.dispatched_ops > 0) {
+        list.back()["dispatched_ops"] = m.dispatched_ops;
+        list.back()["dispatch_ms"] = m.dispatch_ms;
+      }
     }
     doc["pytorch"]["sac"] = list;
   }
@@ -529,6 +534,10 @@ PlanDocument ReadPlan(const JsonReader& root) {
             op.Field("occurrence").Fail("is not below the module's family_counts." + saved.family);
           }
           module.save.push_back(std::move(saved));
+        }
+        if (m.Has("dispatched_ops")) {
+          module.dispatched_ops = m.Field("dispatched_ops").IntegerIn(0, INT_MAX);
+          module.dispatch_ms = m.Field("dispatch_ms").NonNegativeNumber();
         }
         modules.push_back(std::move(module));
       }

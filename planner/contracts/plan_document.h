@@ -88,6 +88,12 @@ struct PlanSacModule {
   std::string module;
   std::map<std::string, int> family_counts;
   std::vector<PlanSacOp> save;
+  /// Optional (`dispatched_ops`, `dispatch_ms`): the ops its forward
+  /// dispatches, as estimated from the profile, and what the policy's
+  /// dispatch mode adds to the step, in the plan's time (absent where it
+  /// saves nothing: apply_plan wraps it plainly).
+  int dispatched_ops = 0;
+  double dispatch_ms = 0;
   bool operator==(const PlanSacModule& o) const;
 };
 

@@ -123,9 +123,11 @@ TEST_CASE("a selective-checkpointing plan's policies round-trip and are refused 
   CHECK(read.pytorch.sac->size() == plan.pytorch.checkpoint_modules.size());
   // One with a saved op written by hand, to refuse its fields.
   PlanDocument document = read;
-  document.pytorch.sac = std::vector<PlanSacModule>{{"a.b", {{"mm", 2}}, {{"mm", 1, 7, "aten::linear", {4, 8}, 128}}}};
+  document.pytorch.sac =
+      std::vector<PlanSacModule>{{"a.b", {{"mm", 2}}, {{"mm", 1, 7, "aten::linear", {4, 8}, 128}}, 40, 0.48}};
   const nlohmann::json sac = PlanToJson(document);
   CHECK(sac["pytorch"]["sac"][0]["save"][0]["occurrence"] == 1);
+  CHECK(sac["pytorch"]["sac"][0]["dispatched_ops"] == 40);
   CheckRoundTrip(sac);
   auto refused = [&](const std::function<void(nlohmann::json&)>& mutate) {
     return testing::Refusal(sac, mutate, [](const nlohmann::json& d) { PlanFromJson(d, "bad.json"); });
@@ -136,6 +138,10 @@ TEST_CASE("a selective-checkpointing plan's policies round-trip and are refused 
             .find("pytorch.sac[0].family_counts") != std::string::npos);
   CHECK(refused([](nlohmann::json& d) { d["pytorch"]["sac"][0]["save"][0]["shape"] = {-1}; })
             .find("pytorch.sac[0].save[0].shape[0]") != std::string::npos);
+  CHECK(refused([](nlohmann::json& d) { d["pytorch"]["sac"][0]["dispatch_ms"] = -1; })
+            .find("pytorch.sac[0].dispatch_ms") != std::string::npos);
+  CHECK(refused([](nlohmann::json& d) { d["pytorch"]["sac"][0].erase("dispatch_ms"); })
+            .find("pytorch.sac[0].dispatch_ms") != std::string::npos);
 }
 
 TEST_CASE("a banded plan, a chain's plan and an infeasible plan round-trip") {

@@ -33,6 +33,34 @@ SacDispatch SacDispatchOf(const OpRecord& op, const std::string& device) {
   return {};
 }
 
+int SacDispatchedOps(const Profile& profile, const OpRecord& op, const std::string& device) {
+  const SacDispatch dispatch = SacDispatchOf(op, device);
+  const auto rank = [&](size_t i) { return i < op.args.size() ? op.args[i].shape.size() : 0; };
+  if (op.kind == "aten::scaled_dot_product_attention") {
+    if (dispatch.count != 2) return 2;  // the fused kernel, detach
+    // The math path, computed in float32 for bf16 or half inputs (three casts in, one out).
+    const bool low = !op.args.empty() && (op.args[0].dtype == "BFloat16" || op.args[0].dtype == "Half");
+    return 26 + (low ? 4 : 0);
+  }
+  // An activation that saves its output (detach) or, in place, its input (clone).
+  static const std::set<std::string> kTwo = {"aten::relu",       "aten::relu_",  "aten::hardtanh_", "aten::leaky_relu_",
+                                             "aten::hardswish_", "aten::elu_",   "aten::sigmoid",   "aten::sigmoid_",
+                                             "aten::batch_norm", "aten::threshold_"};
+  if (kTwo.count(op.kind) != 0) return 2;  // batch_norm: empty, native_batch_norm
+  if (op.kind == "aten::linear") return rank(0) > 2 ? 4 : 2;
+  if (op.kind == "aten::matmul") return rank(0) > 2 && rank(1) > 2 ? 7 : rank(0) > 2 ? 4 : 1;
+  if (op.kind == "aten::einsum") return 13;
+  if (op.kind == "aten::dropout" || op.kind == "aten::feature_dropout") return op.saved_bytes > 0 ? 4 : 0;
+  if (op.kind == "aten::softmax" || op.kind == "aten::log_softmax") return 2;
+  if (op.kind == "aten::to" || op.kind == "aten::contiguous" || op.kind == "aten::type_as") {
+    // A copy, unless its output is its input.
+    if (op.inputs.empty() || op.outputs.empty()) return 1;
+    const auto storage = [&](int t) { return profile.tensors[static_cast<size_t>(t)].storage; };
+    return storage(op.inputs[0]) == storage(op.outputs[0]) ? 0 : 1;
+  }
+  return 1;
+}
+
 namespace {
 
 // What one module's candidates are, op by op.
@@ -183,7 +211,8 @@ std::vector<std::vector<int>> SacVariants(const WrappableModule& module, bool* e
   return out;
 }
 
-void AddSacCandidates(const Profile& profile, const Chain& chain, std::vector<WrappableModule>* modules) {
+void AddSacCandidates(const Profile& profile, const Chain& chain, std::vector<WrappableModule>* modules,
+                      double dispatch_us) {
   for (const Stage& s : chain.stages) {
     if (!s.ops) return;  // a chain not cut from this profile
   }
@@ -197,6 +226,14 @@ void AddSacCandidates(const Profile& profile, const Chain& chain, std::vector<Wr
     AddCandidates(profile, chain, liveness, storage_kept, &m);
     m.sac_variants = SacVariants(m);
     m.selective = true;
+    const std::string device = profile.environment.DeviceName();
+    m.sac_dispatched_ops = 0;
+    const int first = chain.stages[static_cast<size_t>(m.first_stage)].ops->first;
+    const int last = chain.stages[static_cast<size_t>(m.last_stage)].ops->last;
+    for (int op = first; op <= last; ++op) {
+      m.sac_dispatched_ops += SacDispatchedOps(profile, profile.ops[static_cast<size_t>(op)], device);
+    }
+    m.sac_dispatch_ms = m.sac_dispatched_ops * dispatch_us * 1e-3;
   }
 }
 

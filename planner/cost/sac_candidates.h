@@ -34,11 +34,33 @@ struct SacDispatch {
 };
 SacDispatch SacDispatchOf(const OpRecord& op, const std::string& device);
 
+/// How many ops the policy's dispatch mode handles for `op` in the module's
+/// forward (the dispatcher's ops, detach included), estimated from its kind
+/// and arguments: a linear on a batch of sequences is view, t, mm and
+/// _unsafe_view; dropout is empty_like, bernoulli_, div_ and mul; attention's
+/// math path about 26; batch norm and activations that save their output 2;
+/// an op that copies nothing (`to` its own dtype, `contiguous` of a
+/// contiguous tensor) none; any other op one. tests/python/test_sac.py holds
+/// it to the count in PyTorch on every test model.
+int SacDispatchedOps(const Profile& profile, const OpRecord& op, const std::string& device);
+
+/// What a selective-checkpointing policy adds per op of a wrapped module's
+/// forward, in microseconds: PyTorch runs the forward under
+/// _CachingTorchDispatchMode and the recomputation under
+/// _CachedTorchDispatchMode, each a Python call per op. Measured (forward and
+/// backward) on a stack of tiny transformer-like layers with CPython 3.11
+/// and torch 2.15 on the machine of docs/measurements.md (28-31 us; Llama's
+/// layers 35, GPT-2's 70); ckplan_torch.plan measures the job's own.
+constexpr double kDefaultSacDispatchUs = 30;
+
 /// Fills each module's sac_candidates and sac_family_counts from the
 /// profile the chain was cut from. A candidate's output must be its own
 /// storage (not a view of its input) that no later op of the module writes
 /// in place (PyTorch refuses a saved output that changed).
-void AddSacCandidates(const Profile& profile, const Chain& chain, std::vector<WrappableModule>* modules);
+/// Each module's sac_dispatch_ms is its forward's dispatched ops times
+/// `dispatch_us`: what its policy costs once it saves anything.
+void AddSacCandidates(const Profile& profile, const Chain& chain, std::vector<WrappableModule>* modules,
+                      double dispatch_us = kDefaultSacDispatchUs);
 
 /// The save sets of `module`'s candidates worth solving with (indices, the
 /// empty set first): every subset no other beats on bytes held at every point

@@ -126,3 +126,20 @@ TEST_CASE("sac variants: beyond the exact size, the frontier of bytes and time s
     last_ms = ms;
   }
 }
+
+TEST_CASE("sac dispatched ops: attention's math path on the CPU, one fused kernel elsewhere; the module's sum priced") {
+  // linear without recorded shapes 2 (t, addmm), layer norm 1, relu 2
+  // (relu, detach), attention 26 (math path with dropout) or 2, matmul 1,
+  // add 1.
+  const WrappableModule cpu = Block("cpu", false);
+  const WrappableModule gpu = Block("cuda:0", false);
+  CHECK(cpu.sac_dispatched_ops == 33);
+  CHECK(gpu.sac_dispatched_ops == 9);
+  CHECK(cpu.sac_dispatch_ms == doctest::Approx(33 * kDefaultSacDispatchUs * 1e-3));
+  OpRecord linear;
+  linear.kind = "aten::linear";
+  linear.args = {{{4, 16, 32}, "Float"}, {{8, 32}, "Float"}};
+  CHECK(SacDispatchedOps(BlockProfile("cpu", false), linear, "cpu") == 4);  // view, t, addmm, _unsafe_view
+  linear.args[0].shape = {16, 32};
+  CHECK(SacDispatchedOps(BlockProfile("cpu", false), linear, "cpu") == 2);  // t, addmm
+}

@@ -64,6 +64,11 @@ struct WrappableModule {
   std::vector<int> sac_saved;
   /// Wrapped with a selective-checkpointing policy (`--target sac`).
   bool selective = false;
+  /// The ops its forward dispatches (SacDispatchedOps), and what the
+  /// policy's dispatch mode adds to the step when it saves any
+  /// (planner/cost/sac_candidates.h).
+  int sac_dispatched_ops = 0;
+  double sac_dispatch_ms = 0;
 };
 
 /// The modules of `profile` whose ops are one contiguous run that starts and

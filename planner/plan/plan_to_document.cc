@@ -73,6 +73,10 @@ PlanDocument MakePlanDocument(const Plan& plan, const Chain& chain, const PlanSo
         const SacCandidate& c = m.sac_candidates[static_cast<size_t>(i)];
         policy.save.push_back({c.family, c.occurrence, c.op, c.kind, c.shape, c.bytes()});
       }
+      if (!m.sac_saved.empty()) {
+        policy.dispatched_ops = m.sac_dispatched_ops;
+        policy.dispatch_ms = m.sac_dispatch_ms;
+      }
       policies.push_back(std::move(policy));
     }
     doc.pytorch.sac = std::move(policies);

@@ -312,6 +312,9 @@ FrontierSteps FrontierStepsOf(const Chain& chain, const std::vector<WrappableMod
         }
         time -= c.recompute_ms;
       }
+      // The policy's dispatch mode, once it saves anything (a module that
+      // saves nothing is wrapped plainly).
+      if (!modules[m].sac_saved.empty()) time += modules[m].sac_dispatch_ms;
     }
     int64_t cached_before = 0;  // saved by the stages so far (forward) / not yet reached (recomputation)
     // Forward without autograd: its input held (counted at the boundary),

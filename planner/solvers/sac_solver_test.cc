@@ -41,6 +41,8 @@ std::vector<WrappableModule> RandomSelectiveModules(const Chain& chain, uint32_t
       m.sac_candidates.push_back(c);
     }
     m.sac_variants = SacVariants(m);
+    // The policy's dispatch mode, paid once the module saves anything.
+    m.sac_dispatch_ms = std::uniform_int_distribution<int>(0, 2)(rng) * 0.25;
   }
   return modules;
 }
@@ -152,4 +154,20 @@ TEST_CASE("sac: with nothing to save, the same plans as wrapping whole modules")
       }
     }
   }
+}
+
+TEST_CASE("sac: a module's policy costs its dispatch mode once it saves an op, and nothing when it saves none") {
+  const Chain chain = testing::WithParamGrads(testing::SmallIntegerChain(3, 2701), 1);
+  std::vector<WrappableModule> modules = RandomSelectiveModules(chain, 3);
+  auto with_candidates = std::find_if(modules.begin(), modules.end(),
+                                      [](const WrappableModule& m) { return !m.sac_candidates.empty(); });
+  REQUIRE(with_candidates != modules.end());
+  WrappableModule m = *with_candidates;
+  auto time_of = [&](const std::vector<int>& saved, double dispatch_ms) {
+    m.sac_saved = saved;
+    m.sac_dispatch_ms = dispatch_ms;
+    return EvaluateModules(chain, {m}, ModuleAccounting::kPyTorch).time_ms;
+  };
+  CHECK(time_of({0}, 0.7) - time_of({0}, 0) == doctest::Approx(0.7));
+  CHECK(time_of({}, 0.7) == time_of({}, 0));
 }

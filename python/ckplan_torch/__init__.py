@@ -947,6 +947,6 @@ def export(model, args, path, kwargs=None, dynamic_batch=True, dynamic_seq=False
 
 
 # ---- one call: export, profile and solve from the training script (planning.py) ----
-from .planning import AUTO_BUDGET_MARGIN, CkplanError, Plan, auto_budget, enable, find_ckplan, plan  # noqa: E402
+from .planning import AUTO_BUDGET_MARGIN, CkplanError, Plan, auto_budget, enable, find_ckplan, plan, sac_dispatch_us  # noqa: E402
 
-__all__ += ["plan", "enable", "Plan", "CkplanError", "find_ckplan", "auto_budget", "AUTO_BUDGET_MARGIN"]
+__all__ += ["plan", "enable", "Plan", "CkplanError", "find_ckplan", "auto_budget", "AUTO_BUDGET_MARGIN", "sac_dispatch_us"]

@@ -79,11 +79,21 @@ def test_enable_at_the_smallest_budget_holds_in_pytorch(gpt2_plan, ckplan):
 def test_sac_target_halfway_holds_in_pytorch(gpt2_plan, ckplan):
     """plan(target="sac") on the model as it comes: halfway between its smallest budget and no
     checkpointing, the policy saves ops, the step is measured within the budget, and the plan is no
-    slower than wrapping whole modules at that budget, as priced."""
+    slower than wrapping whole modules at that budget, as priced. On this 64-wide model a policy can cost
+    more than the ops it spares (its dispatch mode, measured in this Python): priced so, the plan is no
+    slower than the module target's; priced at 0, as where a GPU's kernels hide it, it saves ops, and
+    that plan is checked."""
     model, ids, first = gpt2_plan
     loose = ckplan_torch.plan(model, (ids,), budget="1GB", kwargs={"labels": ids}, target="sac", ckplan=ckplan)
     budget = (loose.min_budget_bytes + loose.strategies[0]["peak_bytes"]) // 2
-    plan = ckplan_torch.plan(model, (ids,), budget=budget, kwargs={"labels": ids}, target="sac", ckplan=ckplan)
+    priced = ckplan_torch.plan(model, (ids,), budget=budget, kwargs={"labels": ids}, target="sac", ckplan=ckplan)
+    rows = {row["name"]: row for row in priced.strategies}
+    if rows["optimal (pytorch)"]["fits"]:
+        assert priced.time_ms <= rows["optimal (pytorch)"]["time_ms"] * (1 + 1e-9)
+    for policy in priced.doc["pytorch"]["sac"]:
+        assert bool(policy["save"]) == ("dispatch_ms" in policy), policy
+    plan = ckplan_torch.plan(model, (ids,), budget=budget, kwargs={"labels": ids}, target="sac", ckplan=ckplan,
+                             sac_dispatch_us=0)
     assert plan.target == "sac" and any(plan.saved_ops.values())
     assert "saving" in repr(plan)
     rows = {row["name"]: row for row in plan.strategies}

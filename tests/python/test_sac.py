@@ -54,6 +54,38 @@ def profile_of(ckplan, models_dir, name, workdir):
     return path, unseen
 
 
+class _CountOps(torch.utils._python_dispatch.TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.ops = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops += 1
+        return func(*args, **(kwargs or {}))
+
+
+def dispatched_ops(model, inputs, paths):
+    """The ops each module of `paths` dispatches in one forward of the model, as a policy's dispatch mode
+    handles them (below autograd, detach included)."""
+    named = dict(model.named_modules())
+    counts, handles = {}, []
+    for path in paths:
+        def pre(module, args, path=path):
+            counts[path] = _CountOps()
+            counts[path].__enter__()
+
+        def post(module, args, output, path=path):
+            counts[path].__exit__(None, None, None)
+        handles += [named[path].register_forward_pre_hook(pre), named[path].register_forward_hook(post)]
+    try:
+        torch.manual_seed(7)
+        model(*inputs)
+    finally:
+        for h in handles:
+            h.remove()
+    return {path: c.ops for path, c in counts.items()}
+
+
 def solve(ckplan, profile, budget, target="sac", *extra):
     return json.loads(run(ckplan, "solve", profile, "--budget", str(budget), "--target", target, "-o", "-", *extra))
 
@@ -77,6 +109,11 @@ def test_sac_plan_keeps_what_it_predicts(ckplan, models_dir, tmp_path, name):
         assert plan["predicted"]["peak_bytes"] <= budget
         policies = plan["pytorch"]["sac"]
         assert [p["module"] for p in policies] == plan["checkpoint_modules"]
+        # The dispatch mode's price: its op count estimated from the profile, against the count in PyTorch.
+        estimated = {p["module"]: p["dispatched_ops"] for p in policies if p["save"]}
+        for path, count in dispatched_ops(model, inputs, estimated).items():
+            print(f"{name}: {path} dispatches {count} ops, estimated {estimated[path]}")
+            assert abs(estimated[path] - count) <= 0.15 * count + 2, f"{name}: {path}"
         saved_ops += sum(len(p["save"]) for p in policies)
         # Never slower than what a user could pick instead, priced the same way.
         rows = {row["name"]: row for row in plan["strategies"]}
