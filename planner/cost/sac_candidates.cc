@@ -63,7 +63,8 @@ int SacDispatchedOps(const Profile& profile, const OpRecord& op, const std::stri
 
 namespace {
 
-// What one module's candidates are, op by op.
+// What one module's candidates are, op by op, and how many ops its forward
+// dispatches.
 void AddCandidates(const Profile& profile, const Chain& chain, const Liveness& liveness,
                    const std::map<int, bool>& storage_kept, WrappableModule* m) {
   const int first = chain.stages[static_cast<size_t>(m->first_stage)].ops->first;
@@ -83,8 +84,10 @@ void AddCandidates(const Profile& profile, const Chain& chain, const Liveness& l
     const OpRecord& rec = profile.ops[static_cast<size_t>(op)];
     if (rec.inplace && !rec.inputs.empty()) last_write[profile.tensors[static_cast<size_t>(rec.inputs[0])].storage] = op;
   }
+  m->sac_dispatched_ops = 0;
   for (int op = first; op <= last; ++op) {
     const OpRecord& rec = profile.ops[static_cast<size_t>(op)];
+    m->sac_dispatched_ops += SacDispatchedOps(profile, rec, device);
     const SacDispatch dispatch = SacDispatchOf(rec, device);
     if (dispatch.family.empty()) continue;
     const int occurrence = m->sac_family_counts[dispatch.family];
@@ -226,13 +229,6 @@ void AddSacCandidates(const Profile& profile, const Chain& chain, std::vector<Wr
     AddCandidates(profile, chain, liveness, storage_kept, &m);
     m.sac_variants = SacVariants(m);
     m.selective = true;
-    const std::string device = profile.environment.DeviceName();
-    m.sac_dispatched_ops = 0;
-    const int first = chain.stages[static_cast<size_t>(m.first_stage)].ops->first;
-    const int last = chain.stages[static_cast<size_t>(m.last_stage)].ops->last;
-    for (int op = first; op <= last; ++op) {
-      m.sac_dispatched_ops += SacDispatchedOps(profile, profile.ops[static_cast<size_t>(op)], device);
-    }
     m.sac_dispatch_ms = m.sac_dispatched_ops * dispatch_us * 1e-3;
   }
 }

@@ -19,6 +19,7 @@ import tempfile
 import time
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 # The package imports this module after defining these (ckplan_torch/__init__.py, at its end).
 from . import (_describe_bytes, _optimizer_of, _optimizer_options_of, _solve_flags, apply_plan, export,  # noqa: E402
@@ -95,6 +96,19 @@ def auto_budget(device):
     return available
 
 
+class DispatchCounter(TorchDispatchMode):
+    """Counts the ops dispatched while it is entered, as a selective-checkpointing policy's dispatch
+    mode sees them (below autograd, detach included)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops += 1
+        return func(*args, **(kwargs or {}))
+
+
 def sac_dispatch_us(layers=10, reps=9):
     """What a selective-checkpointing policy costs per op of a wrapped module in this Python, in
     microseconds: PyTorch runs the module's forward, and its recomputation in backward, under dispatch
@@ -105,7 +119,6 @@ def sac_dispatch_us(layers=10, reps=9):
     ``ckplan solve --sac-dispatch-us``; about 0.2 s (1 s on the first call, which imports)."""
     import torch.nn.functional as F
     import torch.utils.checkpoint as tuc
-    from torch.utils._python_dispatch import TorchDispatchMode
 
     weight = torch.ones(8, 8, requires_grad=True)
     bias = torch.zeros(8, requires_grad=True)
@@ -119,16 +132,9 @@ def sac_dispatch_us(layers=10, reps=9):
     def policy(ctx, func, *args, **kwargs):
         return tuc.CheckpointPolicy.PREFER_RECOMPUTE
 
-    class _Count(TorchDispatchMode):
-        ops = 0
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.ops += 1
-            return func(*args, **(kwargs or {}))
-
     x = torch.ones(2, 3, 8, requires_grad=True)
     with torch.random.fork_rng():
-        counter = _Count()
+        counter = DispatchCounter()
         with counter:
             body(x)
         timed = {False: [], True: []}

@@ -54,16 +54,6 @@ def profile_of(ckplan, models_dir, name, workdir):
     return path, unseen
 
 
-class _CountOps(torch.utils._python_dispatch.TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.ops = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops += 1
-        return func(*args, **(kwargs or {}))
-
-
 def dispatched_ops(model, inputs, paths):
     """The ops each module of `paths` dispatches in one forward of the model, as a policy's dispatch mode
     handles them (below autograd, detach included)."""
@@ -71,7 +61,7 @@ def dispatched_ops(model, inputs, paths):
     counts, handles = {}, []
     for path in paths:
         def pre(module, args, path=path):
-            counts[path] = _CountOps()
+            counts[path] = ckplan_torch.planning.DispatchCounter()
             counts[path].__enter__()
 
         def post(module, args, output, path=path):
