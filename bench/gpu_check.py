@@ -10,9 +10,13 @@ the work folder:
     gpu_check.py table WORK_DIR [--out FILE]                     the markdown table
 
 MODEL is gpt2 (a GPT-2-small-shaped decoder: 12 blocks, d_model 768, 12
-heads, sequence 1024, batch 8, bf16, F.scaled_dot_product_attention) or
-resnet50 (torchvision, weights=None, batch 64, 3x224x224, fp32); --dry gives
-the tiny shapes of `gpu_check.sh --cpu-dry-run`.
+heads, sequence 1024, batch 8, bf16, F.scaled_dot_product_attention),
+resnet50 (torchvision, weights=None, batch 64, 3x224x224, fp32),
+gpt2_autocast (the decoder with 6 blocks, fp32 weights, its forward and loss
+under torch.autocast bf16: mixed precision as Trainer(bf16=True) runs it) or
+gpt2_lora (the same under autocast bf16, its weights frozen, peft's LoRA
+adapters r=16 on every attention and MLP projection trained); --dry gives the
+tiny shapes of `gpu_check.sh --cpu-dry-run`.
 """
 import argparse
 import json
@@ -31,6 +35,12 @@ sys.path.insert(0, os.path.join(HERE, "..", "python"))
 GPT2 = {"full": dict(batch=8, seq=1024, layers=12, d_model=768, heads=12, vocab=50257),
         "dry": dict(batch=2, seq=64, layers=2, d_model=128, heads=4, vocab=2048)}
 RESNET50 = {"full": dict(batch=64, size=224), "dry": dict(batch=2, size=32)}
+# The fine-tuning and mixed-precision jobs: the decoder with fewer blocks, fp32
+# weights, under autocast bf16 (the dtype torch.autocast takes; ckplan_torch.export
+# records it in the archive, which ckplan profile reads).
+MIXED = {"full": dict(batch=8, seq=1024, layers=6, d_model=768, heads=12, vocab=50257),
+         "dry": dict(batch=2, seq=64, layers=2, d_model=128, heads=4, vocab=2048)}
+AUTOCAST = {"gpt2_autocast": "bfloat16", "gpt2_lora": "bfloat16"}
 GPT2_DROPOUT = 0.1  # GPT-2's: attention, residual and embedding dropout
 
 
@@ -123,7 +133,23 @@ def build(name, dry, device):
         model = torchvision.models.resnet50(weights=None).to(device)
         x = torch.randn(s["batch"], 3, s["size"], s["size"], device=device)
         return model, (x,), [f"{s['batch']}x3x{s['size']}x{s['size']}"], None
-    raise SystemExit(f"gpu_check.py: unknown model '{name}' (gpt2 or resnet50)")
+    if name in AUTOCAST:
+        s = MIXED[shape]
+        model = gpt2_classes()(s["vocab"], s["seq"], s["d_model"], s["heads"], s["layers"], GPT2_DROPOUT)
+        if name == "gpt2_lora":
+            import peft
+            model = peft.get_peft_model(model, peft.LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0,
+                                                               target_modules=["c_attn", "c_proj", "c_fc"]))
+        model = model.to(device)
+        ids = torch.randint(0, s["vocab"], (s["batch"], s["seq"]), device=device)
+        return model, (ids,), [f"{s['batch']}x{s['seq']}:int64:0..{s['vocab']}"], None
+    raise SystemExit(f"gpu_check.py: unknown model '{name}' (gpt2, resnet50, gpt2_autocast or gpt2_lora)")
+
+
+def autocast_of(name):
+    """The torch dtype the job's forward runs under torch.autocast in, or None."""
+    import torch
+    return getattr(torch, AUTOCAST[name]) if name in AUTOCAST else None
 
 
 def cmd_export(args):
@@ -133,11 +159,13 @@ def cmd_export(args):
     import ckplan_torch
     model, inputs, specs, dtype = build(args.model, args.dry, "cpu")
     start = time.time()
-    ckplan_torch.export(model, inputs, args.out)
+    ckplan_torch.export(model, inputs, args.out, autocast=autocast_of(args.model))
     attention = sorted({str(n.target) for n in torch.export.load(args.out).graph.nodes
                         if "scaled_dot_product" in str(n.target)})
     meta = {"model": args.model, "inputs": specs, "dtype": dtype, "export_s": round(time.time() - start, 1),
-            "attention_ops": attention, "params": sum(p.numel() for p in model.parameters())}
+            "attention_ops": attention, "params": sum(p.numel() for p in model.parameters()),
+            "trainable": sum(p.numel() for p in model.parameters() if p.requires_grad),
+            "autocast": AUTOCAST.get(args.model)}
     write_json(os.path.splitext(args.out)[0] + ".json", meta)
     print(f"{args.model}: exported to {args.out} in {meta['export_s']} s ({meta['params']:,} parameters, "
           f"inputs {' '.join(specs)}{', attention ' + ', '.join(attention) if attention else ''})")
@@ -197,11 +225,15 @@ def cmd_halfway(args):
 
 # ---- the eager step ------------------------------------------------------------
 
-def forward_backward(model, inputs):
-    out = model(*inputs)
-    outs = out if isinstance(out, (tuple, list)) else (out,)
-    # The loss ckplan adds: each floating output's sum, in float32.
-    loss = sum(t.sum().float() for t in outs if t.is_floating_point())
+def forward_backward(model, inputs, autocast=None):
+    import contextlib
+    import torch
+    device = inputs[0].device.type
+    with torch.autocast(device, dtype=autocast) if autocast is not None else contextlib.nullcontext():
+        out = model(*inputs)
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        # The loss ckplan adds: each floating output's sum, in float32.
+        loss = sum(t.sum().float() for t in outs if t.is_floating_point())
     loss.backward()
 
 
@@ -233,7 +265,7 @@ class Timed:
         return False
 
 
-def measure_mode(model, inputs, optimizer, cuda, steps):
+def measure_mode(model, inputs, optimizer, cuda, steps, autocast=None):
     """One warm-up step (AdamW makes its state), then `steps` measured training
     steps (zero_grad, forward, loss, backward, AdamW): the allocator's peak over
     the forward and backward and over the whole step, the step's time by CUDA
@@ -244,14 +276,14 @@ def measure_mode(model, inputs, optimizer, cuda, steps):
 
     def train_step():
         optimizer.zero_grad(set_to_none=True)
-        forward_backward(model, inputs)
+        forward_backward(model, inputs, autocast)
         fwd_bwd_peak = torch.cuda.max_memory_allocated() if cuda else None
         optimizer.step()
         return fwd_bwd_peak
 
     def fwd_bwd():
         optimizer.zero_grad(set_to_none=True)
-        forward_backward(model, inputs)
+        forward_backward(model, inputs, autocast)
 
     train_step()
     step_ms, step_peaks, fwd_bwd_peaks = [], [], []
@@ -310,15 +342,17 @@ def cmd_eager(args):
         torch.set_num_threads(1)  # as ckplan profiles on the CPU
     model, inputs, _, _ = build(args.model, args.dry, args.device)
     model.train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    autocast = autocast_of(args.model)
+    # Over the trainable parameters (LoRA's adapters), as a fine-tuning job makes it.
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
     plan = ckplan_torch.load_plan(args.plan)
     doc = {"device": args.device, "torch": torch.__version__, "optimizer": "torch.optim.AdamW (defaults: foreach)"}
     if args.device.startswith("cuda"):
         doc["gpu"] = torch.cuda.get_device_name()
     cuda = args.device.startswith("cuda")
-    doc["none"] = measure_mode(model, inputs, optimizer, cuda, args.steps)
-    wrapped = ckplan_torch.apply_plan(model, plan)
-    doc["plan"] = measure_mode(model, inputs, optimizer, cuda, args.steps)
+    doc["none"] = measure_mode(model, inputs, optimizer, cuda, args.steps, autocast)
+    wrapped = ckplan_torch.apply_plan(model, plan, optimizer=optimizer)
+    doc["plan"] = measure_mode(model, inputs, optimizer, cuda, args.steps, autocast)
     doc["plan"]["wrapped"] = len(wrapped)
     ckplan_torch.remove_plan(model)
     write_json(args.out, doc)

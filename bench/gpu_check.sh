@@ -2,7 +2,9 @@
 # ckplan on a CUDA GPU, unattended, in under 8 minutes: builds ckplan, runs the
 # tests that exercise CUDA, then for a GPT-2-small-shaped decoder (12 blocks,
 # d_model 768, 12 heads, sequence 1024, batch 8, bf16, SDPA) and torchvision
-# resnet50 (batch 64, 3x224x224, weights=None):
+# resnet50 (batch 64, 3x224x224, weights=None), and the fine-tuning and mixed-precision
+# jobs (the decoder with 6 blocks and fp32 weights under torch.autocast bf16, and the
+# same frozen with peft's LoRA adapters trained: gpt2_autocast, gpt2_lora):
 #   profile --device cuda; solve at the budget halfway between the `every`
 #   baseline's peak and no checkpointing (the strategy table's rows, as the
 #   PyTorch target counts them); run --device cuda (verdict, peaks, steps); the
@@ -17,7 +19,7 @@
 # own `timeout`, capped by what is left of --limit (default 470 s); a failed
 # step is a row of the table and the script goes on.
 #
-#   bash bench/gpu_check.sh [--out FILE] [--limit SECONDS] [--models "gpt2 resnet50"] [--setup] [--no-build]
+#   bash bench/gpu_check.sh [--out FILE] [--limit SECONDS] [--models "gpt2 resnet50 gpt2_autocast gpt2_lora"] [--setup] [--no-build]
 #   bash bench/gpu_check.sh --cpu-dry-run     # the same steps on the CPU, tiny shapes (batch 2, seq 64,
 #                                             # 2 blocks of width 128; resnet50 at 2x3x32x32)
 #
@@ -40,7 +42,7 @@ ROOT=$PWD
 DRY=0
 LIMIT=470
 OUT_FILE=""
-MODELS="gpt2 resnet50"
+MODELS="gpt2 resnet50 gpt2_autocast gpt2_lora"
 RUN_SETUP=0
 NO_BUILD=0
 while (($#)); do

@@ -291,6 +291,20 @@ int RunSolve(const SolveOptions& o) {
   if (in.from_profile) {
     std::fprintf(human, "fixed part: %s\nactivation budget: %s\n", DescribeFixed(in.fixed, budget.style).c_str(),
                  FormatBytes(plan.activation_budget_bytes, budget.style).c_str());
+    // The job as profiled: what trains, and the autocast its forward ran under.
+    if (in.source.trainable_bytes) {
+      std::fprintf(human, "trains %s of %s of parameters (%lld of %lld tensors; the frozen ones have no gradient or "
+                          "optimizer state)\n",
+                   FormatBytes(*in.source.trainable_bytes, budget.style).c_str(),
+                   FormatBytes(in.source.param_bytes.value_or(0), budget.style).c_str(),
+                   static_cast<long long>(in.source.trainable_count.value_or(0)),
+                   static_cast<long long>(in.source.param_count.value_or(0)));
+    }
+    if (in.source.autocast) {
+      std::fprintf(human, "forward and loss under torch.autocast(dtype=torch.%s), weights in their own dtype%s\n",
+                   in.source.autocast->c_str(),
+                   *in.source.autocast == "float16" ? " (GradScaler's 12 B with the optimizer's state)" : "");
+    }
   }
   std::fprintf(human, "%s plan: peak %s, step %s (%s over no checkpointing), %zu of %d stages recomputed\n",
                AlgorithmName(plan.algorithm), FormatBytes(plan.peak_bytes, budget.style).c_str(), FormatMs(plan.time_ms).c_str(),

@@ -35,6 +35,7 @@ struct ProfileCommandOptions {
   int threads = 1;
   std::string device = "cpu";
   std::string dtype;
+  std::string autocast;
   std::string gpu;
   int top = 10;
 };
@@ -100,6 +101,7 @@ int RunProfile(const ProfileCommandOptions& o) {
   options.threads = o.threads;
   options.device = o.device;
   options.dtype = o.dtype;
+  options.autocast = o.autocast;
   if (o.threads < 1) throw BadInput("invalid --threads " + std::to_string(o.threads) + ": must be at least 1");
   const bool json_to_stdout = o.output == "-";
   FILE* human = json_to_stdout ? stderr : stdout;
@@ -169,6 +171,11 @@ void AddProfileCommand(CLI::App& app, Action* action) {
                   "exact bytes for models bigger than this machine; times from --gpu's cost model)")
       ->capture_default_str();
   cmd->add_option("--dtype", o->dtype, "bf16, fp16 or fp32: cast the parameters and float inputs for the profile");
+  cmd->add_option("--autocast", o->autocast,
+                  "bf16, fp16 or off: the forward and the loss under torch.autocast with that dtype, the weights\n"
+                  "in their own (mixed precision as Trainer(bf16=True) runs it; --dtype casts the weights: another\n"
+                  "job). Default: as the .pt2 was exported (ckplan_torch.export(..., autocast=torch.bfloat16)),\n"
+                  "else off");
   cmd->add_option("--gpu", o->gpu,
                   "op times from the cost model for this device instead of measured ones (FLOPs and bytes per op,\n"
                   "roofline): " + KnownGpuNames() + " (cpu: this machine's measured peak)");
@@ -185,6 +192,7 @@ struct RunCommandOptions {
   bool force = false;
   int threads = 1;
   std::string device = "cpu";
+  std::string autocast;
 };
 
 int RunRunCommand(const RunCommandOptions& o) {
@@ -208,6 +216,7 @@ int RunRunCommand(const RunCommandOptions& o) {
   options.force = o.force;
   options.threads = o.threads;
   options.device = o.device;
+  options.autocast = o.autocast;
   RunReport r;
   {
     // On a terminal only; erased before the results print.
@@ -268,6 +277,9 @@ void AddRunCommand(CLI::App& app, Action* action) {
                   "cpu, or cuda[:N]: GPU memory from the CUDA caching allocator, kernel time from CUPTI\n"
                   "(needs a build whose LibTorch has CUDA, as the torch wheel's has, and a GPU)")
       ->capture_default_str();
+  cmd->add_option("--autocast", o->autocast,
+                  "bf16, fp16 or off: the forward and the loss under torch.autocast; default: as the plan's\n"
+                  "profile ran them (its source.autocast)");
   cmd->callback([o, action] { *action = [o] { return RunRunCommand(*o); }; });
 }
 

@@ -92,6 +92,7 @@ class Executor {
     if (device_.cuda()) module.to(device_.device);
     CheckIdentity();
     GraphProgram program(module);
+    program.SetAutocast(ResolveAutocast(options_.autocast, autocast_), device_.device.type());
     if (program.num_ops() != num_ops_) {
       throw BadInput(options_.plan_path + ": the plan's stages cover " + std::to_string(num_ops_) +
                      " ops but the model has " + std::to_string(program.num_ops()) + ": it was made for another model");
@@ -153,6 +154,7 @@ class Executor {
     }
     if (!doc.source.model_sha256) source.Field("model_sha256");  // throws: missing
     sha256_ = *doc.source.model_sha256;
+    autocast_ = doc.source.autocast;  // what the profile ran under; none when absent
     // The profile's model.inputs, passed through (plan_document.h): each input's text.
     JsonReader inputs = source.Field("inputs");
     for (size_t i = 0; i < inputs.ArraySize(); ++i) {
@@ -327,6 +329,7 @@ class Executor {
   TrackingAllocator& tracker_;
   DeviceInfo device_;
   std::string sha256_, optimizer_, algorithm_;
+  std::optional<std::string> autocast_;  // the plan's source.autocast
   OptimizerImpl optimizer_impl_ = OptimizerImpl::kForLoop;
   OptimizerFlags optimizer_flags_;
   std::vector<InputSpec> input_specs_;

@@ -21,6 +21,8 @@ struct RunOptions {
   bool force = false;          ///< run a plan made for another model or other inputs
   int threads = 1;
   std::string device = "cpu";
+  /// --autocast: bf16, fp16 or off; empty: the plan's (its profile's autocast).
+  std::string autocast;
   double lr = 1e-3;            ///< optimizer learning rate
   /// Hears what runs and the fraction of the steps done, 0 to 1 (may be empty).
   std::function<void(const std::string& what, double fraction)> progress;

@@ -146,6 +146,7 @@ struct Checkpoint : public torch::autograd::Function<Checkpoint> {
       }
       torch::AutoGradMode grad(true);
       out = RunNodes(run, in);
+      run.program->EndAutocast();  // the recomputation's autocast region ends, as checkpoint's does
       std::lock_guard<std::mutex> lock(run.generator.mutex());
       run.generator.set_state(now);
     }

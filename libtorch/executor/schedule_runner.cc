@@ -75,6 +75,15 @@ void ScheduleRunner::Seed() {
 }
 
 at::Tensor ScheduleRunner::Loss(const std::vector<at::Tensor>& outputs) {
+  at::Tensor loss = AutocastLoss(outputs);
+  // torch.autocast's region ends after the loss: the weights' casts it
+  // cached go (what autograd saved of them stays).
+  staged_.program().EndAutocast();
+  return loss;
+}
+
+at::Tensor ScheduleRunner::AutocastLoss(const std::vector<at::Tensor>& outputs) {
+  const GraphProgram::AutocastScope autocast(staged_.program());  // the loss inside the job's autocast region
   at::Tensor loss;
   size_t index = 0;
   for (const at::Tensor& t : outputs) {
@@ -313,6 +322,8 @@ Measure ScheduleRunner::RunSchedule(const std::vector<at::Tensor>& inputs, const
         break;
       }
       case StepKind::kBackward: {
+        // A recomputation's autocast region has ended (as torch.utils.checkpoint's does).
+        staged_.program().EndAutocast();
         if (!saved[i] || !grad[i + 1]) {
           throw Error(ExitCode::kVerifyFailed, "the schedule runs the backward of stage " + std::to_string(i) +
                                                    " before its forward with autograd or its output gradient");
@@ -405,6 +416,7 @@ double ScheduleRunner::TimeNoGradForward(const std::vector<at::Tensor>& inputs, 
   SynchronizeDevice(device_);
   const double ms = timer.Ms();
   act.clear();
+  staged_.program().EndAutocast();
   return ms;
 }
 

@@ -81,6 +81,8 @@ class ScheduleRunner {
   void Seed();
 
   at::Tensor Loss(const std::vector<at::Tensor>& outputs);
+  // Loss() under the program's autocast (the loss inside the job's region).
+  at::Tensor AutocastLoss(const std::vector<at::Tensor>& outputs);
 
   // The step's peak: the CUDA caching allocator's statistics on a GPU, the
   // tracking ledger on the CPU.

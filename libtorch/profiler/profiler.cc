@@ -298,6 +298,7 @@ struct StepRecord {
   int64_t saved_bytes = 0;
   int64_t output_bytes = 0;
   int64_t peak_bytes = 0;
+  int64_t autocast_cache_bytes = 0;  // freed when the autocast region ended (ProfileTotals)
 };
 
 class Profiler {
@@ -324,6 +325,8 @@ class Profiler {
     CheckModel(module);
     GraphProgram program(module);
     if (meta) RetargetConstantsToMeta(program);
+    const std::optional<c10::ScalarType> autocast = ResolveAutocast(options_.autocast, ExportAutocastDtype(path));
+    program.SetAutocast(autocast, device_.device.type());
     if (program.num_inputs() != options_.inputs.size()) {
       throw BadInput(path + ": forward takes " + std::to_string(program.num_inputs()) + " input(s), got " +
                      std::to_string(options_.inputs.size()) + " --input");
@@ -417,6 +420,7 @@ class Profiler {
                          : meta         ? "tracking meta allocator: every meta storage counted, none allocated"
                                         : "tracking CPU allocator";
     if (dtype) environment.dtype = std::string(c10::toString(*dtype));
+    if (autocast) environment.autocast = TorchDtypeName(*autocast);
     profile.tensors = record.tensors;
     profile.inputs = record.inputs;
     profile.outputs = record.outputs;
@@ -462,6 +466,7 @@ class Profiler {
     profile.totals.fwd_ms = Median(step_fwd_ms);
     profile.totals.bwd_ms = Median(step_bwd_ms);
     profile.totals.peak_bytes = record.peak_bytes;
+    profile.totals.autocast_cache_bytes = record.autocast_cache_bytes;
     profile.totals.optimizer_step_ms = optimizer_step_ms;
     profile.totals.step_ms = Median(step_ms);
     // What a recomputation costs as `ckplan run` runs it, on the stages this
@@ -486,7 +491,8 @@ class Profiler {
       if (p.value.requires_grad()) trainable = true;
       if (seen.insert(StorageData(p.value)).second) {
         param_bytes_ += StorageBytes(p.value);
-        parameters_.push_back({p.name, p.value.sizes().vec(), static_cast<int64_t>(p.value.nbytes())});
+        parameters_.push_back(
+            {p.name, p.value.sizes().vec(), static_cast<int64_t>(p.value.nbytes()), p.value.requires_grad()});
       }
     }
     for (const auto& b : module.named_buffers()) {
@@ -637,12 +643,18 @@ class Profiler {
     at::Tensor loss;
     {
       OwnerScope owner(kOwnerLoss);
+      const GraphProgram::AutocastScope autocast(program);  // the loss inside the job's autocast region
       for (const at::Tensor& t : outputs) {
         if (!t.defined() || !t.is_floating_point() || !t.requires_grad()) continue;
         at::Tensor s = (t * at::ones_like(t)).sum().to(at::kFloat);
         loss = loss.defined() ? loss + s : s;
       }
     }
+    // The region ends: the weights' casts it cached go, but what autograd
+    // saved (a linear's bias cast is cached to here, saved by nothing).
+    const int64_t before_end = tracker_.live_bytes();
+    program.EndAutocast();
+    if (record) record->autocast_cache_bytes = std::max<int64_t>(0, before_end - tracker_.live_bytes());
     if (!loss.defined()) {
       throw BadInput(options_.model_path + ": no output of the model requires gradients: nothing to back-propagate");
     }
@@ -752,6 +764,7 @@ class Profiler {
       program.FreeDeadAfter(index, env);
     }
     env.clear();
+    program.EndAutocast();
     if (gpu_timer) {
       std::fill(op_ms->begin(), op_ms->end(), 0.0);
       std::vector<double> no_backward(op_ms->size(), 0.0);
@@ -780,12 +793,14 @@ class Profiler {
       }
       std::vector<at::Tensor> outputs;
       for (const c10::IValue& v : program.Outputs(env)) CollectTensors(v, &outputs);
+      const GraphProgram::AutocastScope autocast(program);
       for (const at::Tensor& t : outputs) {
         if (!t.defined() || !t.is_floating_point() || !t.requires_grad()) continue;
         at::Tensor s = t.sum().to(at::kFloat);
         loss = loss.defined() ? loss + s : s;
       }
     }
+    program.EndAutocast();
     if (loss.defined()) torch::autograd::backward({loss});
     SynchronizeDevice(device_);
     return timer.Ms();

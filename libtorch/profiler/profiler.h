@@ -20,6 +20,10 @@ struct ProfileOptions {
   int threads = 1;          ///< at::set_num_threads
   std::string device = "cpu";  ///< cpu, cuda[:N], or meta (shapes only: no data, no time)
   std::string dtype;            ///< --dtype: bf16, fp16, fp32 (parameters and float inputs); empty: as saved
+  /// --autocast: bf16, fp16 or off: the forward and the loss under
+  /// torch.autocast with that dtype on the profile's device; empty: as the
+  /// archive was exported (ckplan_torch.export(autocast=...)), else none.
+  std::string autocast;
   uint64_t seed = 0;        ///< for the inputs
   /// Called with (done, total) steps; may be empty.
   std::function<void(int, int)> progress;

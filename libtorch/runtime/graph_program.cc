@@ -1,5 +1,6 @@
 #include "libtorch/runtime/graph_program.h"
 
+#include <ATen/autocast_mode.h>
 #include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
 #include <torch/csrc/jit/passes/inliner.h>
@@ -10,7 +11,9 @@
 #include <fstream>
 #include <unistd.h>
 #include <regex>
+#include <functional>
 #include <set>
+#include <unordered_set>
 
 #include "planner/base/error.h"
 #include "planner/base/units.h"
@@ -122,6 +125,8 @@ GraphProgram::GraphProgram(torch::jit::Module module) : module_(std::move(module
         if (IsTensorType(out->type())) p.is_op = true;
       }
     }
+    p.autocast = ExportAutocast(node);
+    explicit_autocast_ = explicit_autocast_ || p.autocast >= 0;
     if (p.is_op) {
       p.op_id = static_cast<int>(op_nodes_.size());
       p.module_path = paths.PathOf(node);
@@ -343,10 +348,187 @@ void GraphProgram::RunNode(size_t index, Environment& env) const {
       torch::jit::Stack stack;
       stack.reserve(node->inputs().size());
       for (size_t k = 0; k < node->inputs().size(); ++k) stack.push_back(input(k));
-      const_cast<torch::jit::Operation&>(p.operation)(stack);
+      if (uses_autocast() && autocast_device_ == c10::DeviceType::Meta) {
+        const int mode = p.autocast == kAutocastOuter ? (autocast_ ? static_cast<int>(*autocast_) : kAutocastOff)
+                                                      : p.autocast;
+        if (mode >= 0) EmulateAutocast(index, static_cast<c10::ScalarType>(mode), stack);
+        const_cast<torch::jit::Operation&>(p.operation)(stack);
+      } else if (uses_autocast()) {
+        // torch.autocast's thread-local state for the op, as its region sets it.
+        const int mode = p.autocast == kAutocastOuter ? (autocast_ ? static_cast<int>(*autocast_) : kAutocastOff)
+                                                      : p.autocast;
+        const bool was_enabled = at::autocast::is_autocast_enabled(autocast_device_);
+        const c10::ScalarType was_dtype = at::autocast::get_autocast_dtype(autocast_device_);
+        at::autocast::set_autocast_enabled(autocast_device_, mode >= 0);
+        if (mode >= 0) at::autocast::set_autocast_dtype(autocast_device_, static_cast<c10::ScalarType>(mode));
+        try {
+          const_cast<torch::jit::Operation&>(p.operation)(stack);
+        } catch (...) {
+          at::autocast::set_autocast_enabled(autocast_device_, was_enabled);
+          at::autocast::set_autocast_dtype(autocast_device_, was_dtype);
+          throw;
+        }
+        at::autocast::set_autocast_enabled(autocast_device_, was_enabled);
+        at::autocast::set_autocast_dtype(autocast_device_, was_dtype);
+      } else {
+        const_cast<torch::jit::Operation&>(p.operation)(stack);
+      }
       for (size_t k = 0; k < node->outputs().size(); ++k) env[node->outputs()[k]] = std::move(stack[k]);
       return;
     }
+  }
+}
+
+namespace {
+
+// CUDA's autocast policies (ATen/autocast_mode.h: the op lists every backend
+// registers, by op name; aten/src/ATen/autocast_mode.cpp registers them for
+// CUDA), for EmulateAutocast. cross_entropy_loss, a composite CUDA's autocast
+// reaches through its log_softmax and nll_loss, is taken as fp32 (as the CPU's
+// list has it).
+enum CastPolicy : int8_t { kNoCast, kLowerPrecision, kFp32, kFp32SetOptDtype, kPromote };
+
+#define CKPLAN_AUTOCAST_OP_NAME(op, ...) #op,
+CastPolicy CastPolicyOf(const std::string& name) {
+  static const std::unordered_set<std::string> lower = {AT_FORALL_LOWER_PRECISION_FP(CKPLAN_AUTOCAST_OP_NAME)
+                                                        "cudnn_convolution", "cudnn_convolution_transpose"};
+  static const std::unordered_set<std::string> fp32 = {AT_FORALL_FP32(CKPLAN_AUTOCAST_OP_NAME) "cross_entropy_loss"};
+  static const std::unordered_set<std::string> set_opt_dtype = {AT_FORALL_FP32_SET_OPT_DTYPE(CKPLAN_AUTOCAST_OP_NAME)};
+  static const std::unordered_set<std::string> promote = {AT_FORALL_PROMOTE(CKPLAN_AUTOCAST_OP_NAME)};
+  if (lower.count(name) != 0) return kLowerPrecision;
+  if (fp32.count(name) != 0) return kFp32;
+  if (set_opt_dtype.count(name) != 0) return kFp32SetOptDtype;
+  if (promote.count(name) != 0) return kPromote;
+  return kNoCast;
+}
+#undef CKPLAN_AUTOCAST_OP_NAME
+
+// What autocast casts: floating-point tensors but double ones.
+bool Eligible(const at::Tensor& t) { return t.defined() && t.is_floating_point() && t.scalar_type() != at::kDouble; }
+
+}  // namespace
+
+void GraphProgram::SetAutocast(std::optional<c10::ScalarType> dtype, c10::DeviceType device) {
+  autocast_ = dtype;
+  autocast_device_ = device;
+  cast_policy_.assign(nodes_.size(), kNoCast);
+  dtype_argument_.assign(nodes_.size(), -1);
+  if (device != c10::DeviceType::Meta) return;
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    const Node* node = nodes_[i].node;
+    if (nodes_[i].kind != NodeKind::kOperation || !node->kind().is_aten()) continue;
+    cast_policy_[i] = CastPolicyOf(node->kind().toUnqualString());
+    if (const c10::FunctionSchema* schema = node->maybeSchema()) {
+      for (size_t k = 0; k < schema->arguments().size(); ++k) {
+        if (schema->arguments()[k].name() == "dtype") dtype_argument_[i] = static_cast<int>(k);
+      }
+    }
+  }
+}
+
+void GraphProgram::EmulateAutocast(size_t index, c10::ScalarType lower, torch::jit::Stack& stack) const {
+  const int8_t policy = index < cast_policy_.size() ? cast_policy_[index] : kNoCast;
+  if (policy == kNoCast) return;
+  // autocast's cached_cast: the lower-precision casts of fp32 weights (leaves
+  // requiring grad) made once per region.
+  auto cast = [&](const at::Tensor& t, c10::ScalarType to) -> at::Tensor {
+    if (!Eligible(t) || t.scalar_type() == to) return t;
+    if (to == lower && t.scalar_type() == at::kFloat && t.requires_grad() && t.is_leaf() && !t.is_view()) {
+      auto found = cast_cache_.find(t.unsafeGetTensorImpl());
+      if (found != cast_cache_.end()) return found->second;
+      at::Tensor made = t.to(to);
+      cast_cache_.emplace(t.unsafeGetTensorImpl(), made);
+      return made;
+    }
+    return t.to(to);
+  };
+  auto each = [&](const std::function<void(const at::Tensor&)>& visit) {
+    for (const c10::IValue& v : stack) {
+      if (v.isTensor()) visit(v.toTensor());
+      if (v.isTensorList()) {
+        for (const at::Tensor& t : v.toTensorVector()) visit(t);
+      }
+    }
+  };
+  auto cast_all = [&](c10::ScalarType to) {
+    for (c10::IValue& v : stack) {
+      if (v.isTensor()) {
+        v = cast(v.toTensor(), to);
+      } else if (v.isTensorList()) {
+        std::vector<at::Tensor> items = v.toTensorVector();
+        for (at::Tensor& t : items) t = cast(t, to);
+        v = c10::IValue(items);
+      }
+    }
+  };
+  switch (policy) {
+    case kLowerPrecision: cast_all(lower); return;
+    case kFp32: cast_all(at::kFloat); return;
+    case kFp32SetOptDtype: {
+      // The op computes in fp32 (its dtype argument set) when its first argument is eligible.
+      const int k = dtype_argument_[index];
+      if (k >= 0 && static_cast<size_t>(k) < stack.size() && stack[static_cast<size_t>(k)].isNone() &&
+          !stack.empty() && stack[0].isTensor() && Eligible(stack[0].toTensor())) {
+        stack[static_cast<size_t>(k)] = c10::IValue(static_cast<int64_t>(at::kFloat));
+      }
+      return;
+    }
+    case kPromote: {
+      c10::ScalarType to = lower;
+      each([&](const at::Tensor& t) {
+        if (Eligible(t)) to = at::promoteTypes(to, t.scalar_type());
+      });
+      cast_all(to);
+      return;
+    }
+    default: return;
+  }
+}
+
+GraphProgram::AutocastScope::AutocastScope(const GraphProgram& program) {
+  if (!program.autocast_ || program.autocast_device_ == c10::DeviceType::Meta) return;
+  active_ = true;
+  device_ = program.autocast_device_;
+  was_enabled_ = at::autocast::is_autocast_enabled(device_);
+  was_dtype_ = at::autocast::get_autocast_dtype(device_);
+  at::autocast::set_autocast_enabled(device_, true);
+  at::autocast::set_autocast_dtype(device_, *program.autocast_);
+}
+
+GraphProgram::AutocastScope::~AutocastScope() {
+  if (!active_) return;
+  at::autocast::set_autocast_enabled(device_, was_enabled_);
+  at::autocast::set_autocast_dtype(device_, was_dtype_);
+}
+
+void GraphProgram::EndAutocast() const {
+  if (!uses_autocast()) return;
+  if (autocast_device_ == c10::DeviceType::Meta) {
+    cast_cache_.clear();
+  } else {
+    at::autocast::clear_cache();
+  }
+}
+
+std::optional<c10::ScalarType> ParseAutocast(const std::string& text) {
+  if (text == "bf16" || text == "bfloat16") return c10::ScalarType::BFloat16;
+  if (text == "fp16" || text == "float16" || text == "half") return c10::ScalarType::Half;
+  if (text == "off" || text == "none" || text == "fp32" || text == "float32") return std::nullopt;
+  throw BadInput("invalid --autocast '" + text + "': bf16 or fp16 (torch.autocast's dtype), or off");
+}
+
+std::optional<c10::ScalarType> ResolveAutocast(const std::string& flag, const std::optional<std::string>& recorded) {
+  if (!flag.empty()) return ParseAutocast(flag);
+  if (recorded) return ParseAutocast(*recorded);
+  return std::nullopt;
+}
+
+std::string TorchDtypeName(c10::ScalarType type) {
+  switch (type) {
+    case c10::ScalarType::BFloat16: return "bfloat16";
+    case c10::ScalarType::Half: return "float16";
+    case c10::ScalarType::Float: return "float32";
+    default: return c10::toString(type);
   }
 }
 

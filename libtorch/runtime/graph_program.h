@@ -34,7 +34,15 @@ struct ProgramNode {
   bool is_op = false;       ///< recorded in the profile: an operator with tensor outputs
   int op_id = -1;           ///< its index among the profile's ops
   std::string module_path;  ///< `layer1.0.conv1`; empty for the top-level module
+  /// The autocast it runs under: kAutocastOuter (the program's, SetAutocast),
+  /// kAutocastOff (a region the model turned autocast off in), else the
+  /// c10::ScalarType of a region the model turned it on in (an exported
+  /// program's `wrap_with_autocast` regions, pt2_model.cc).
+  int autocast = -2;
 };
+
+constexpr int kAutocastOuter = -2;
+constexpr int kAutocastOff = -1;
 
 using Environment = std::unordered_map<const torch::jit::Value*, c10::IValue>;
 
@@ -55,8 +63,42 @@ class GraphProgram {
   const torch::jit::Value* InputValue(size_t index) const;
   /// Binds the model inputs (graph input 0 is the module itself).
   void BindInputs(Environment& env, const std::vector<at::Tensor>& inputs) const;
-  /// Runs node `index`: reads its inputs from env, writes its outputs.
+  /// Runs node `index`: reads its inputs from env, writes its outputs; an op
+  /// under the autocast its region sets (SetAutocast, the model's own
+  /// regions), as torch.autocast runs it: the same kernels eager PyTorch
+  /// runs, the casts of trainable weights cached until EndAutocast.
   void RunNode(size_t index, Environment& env) const;
+  /// The autocast the forward and the loss run under, as
+  /// `with torch.autocast(device, dtype=...)` around them (nullopt: none;
+  /// `device` the program's tensors'); regions the model sets itself (an
+  /// exported `torch.autocast(enabled=False)`) keep theirs. On the meta
+  /// device (a profile that prices a GPU) CUDA's autocast policy is applied
+  /// by hand: matrix products, convolutions and attention cast to `dtype`
+  /// (the weights' casts cached to EndAutocast), norms, softmax, losses and
+  /// the ops CUDA keeps in fp32 cast to fp32, the promoting ops to the widest.
+  void SetAutocast(std::optional<c10::ScalarType> dtype, c10::DeviceType device);
+  std::optional<c10::ScalarType> autocast() const { return autocast_; }
+  /// Whether any op runs under autocast.
+  bool uses_autocast() const { return autocast_.has_value() || explicit_autocast_; }
+  /// Sets the program's autocast for what runs while it lives (the loss);
+  /// nothing when the program has none.
+  class AutocastScope {
+   public:
+    explicit AutocastScope(const GraphProgram& program);
+    ~AutocastScope();
+    AutocastScope(const AutocastScope&) = delete;
+    AutocastScope& operator=(const AutocastScope&) = delete;
+
+   private:
+    bool active_ = false;
+    c10::DeviceType device_ = c10::DeviceType::CPU;
+    bool was_enabled_ = false;
+    c10::ScalarType was_dtype_ = c10::ScalarType::Undefined;
+  };
+  /// The end of the autocast region (torch.autocast's exit): the casts of
+  /// weights it cached are dropped. Call after the loss, and after a
+  /// recomputation, as eager PyTorch leaves its autocast there.
+  void EndAutocast() const;
   /// Drops from env the values whose last use is node `index`.
   void FreeDeadAfter(size_t index, Environment& env) const;
   /// The graph's output values and their IValues.
@@ -98,6 +140,16 @@ class GraphProgram {
   // per node that no op's time shows.
   mutable std::vector<std::optional<c10::IValue>> constant_value_;
   mutable std::vector<int64_t> attribute_slot_;
+  // On the meta device, where autocast casts nothing (it casts tensors of a
+  // real device only): CUDA's cast policy applied by hand, op by op
+  // (EmulateAutocast), with its cache of the weights' casts.
+  void EmulateAutocast(size_t index, c10::ScalarType lower, torch::jit::Stack& stack) const;
+  std::optional<c10::ScalarType> autocast_;
+  c10::DeviceType autocast_device_ = c10::DeviceType::CPU;
+  std::vector<int8_t> cast_policy_;  // per node, on the meta device (graph_program.cc's CastPolicy)
+  std::vector<int> dtype_argument_;  // per node: its schema's `dtype` argument, or -1
+  mutable std::unordered_map<const c10::TensorImpl*, at::Tensor> cast_cache_;
+  bool explicit_autocast_ = false;  // some node runs in a region of the model's own
   bool returns_loss_ = false;
   std::string output_choice_;
   std::vector<const torch::jit::Value*> held_outputs_;
@@ -118,6 +170,22 @@ bool IsExportArchive(const std::string& path);
 torch::jit::Module LoadExportedProgram(const std::string& path);
 /// The module path a node of an exported program was tagged with, or "".
 std::string ExportModulePath(const torch::jit::Node* node);
+/// The autocast region a node of an exported program runs in, as
+/// ProgramNode::autocast: kAutocastOuter unless inside a region the model
+/// set itself.
+int ExportAutocast(const torch::jit::Node* node);
+/// The autocast an exported program was exported under
+/// (ckplan_torch.export(autocast=...), extra/ckplan.json `autocast`):
+/// `bfloat16` or `float16`; nullopt when none or not a .pt2.
+std::optional<std::string> ExportAutocastDtype(const std::string& path);
+/// `--autocast`'s values (bf16, bfloat16, fp16, float16, off, none) as a
+/// dtype (nullopt: off). Throws BadInput naming the value.
+std::optional<c10::ScalarType> ParseAutocast(const std::string& text);
+/// The autocast a run uses: `flag` (`--autocast`) when given, else
+/// `recorded` (a plan's or an archive's dtype name), else none.
+std::optional<c10::ScalarType> ResolveAutocast(const std::string& flag, const std::optional<std::string>& recorded);
+/// A dtype's name as torch names it: `bfloat16`, `float16`.
+std::string TorchDtypeName(c10::ScalarType type);
 /// The modules an exported program's node's outputs were passed to, as the
 /// program's module call signatures record them: (module path, output).
 std::vector<std::pair<std::string, const torch::jit::Value*>> ModuleCallInputs(const torch::jit::Node* node);

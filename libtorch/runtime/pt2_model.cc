@@ -36,6 +36,7 @@ using torch::jit::Value;
 const c10::Symbol kModuleAttr = c10::Symbol::attr("ckplan_module");
 const c10::Symbol kCallInputAttr = c10::Symbol::attr("ckplan_call_input_of");
 const c10::Symbol kWrappedNumberAttr = c10::Symbol::attr("ckplan_wrapped_number_bytes");
+const c10::Symbol kAutocastAttr = c10::Symbol::attr("ckplan_autocast");
 
 // Eager PyTorch passes a Python number given for a Tensor argument as a
 // 0-dim "wrapped number" host tensor (a double or an int64, 8 bytes), and
@@ -229,7 +230,11 @@ class Pt2Reader {
         t = storage.as_strided(sizes, strides, offset).clone();
         tensors_[dir + file] = t;
       }
-      weights_[name] = {t, entry.value("is_param", false) || meta.value("requires_grad", false)};
+      const bool parameter = entry.value("is_param", false) || meta.value("requires_grad", false);
+      // A parameter the job froze (requires_grad false: a fine-tuning job's
+      // base weights) stays frozen: autograd then saves nothing for it, and
+      // it gets no gradient, no optimizer state and no update.
+      weights_[name] = {t, parameter, parameter && meta.value("requires_grad", true)};
     }
   }
 
@@ -269,7 +274,8 @@ class Pt2Reader {
     return parts;
   }
 
-  // The weight as an attribute of the module (parameters require grad).
+  // The weight as an attribute of the module (parameters require grad
+  // unless the exported model froze them).
   void Register(const std::string& name, bool parameter) {
     auto it = weights_.find(name);
     if (it == weights_.end()) throw BadInput(path_ + ": the program uses weight '" + name + "' the archive lacks");
@@ -278,7 +284,7 @@ class Pt2Reader {
     if (owner.hasattr(parts.back())) return;
     at::Tensor t = it->second.tensor;
     if (parameter) {
-      t.set_requires_grad(true);
+      t.set_requires_grad(it->second.requires_grad);
       owner.register_parameter(parts.back(), t, false);
     } else {
       owner.register_buffer(parts.back(), t);
@@ -533,11 +539,18 @@ class Pt2Reader {
     const std::string path = ModulePath(node);
     const std::string where = "node '" + node.value("name", target) + "' (" + target + ") in " +
                               (path.empty() ? std::string("the top-level module") : "module '" + path + "'");
+    if (target == "torch.ops.higher_order.wrap_with_autocast") {
+      InlineAutocast(graph, node, where);
+      return;
+    }
     if (target.rfind("torch.ops.higher_order.", 0) == 0) {
       throw BadInput(path_ + ": " + where + ": a higher-order op (" + target.substr(23) +
-                     ": control flow, autocast, checkpoint or another wrapped region); ckplan runs graphs of ATen "
+                     ": control flow, checkpoint or another wrapped region); ckplan runs graphs of ATen "
                      "ops: export the model without it");
     }
+    // A check of the dtype the export saw (`x.float()` records one): a no-op
+    // that --dtype or --autocast would fail for nothing.
+    if (target == "torch.ops.aten._assert_tensor_metadata.default") return;
     // Integer arithmetic on symbolic sizes: Python's operators.
     static const std::map<std::string, std::string> kIntOps = {
         {"_operator.add", "aten::add.int"},           {"_operator.sub", "aten::sub.int"},
@@ -622,6 +635,7 @@ class Pt2Reader {
     for (Value* v : inputs) n->addInput(v);
     if (!path.empty()) n->s_(kModuleAttr, path);
     if (const int64_t bytes = WrappedNumberBytes(target, node["inputs"]); bytes > 0) n->i_(kWrappedNumberAttr, bytes);
+    if (!autocast_.empty()) n->i_(kAutocastAttr, autocast_.back());
     graph.insertNode(n);
     for (size_t r = 0; r < returns.size(); ++r) n->output(r)->setType(returns[r].type());
     if (!n->maybeOperator()) {
@@ -654,12 +668,84 @@ class Pt2Reader {
     }
   }
 
+  // A region the model runs under `torch.autocast(...)` of its own
+  // (torch.export's wrap_with_autocast: device, dtype, enabled,
+  // cache_enabled, the region's graph, its operands): its nodes inlined,
+  // each tagged with the region's autocast (kAutocastAttr: its dtype, or
+  // kAutocastOff), which GraphProgram::RunNode sets for the op, as eager
+  // PyTorch runs the region. Names the region defines are its own: those
+  // of the graph around it are put back after.
+  void InlineAutocast(Graph& graph, const json& node, const std::string& where) {
+    const json& inputs = node["inputs"];
+    if (!inputs.is_array() || inputs.size() < 5 || !inputs[4]["arg"].contains("as_graph")) {
+      throw BadInput(path_ + ": " + where + ": an autocast region not as torch.export writes it");
+    }
+    const std::string device = inputs[0]["arg"].value("as_string", std::string("cpu"));
+    const bool enabled = inputs[2]["arg"].value("as_bool", true);
+    int mode = kAutocastOff;
+    if (enabled) {
+      const json& dtype = inputs[1]["arg"];
+      mode = dtype.contains("as_scalar_type")
+                 ? static_cast<int>(ScalarTypeOf(dtype["as_scalar_type"].get<int>(), where))
+                 : static_cast<int>(device == "cuda" ? c10::ScalarType::Half : c10::ScalarType::BFloat16);
+    }
+    const json& sub = inputs[4]["arg"]["as_graph"]["graph"];
+    std::unordered_map<std::string, Value*> shadowed;
+    std::set<std::string> defined;
+    auto define = [&](const std::string& name, Value* v) {
+      if (defined.insert(name).second) {
+        auto it = values_.find(name);
+        if (it != values_.end()) shadowed[name] = it->second;
+      }
+      values_[name] = v;
+    };
+    const json& operands = sub["inputs"];
+    for (size_t k = 0; k < operands.size(); ++k) {
+      if (5 + k >= inputs.size()) throw BadInput(path_ + ": " + where + ": an autocast region missing an operand");
+      const json& formal = operands[k];
+      if (!formal.contains("as_tensor")) continue;
+      const json& actual = inputs[5 + k]["arg"];
+      Value* v = actual.contains("as_tensor") ? Lookup(actual["as_tensor"]["name"].get<std::string>(), where)
+                                              : ArgValue(graph, actual, where);
+      define(formal["as_tensor"]["name"].get<std::string>(), v);
+    }
+    autocast_.push_back(mode);
+    for (const json& inner : sub["nodes"]) {
+      AddNode(graph, inner);
+      for (const json& out : inner["outputs"]) {  // the region's own names, to put back after
+        if (out.contains("as_tensor")) defined.insert(out["as_tensor"]["name"].get<std::string>());
+        if (out.contains("as_tensors")) {
+          for (const json& t : out["as_tensors"]) defined.insert(t["name"].get<std::string>());
+        }
+      }
+    }
+    autocast_.pop_back();
+    std::vector<Value*> results;
+    for (const json& out : sub["outputs"]) {
+      if (!out.contains("as_tensor")) throw BadInput(path_ + ": " + where + ": an autocast region returns a non-tensor");
+      results.push_back(Lookup(out["as_tensor"]["name"].get<std::string>(), where));
+    }
+    for (const std::string& name : defined) {
+      auto it = shadowed.find(name);
+      if (it != shadowed.end()) values_[name] = it->second;
+    }
+    std::vector<std::string> names;
+    for (const json& out : node["outputs"]) {
+      if (out.contains("as_tensor")) names.push_back(out["as_tensor"]["name"].get<std::string>());
+      if (out.contains("as_tensors")) {
+        for (const json& t : out["as_tensors"]) names.push_back(t["name"].get<std::string>());
+      }
+    }
+    for (size_t k = 0; k < names.size() && k < results.size(); ++k) values_[names[k]] = results[k];
+  }
+
   // torch/_export/serde/schema.py's SCHEMA_VERSION of the build's torch.
   static constexpr int kSchemaMajor = CKPLAN_EXPORT_SCHEMA_MAJOR;
 
   std::string path_;
   bool shapes_only_ = false;
   int train_mode_ops_ = 0, eval_mode_ops_ = 0;  // ops that ran as in training, as in eval (NoteMode)
+  std::vector<int> autocast_;  // the autocast regions the node being added is in, innermost last
   std::map<std::string, std::string> aliases_;
   caffe2::serialize::PyTorchStreamReader reader_;
   std::string name_;
@@ -667,6 +753,7 @@ class Pt2Reader {
   struct Weight {
     at::Tensor tensor;
     bool parameter = false;
+    bool requires_grad = true;
   };
   std::map<std::string, at::Tensor> tensors_;
   std::map<std::string, Weight> weights_;
@@ -754,6 +841,23 @@ std::map<std::string, int64_t> ExportEagerModulePeaks(const std::string& path, c
     peaks.clear();  // a record this reader does not understand: a measurement only
   }
   return peaks;
+}
+
+int ExportAutocast(const torch::jit::Node* node) {
+  return node->hasAttribute(kAutocastAttr) ? static_cast<int>(node->i(kAutocastAttr)) : kAutocastOuter;
+}
+
+std::optional<std::string> ExportAutocastDtype(const std::string& path) {
+  try {
+    if (!IsExportArchive(path)) return std::nullopt;
+    const json record = CkplanRecord(path);
+    if (!record.is_object() || !record.contains("autocast") || !record["autocast"].is_object()) return std::nullopt;
+    const json& autocast = record["autocast"];
+    if (!autocast.contains("dtype") || !autocast["dtype"].is_string()) return std::nullopt;
+    return autocast["dtype"].get<std::string>();
+  } catch (const std::exception&) {
+    return std::nullopt;  // a record this reader does not understand: as if none
+  }
 }
 
 int64_t ExportWrappedNumberBytes(const torch::jit::Node* node) {

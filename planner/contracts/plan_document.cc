@@ -9,7 +9,8 @@ namespace ckplan {
 
 bool PlanSource::operator==(const PlanSource& o) const {
   return kind == o.kind && path == o.path && model_sha256 == o.model_sha256 && model_path == o.model_path &&
-         inputs == o.inputs && param_count == o.param_count && param_bytes == o.param_bytes;
+         inputs == o.inputs && param_count == o.param_count && param_bytes == o.param_bytes &&
+         trainable_count == o.trainable_count && trainable_bytes == o.trainable_bytes && autocast == o.autocast;
 }
 
 nlohmann::json PlanSourceToJson(const PlanSource& s) {
@@ -19,6 +20,9 @@ nlohmann::json PlanSourceToJson(const PlanSource& s) {
   if (s.inputs) doc["inputs"] = *s.inputs;
   if (s.param_count) doc["param_count"] = *s.param_count;
   if (s.param_bytes) doc["param_bytes"] = *s.param_bytes;
+  if (s.trainable_count) doc["trainable_count"] = *s.trainable_count;
+  if (s.trainable_bytes) doc["trainable_bytes"] = *s.trainable_bytes;
+  if (s.autocast) doc["autocast"] = *s.autocast;
   return doc;
 }
 
@@ -36,6 +40,9 @@ PlanSource PlanSourceFromJson(const nlohmann::json& node, const std::string& fil
   }
   if (source.Has("param_count")) s.param_count = source.Field("param_count").NonNegativeBytes();
   if (source.Has("param_bytes")) s.param_bytes = source.Field("param_bytes").NonNegativeBytes();
+  if (source.Has("trainable_count")) s.trainable_count = source.Field("trainable_count").NonNegativeBytes();
+  if (source.Has("trainable_bytes")) s.trainable_bytes = source.Field("trainable_bytes").NonNegativeBytes();
+  if (source.Has("autocast")) s.autocast = source.Field("autocast").String();
   return s;
 }
 

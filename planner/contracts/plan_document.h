@@ -36,6 +36,15 @@ struct PlanSource {
   /// against them, as `ckplan run` checks model_sha256.
   std::optional<int64_t> param_count;
   std::optional<int64_t> param_bytes;
+  /// Of them, those that train (requires_grad), where some are frozen (a
+  /// fine-tuning job): apply_plan warns when the job trains another set.
+  /// Absent: every parameter trains.
+  std::optional<int64_t> trainable_count;
+  std::optional<int64_t> trainable_bytes;
+  /// The autocast the profile ran its forward and loss under (`bfloat16`,
+  /// `float16`; the profile's `environment.autocast`); absent: none.
+  /// apply_plan warns when the job's forward runs otherwise.
+  std::optional<std::string> autocast;
   bool operator==(const PlanSource& o) const;
 };
 

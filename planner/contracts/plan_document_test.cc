@@ -8,6 +8,7 @@
 #include "tests/test_chains.h"
 #include "tests/test_errors.h"
 #include "planner/base/error.h"
+#include "planner/base/json_io.h"
 #include "planner/plan/planner_input.h"
 #include "planner/plan/plan.h"
 #include "planner/plan/plan_to_document.h"
@@ -286,4 +287,29 @@ TEST_CASE("a plan records its batch, from the profile's first input, and its acc
   // A chain's plan has no batch.
   const Chain chain = ThreeStageChain();
   CHECK(!PlanToJson(MakePlanDocument(MakePlan(chain, FixedMemory{}, request), chain, ChainSource("c"))).contains("batch"));
+}
+
+TEST_CASE("a fine-tuning, mixed-precision plan's source says what trains and the autocast, and round-trips") {
+  Profile profile = ProfileFromJson(ReadJsonFile(ExampleProfile()), "example");
+  REQUIRE(profile.parameters.size() >= 2);
+  profile.parameters[0].requires_grad = false;  // frozen
+  profile.environment.autocast = "bfloat16";
+  PlannerInput in = PlannerInputFromProfile(profile, "p.json", "adam");
+  REQUIRE(in.source.trainable_count.has_value());
+  CHECK(*in.source.trainable_count == static_cast<int64_t>(profile.parameters.size()) - 1);
+  CHECK(*in.source.trainable_bytes == *in.source.param_bytes - profile.parameters[0].bytes);
+  CHECK(in.source.autocast == std::optional<std::string>("bfloat16"));
+  CHECK(in.fixed.grad_bytes == *in.source.trainable_bytes);
+  PlanRequest request;
+  request.algorithm = Algorithm::kNone;
+  request.budget.bytes = int64_t{1} << 40;
+  Plan plan = MakePlan(in.chain, in.fixed, request);
+  nlohmann::json doc = PlanToJson(plan, in.chain, in.source);
+  CHECK(doc["source"]["trainable_count"] == *in.source.trainable_count);
+  CHECK(doc["source"]["autocast"] == "bfloat16");
+  CheckRoundTrip(doc);
+  // Every parameter trained, no autocast: neither is written.
+  PlannerInput plain = LoadPlannerInput(ExampleProfile(), "adam");
+  CHECK_FALSE(plain.source.trainable_count.has_value());
+  CHECK_FALSE(plain.source.autocast.has_value());
 }

@@ -88,6 +88,7 @@ EnvironmentRecord EnvironmentFromJson(const JsonReader& r) {
   e.timer = OptionalString(r, "timer");
   e.memory = OptionalString(r, "memory");
   e.dtype = OptionalString(r, "dtype");
+  e.autocast = OptionalString(r, "autocast");
   if (r.Has("time_model")) {
     r.Field("time_model").ExpectObject();
     e.time_model = r.Field("time_model").node();
@@ -105,6 +106,7 @@ nlohmann::json EnvironmentToJson(const EnvironmentRecord& e) {
   Put(&doc, "timer", e.timer);
   Put(&doc, "memory", e.memory);
   Put(&doc, "dtype", e.dtype);
+  Put(&doc, "autocast", e.autocast);
   if (!e.time_model.is_null()) doc["time_model"] = e.time_model;
   return doc;
 }
@@ -147,6 +149,20 @@ nlohmann::json CalibrationToJson(const Calibration& c) {
 
 }  // namespace
 
+std::vector<ParameterRecord> TrainableParameters(const std::vector<ParameterRecord>& parameters) {
+  std::vector<ParameterRecord> out;
+  for (const ParameterRecord& p : parameters) {
+    if (p.requires_grad) out.push_back(p);
+  }
+  return out;
+}
+
+int64_t TrainableBytes(const std::vector<ParameterRecord>& parameters) {
+  int64_t bytes = 0;
+  for (const ParameterRecord& p : parameters) bytes += p.requires_grad ? p.bytes : 0;
+  return bytes;
+}
+
 Profile ProfileFromJson(const nlohmann::json& doc, const std::string& file) {
   JsonReader root(doc, file);
   root.ExpectObject();
@@ -170,6 +186,9 @@ Profile ProfileFromJson(const nlohmann::json& doc, const std::string& file) {
   p.totals.bwd_ms = totals.Field("bwd_ms").NonNegativeNumber();
   p.totals.peak_bytes = totals.Field("peak_bytes").NonNegativeBytes();
   if (totals.Has("step_ms")) p.totals.step_ms = totals.Field("step_ms").NonNegativeNumber();
+  if (totals.Has("autocast_cache_bytes")) {
+    p.totals.autocast_cache_bytes = totals.Field("autocast_cache_bytes").NonNegativeBytes();
+  }
   if (root.Has("calibration")) root.Field("calibration").ExpectObject();
   p.calibration = CalibrationFromJson(root.Has("calibration") ? root.Field("calibration") : totals);
   if (totals.Has("optimizer_step_ms")) {
@@ -264,6 +283,7 @@ Profile ProfileFromJson(const nlohmann::json& doc, const std::string& file) {
       rec.name = r.Field("name").String();
       rec.shape = ReadShape(r.Field("shape"));
       rec.bytes = r.Field("bytes").NonNegativeBytes();
+      if (r.Has("requires_grad")) rec.requires_grad = r.Field("requires_grad").Bool();
       p.parameters.push_back(std::move(rec));
     }
   }
@@ -359,6 +379,7 @@ nlohmann::json ProfileToJson(const Profile& p) {
                            {"bwd_ms", p.totals.bwd_ms}, {"peak_bytes", p.totals.peak_bytes}};
   if (!p.totals.optimizer_step_ms.empty()) totals["optimizer_step_ms"] = p.totals.optimizer_step_ms;
   if (p.totals.step_ms) totals["step_ms"] = *p.totals.step_ms;
+  if (p.totals.autocast_cache_bytes > 0) totals["autocast_cache_bytes"] = p.totals.autocast_cache_bytes;
   nlohmann::json doc = {{"schema", "ckplan.profile/1"},
                         {"model", ModelToJson(p.model)},
                         {"environment", EnvironmentToJson(p.environment)},
@@ -376,6 +397,7 @@ nlohmann::json ProfileToJson(const Profile& p) {
     nlohmann::json params = nlohmann::json::array();
     for (const ParameterRecord& rec : p.parameters) {
       params.push_back({{"name", rec.name}, {"shape", rec.shape}, {"bytes", rec.bytes}});
+      if (!rec.requires_grad) params.back()["requires_grad"] = false;
     }
     doc["parameters"] = std::move(params);
   }

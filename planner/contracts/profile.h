@@ -106,7 +106,17 @@ struct ParameterRecord {
   std::string name;            ///< `layer1.0.conv1.weight`, as in named_parameters()
   std::vector<int64_t> shape;
   int64_t bytes = 0;           ///< of the tensor (numel x element size)
+  /// Optional (`requires_grad`, written where false): a frozen parameter (a
+  /// fine-tuning job's base weights, a frozen backbone) has no gradient, no
+  /// optimizer state and no update; it is held all the same.
+  bool requires_grad = true;
 };
+
+/// The parameters that train (requires_grad): those with a gradient,
+/// optimizer state and an update.
+std::vector<ParameterRecord> TrainableParameters(const std::vector<ParameterRecord>& parameters);
+/// Their bytes.
+int64_t TrainableBytes(const std::vector<ParameterRecord>& parameters);
 
 struct ProfileTotals {
   int64_t param_bytes = 0;
@@ -117,6 +127,11 @@ struct ProfileTotals {
   double fwd_ms = 0;
   double bwd_ms = 0;
   int64_t peak_bytes = 0;   ///< measured peak of the whole forward+backward
+  /// Optional (written where not 0): under autocast, what its cache of the
+  /// trainable weights' low-precision casts held when the forward and loss
+  /// ended that nothing else did (a linear's bias cast: its backward needs no
+  /// bias), freed as the region exits.
+  int64_t autocast_cache_bytes = 0;
   /// Optional: one optimizer update of every trainable parameter, per
   /// optimizer name (sgd, momentum, adam); empty when not measured.
   std::map<std::string, double> optimizer_step_ms;
@@ -200,6 +215,11 @@ struct EnvironmentRecord {
   std::optional<std::string> timer;   ///< how op times were taken
   std::optional<std::string> memory;  ///< how memory was measured
   std::optional<std::string> dtype;   ///< `--dtype`, as LibTorch names it
+  /// The autocast the forward and the loss ran under (`--autocast`, or the
+  /// archive's from ckplan_torch.export(autocast=...)): `bfloat16` or
+  /// `float16`, torch.autocast's dtype on the profile's device, weights
+  /// kept in their own dtype; absent: none.
+  std::optional<std::string> autocast;
   /// `time_model` (`--gpu`): the cost model's figures, the device, its
   /// constants and what was measured before the model replaced the times
   /// (cost_model.cc writes it): a record for people, no reader takes its

@@ -205,11 +205,15 @@ Chain ChainFromProfile(const Profile& profile, const std::string& file, const Op
     chain.module_loss_bwd_ms = std::max(-ops_ms, *calibration.module_step_ms - adam->second - ops_ms);
   }
   chain.checkpoint_call_ms = calibration.checkpoint_call_ms.value_or(0);
-  chain.loss_bwd_tmp_bytes = 0;
+  // At the loss, beside what the forward keeps: autocast's cache of the
+  // weights' casts that nothing saves, held from their first use to the
+  // region's end after the loss (0 without autocast).
+  chain.loss_bwd_tmp_bytes = profile.totals.autocast_cache_bytes;
   // Gradients appear during backward, stage by stage (gradients.h); the
   // optimizer's update runs at the step's end, every gradient made.
   AttachGradients(profile, liveness, &chain);
-  chain.update_tmp_bytes = UpdateTmpBytes(optimizer, ResolvedImpl(optimizer, profile), profile.parameters);
+  chain.update_tmp_bytes = UpdateTmpBytes(optimizer, ResolvedImpl(optimizer, profile),
+                                         TrainableParameters(profile.parameters));
   // The training loop holds the model's output to the step's end: each
   // output storage no op keeps for backward (one kept is counted anyway).
   std::set<int> kept_storages, held_storages;

@@ -317,7 +317,9 @@ double PredictedAccumulateGradMs(const Profile& profile, const GpuSpec& gpu) {
   // Each parameter's gradient delivered to its `.grad` (set to None before
   // the step: taken, not added).
   if (const auto it = gpu.op_costs.find("accumulate_grad:" + dtype); it != gpu.op_costs.end()) {
-    for (const ParameterRecord& p : profile.parameters) us += it->second.second.Us({0, static_cast<double>(p.bytes), 0});
+    for (const ParameterRecord& p : TrainableParameters(profile.parameters)) {
+      us += it->second.second.Us({0, static_cast<double>(p.bytes), 0});
+    }
   }
   // A value several ops read gets a gradient from each of them: the engine
   // adds them up (in its input buffer, no node of its own).

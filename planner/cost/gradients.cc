@@ -285,6 +285,7 @@ StageGradients GradientsFromProfile(const Chain& chain, const Profile& profile, 
   }
   std::vector<int64_t> op_grads(profile.ops.size(), 0), unused_grads(static_cast<size_t>(length), 0);
   for (size_t q = 0; q < profile.parameters.size(); ++q) {
+    if (!profile.parameters[q].requires_grad) continue;  // frozen: no gradient
     const int op = last_op[q];
     const int at = op >= 0 ? stage_of[static_cast<size_t>(op)] : length - 1;
     out.bytes[static_cast<size_t>(at)] += profile.parameters[q].bytes;

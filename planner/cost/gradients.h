@@ -68,7 +68,8 @@ struct StageGradients {
 /// module that owns no parameter of that shape (an `lm_head` sharing
 /// `wte.weight`) is found by the shapes of that module's op arguments that
 /// are not its tensor inputs; one no op is found to use goes to the last
-/// stage (alive through the whole backward). `bytes` sums to every parameter's.
+/// stage (alive through the whole backward); a frozen one (requires_grad false) has none. `bytes` sums to
+/// every trainable parameter's.
 /// `chain` is the profile's, cut (ChainFromProfile, before its gradients are
 /// set); `liveness` the profile's.
 StageGradients GradientsFromProfile(const Chain& chain, const Profile& profile, const Liveness& liveness);

@@ -157,15 +157,26 @@ int64_t UpdateTmpBytes(const OptimizerChoice& optimizer, OptimizerImpl impl,
 }
 
 FixedMemory FixedMemoryOf(const Profile& profile, const Chain& chain, const OptimizerChoice& optimizer) {
-  FixedMemory fixed = FixedMemoryFor(profile.totals.param_bytes, profile.totals.buffer_bytes, optimizer.name);
+  // Gradients, optimizer state and the update are the trainable parameters'
+  // (a frozen one has none); every parameter is held. A profile without its
+  // parameters' list: all of them train.
+  const int64_t trainable = profile.parameters.empty() ? profile.totals.param_bytes : TrainableBytes(profile.parameters);
+  FixedMemory fixed = FixedMemoryFor(trainable, profile.totals.buffer_bytes, optimizer.name);
+  fixed.param_bytes = profile.totals.param_bytes;
   fixed.optimizer_impl = ResolvedImpl(optimizer, profile);
   fixed.optimizer_flags = EffectiveFlags(optimizer);
   if (optimizer.name == "adam" || optimizer.name == "adamw") {
     // Each parameter's `step`: a float32 scalar tensor; with amsgrad, the
     // largest second moment so far (max_exp_avg_sq) too.
-    for (const ParameterRecord& p : profile.parameters) fixed.optimizer_bytes += ElementSize(p) > 0 ? 4 : 0;
-    if (fixed.optimizer_flags.amsgrad) fixed.optimizer_bytes += profile.totals.param_bytes;
+    for (const ParameterRecord& p : TrainableParameters(profile.parameters)) {
+      fixed.optimizer_bytes += ElementSize(p) > 0 ? 4 : 0;
+    }
+    if (fixed.optimizer_flags.amsgrad) fixed.optimizer_bytes += trainable;
   }
+  // fp16 autocast trains with torch.amp.GradScaler: its scale, growth
+  // tracker and found-inf flag (float32, int32, float32 scalars) are held
+  // through the optimizer's step, counted with the optimizer's state.
+  if (profile.environment.autocast == std::optional<std::string>("float16")) fixed.optimizer_bytes += kGradScalerBytes;
   fixed.update_tmp_bytes = chain.update_tmp_bytes;
   // Those the chain carries appear during backward, stage by stage.
   fixed.backward_grad_bytes = std::min(chain.ParamGradBytes(), fixed.grad_bytes);

@@ -56,6 +56,12 @@ OptimizerFlags EffectiveFlags(const OptimizerChoice& optimizer);
 int64_t UpdateTmpBytes(const OptimizerChoice& optimizer, OptimizerImpl impl,
                        const std::vector<ParameterRecord>& parameters);
 
+/// What torch.amp.GradScaler holds through the optimizer's step in a job
+/// under fp16 autocast (the profile's environment.autocast `float16`): its
+/// scale, growth tracker and found-inf flag, 4 B each; FixedMemoryOf counts
+/// it with the optimizer's state.
+constexpr int64_t kGradScalerBytes = 12;
+
 /// The fixed part of a step of `profile`'s model with `optimizer`:
 /// parameters, buffers, gradients and optimizer state, the gradients that
 /// `chain` (ChainFromProfile's) carries counted as they appear in backward

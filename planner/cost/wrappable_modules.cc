@@ -59,10 +59,31 @@ std::vector<WrappableModule> WrappableModules(const Chain& chain, const Profile*
   // so wrapping one would checkpoint nothing.
   const std::set<std::string, std::less<>> containers(profile->model.containers.begin(),
                                                       profile->model.containers.end());
+  // Ops no gradient flows through (every output without requires_grad: a
+  // frozen prefix, whose input needs no gradient): a module of such ops has
+  // nothing for backward, so wrapping it would recompute nothing and save
+  // nothing.
+  // A profile that records no tensor requiring grad (written by hand) says nothing of it.
+  bool recorded = false;
+  for (const TensorRecord& t : profile->tensors) recorded = recorded || t.requires_grad;
+  std::vector<int> differentiable_before(profile->ops.size() + 1, 0);  // prefix counts
+  for (const OpRecord& op : profile->ops) {
+    bool differentiable = false;
+    for (int id : op.outputs) {
+      differentiable = differentiable || (id >= 0 && id < static_cast<int>(profile->tensors.size()) &&
+                                          profile->tensors[static_cast<size_t>(id)].requires_grad);
+    }
+    const size_t k = static_cast<size_t>(op.id);
+    if (k < profile->ops.size()) differentiable_before[k + 1] = differentiable_before[k] + (differentiable ? 1 : 0);
+  }
   std::map<std::pair<int, int>, std::string_view> by_range;
   for (const Span& span : spans) {
     if (span.count == 0 || span.last - span.first + 1 != span.count) continue;  // not one contiguous run
     if (containers.count(span.path) != 0) continue;
+    if (recorded && static_cast<size_t>(span.last) < profile->ops.size() &&
+        differentiable_before[static_cast<size_t>(span.last) + 1] == differentiable_before[static_cast<size_t>(span.first)]) {
+      continue;  // nothing to recompute for backward
+    }
     auto a = starts.find(span.first);
     auto b = ends.find(span.last);
     if (a == starts.end() || b == ends.end() || a->second > b->second) continue;

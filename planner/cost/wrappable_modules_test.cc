@@ -77,3 +77,31 @@ TEST_CASE("wrappable modules: a container the forward never calls (model.contain
   profile.model.containers = {"body", "body.layers"};
   CHECK(paths() == std::vector<std::string>{"embed", "body.layers.0", "body.layers.1", "head"});
 }
+
+TEST_CASE("wrappable modules: a frozen prefix (no op output requires grad) has nothing to recompute, never one") {
+  // backbone.0 and backbone.1 frozen, whose input needs no gradient: their
+  // outputs require none; the head trains.
+  std::pair<Profile, Chain> built = OneOpPerStage({"backbone.0", "backbone.1", "head"});
+  Profile& profile = built.first;
+  const Chain& chain = built.second;
+  for (OpRecord& op : profile.ops) {
+    TensorRecord t;
+    t.id = static_cast<int>(profile.tensors.size());
+    t.producer = op.id;
+    t.requires_grad = op.module == "head";
+    op.outputs = {t.id};
+    profile.tensors.push_back(t);
+  }
+  auto paths = [&]() {
+    std::vector<std::string> out;
+    for (const WrappableModule& m : WrappableModules(chain, &profile)) out.push_back(m.path);
+    return out;
+  };
+  CHECK(paths() == std::vector<std::string>{"head"});
+  // A backbone whose second module trains: it and the backbone around it are offered.
+  profile.tensors[1].requires_grad = true;
+  CHECK(paths() == std::vector<std::string>{"backbone", "backbone.1", "head"});
+  // A profile that records no requires_grad (written by hand) says nothing: every module offered.
+  for (TensorRecord& t : profile.tensors) t.requires_grad = false;
+  CHECK(paths() == std::vector<std::string>{"backbone.0", "backbone", "backbone.1", "head"});
+}

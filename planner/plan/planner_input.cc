@@ -22,7 +22,13 @@ PlanSource ProfileSource(const Profile& profile, const std::string& profile_path
     int64_t bytes = 0;
     for (const ParameterRecord& p : profile.parameters) bytes += p.bytes;
     source.param_bytes = bytes;
+    const std::vector<ParameterRecord> trainable = TrainableParameters(profile.parameters);
+    if (trainable.size() != profile.parameters.size()) {
+      source.trainable_count = static_cast<int64_t>(trainable.size());
+      source.trainable_bytes = TrainableBytes(profile.parameters);
+    }
   }
+  source.autocast = profile.environment.autocast;
   return source;
 }
 

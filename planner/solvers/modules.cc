@@ -136,6 +136,35 @@ std::set<int64_t> Ids(const std::vector<std::pair<int64_t, int64_t>>& cut) {
 // PyTorch's accounting differs in one way: a stage output no op saves (a
 // Linear's output read by ReLU) is freed once the next stage has read it,
 // unless a wrapped module holds it as its input.
+// Per stage, the bytes CallInputsHeld's comment in FrontierStepsOf says:
+// for each module of Chain::module_call_storages, its stages are those whose
+// modules are it or inside it; in each of them after its first, its call
+// storages that are not kept and not in the stage's input cut, each once.
+std::vector<int64_t> CallInputsHeld(const Chain& chain, const CutStorages& cuts) {
+  const int length = chain.length();
+  std::vector<int64_t> held(static_cast<size_t>(length), 0);
+  std::vector<std::set<int64_t>> counted(static_cast<size_t>(length));
+  for (const auto& [path, storages] : chain.module_call_storages) {
+    int first = -1, last = -1;
+    for (int i = 0; i < length; ++i) {
+      for (const std::string& m : chain.stages[static_cast<size_t>(i)].modules) {
+        if (m == path || (m.size() > path.size() && m.compare(0, path.size(), path) == 0 && m[path.size()] == '.')) {
+          if (first < 0) first = i;
+          last = i;
+        }
+      }
+    }
+    for (int i = first + 1; first >= 0 && i <= last; ++i) {
+      const std::set<int64_t> input = Ids(cuts.storages[static_cast<size_t>(i)]);
+      for (const auto& [id, bytes] : storages) {
+        if (cuts.kept.count(id) != 0 || input.count(id) != 0) continue;
+        if (counted[static_cast<size_t>(i)].insert(id).second) held[static_cast<size_t>(i)] += bytes;
+      }
+    }
+  }
+  return held;
+}
+
 FrontierSteps FrontierStepsOf(const Chain& chain, const std::vector<WrappableModule>& modules, ModuleAccounting accounting) {
   const int length = chain.length();
   // Parameter gradients (PyTorch allocates them in backward): grads_from[k],
@@ -273,6 +302,14 @@ FrontierSteps FrontierStepsOf(const Chain& chain, const std::vector<WrappableMod
     }
     loose[static_cast<size_t>(k)] = kept_bytes(cut(k), shared, false);  // its own: without the bits
   }
+  // Eager PyTorch holds the tensors a module is called with until it returns
+  // (the caller's variable, the module's argument), where a graph frees them
+  // at their last reader: a frozen ResNet's layer4 holds layer3's output
+  // through layer4.1. Per stage, those of every module around it called in
+  // an earlier stage that no op saves and no cut into the stage carries:
+  // held through its forward when it runs unwrapped.
+  const std::vector<int64_t> call_held =
+      accounting == ModuleAccounting::kPyTorch ? CallInputsHeld(chain, cuts) : std::vector<int64_t>(length, 0);
   std::vector<std::vector<FrontierStep>> units(static_cast<size_t>(length));
   for (int i = 0; i < length; ++i) {
     const Stage& s = chain.stages[static_cast<size_t>(i)];
@@ -280,6 +317,16 @@ FrontierSteps FrontierStepsOf(const Chain& chain, const std::vector<WrappableMod
     const int64_t kept = own + kept_fresh[static_cast<size_t>(i)];
     FrontierStep unit{i, i, -1, kept + backward(i), kept, s.fwd_ms + s.bwd_ms};
     unit.need_input = std::max(own + out, out + s.fwd_tmp_bytes);
+    // A stage that is one whole module: eager PyTorch holds at least what its
+    // forward held there (a Python local kept until the module returns, as
+    // a block's input is through its downsample and its add, where a graph
+    // frees it at its last reader). It decides the peak where nothing is
+    // saved for backward (a frozen backbone).
+    if (accounting == ModuleAccounting::kPyTorch && s.modules.size() == 1 && s.modules[0] == s.name) {
+      auto eager = chain.module_eager_peak_bytes.find(s.name);
+      if (eager != chain.module_eager_peak_bytes.end()) unit.need_input = std::max(unit.need_input, eager->second);
+    }
+    unit.need_input += call_held[static_cast<size_t>(i)];
     unit.input_own = loose[static_cast<size_t>(i)];
     unit.input_bits = bits_at(i);
     units[static_cast<size_t>(i)].push_back(unit);

@@ -36,6 +36,7 @@ import torch
 import torch.utils.checkpoint
 
 __all__ = ["apply_plan", "remove_plan", "load_plan", "checkpointed_modules", "check_model", "check_optimizer",
+           "check_trainable", "check_trainable_optimizer", "plan_autocast", "check_autocast",
            "export", "ExportError",
            "rank_plan", "fsdp_units", "apply_rank_plan", "is_meta_model", "plan_batch"]
 
@@ -255,6 +256,66 @@ def check_model(model, plan):
                          f"{_describe_bytes(nbytes)} ({source.get('model_path', 'its profile')}); this model has "
                          f"{have_count} of {_describe_bytes(have_bytes)}: profile and solve for this model, or pass "
                          "strict=False to apply it anyway")
+    check_trainable(model, doc)
+
+
+def _trainable(params):
+    """(count, bytes) of the parameters that require grad, each tensor once."""
+    seen, count, nbytes = set(), 0, 0
+    for p in params:
+        if p.requires_grad and id(p) not in seen:
+            seen.add(id(p))
+            count += 1
+            nbytes += p.numel() * p.element_size()
+    return count, nbytes
+
+
+def check_trainable(model, plan):
+    """Warns when ``model`` trains other parameters than the plan was profiled with (its
+    ``source.trainable_count`` and ``trainable_bytes``; absent: every parameter): a frozen parameter
+    has no gradient, no optimizer state and saves less for backward, so a plan made with the weights
+    frozen predicts too little for a job that trains them, and one made with them trained too much.
+    Returns the warning's text, or None when they agree."""
+    source = load_plan(plan).get("source", {})
+    if not isinstance(source, dict) or source.get("param_count") is None or "distributed" in load_plan(plan):
+        return None
+    want = (source.get("trainable_count", source["param_count"]), source.get("trainable_bytes", source.get("param_bytes")))
+    have = _trainable(_eager(model).parameters())
+    if want == have:
+        return None
+    text = (f"ckplan_torch: the plan was profiled with {want[0]} trainable parameter tensors "
+            f"({_describe_bytes(want[1])}) and the model trains {have[0]} ({_describe_bytes(have[1])}): gradients, "
+            "optimizer state and what backward saves differ, so the step may not be what the plan predicts; freeze "
+            "the model's parameters as the job does before ckplan_torch.plan (requires_grad_(False))")
+    warnings.warn(text)
+    return text
+
+
+def check_trainable_optimizer(model, optimizer):
+    """Warns when the job's optimizer does not update exactly the model's trainable parameters
+    (those that require grad): parameters it holds that the model does not have or that are frozen
+    get state no plan counts; trainable ones it lacks get gradients that nothing frees. Returns the
+    warning's text, or None when they agree."""
+    trainable = {id(p) for p in _eager(model).parameters() if p.requires_grad}
+    everything = {id(p) for p in _eager(model).parameters()}
+    held = {id(p) for g in optimizer.param_groups for p in g["params"]}
+    foreign = len(held - everything)
+    frozen = len((held & everything) - trainable)
+    missing = len(trainable - held)
+    if not (foreign or frozen or missing):
+        return None
+    parts = []
+    if foreign:
+        parts.append(f"{foreign} that are not the model's")
+    if frozen:
+        parts.append(f"{frozen} that the model froze (requires_grad False)")
+    if missing:
+        parts.append(f"not {missing} of the model's trainable ones")
+    text = ("ckplan_torch: the optimizer holds " + "; ".join(parts) + ": the plan counts a gradient and optimizer "
+            "state for each trainable parameter of the model, and none for others; give the optimizer the "
+            "parameters that require grad (filter(lambda p: p.requires_grad, model.parameters()))")
+    warnings.warn(text)
+    return text
 
 
 def _optimizer_of(optimizer):
@@ -354,6 +415,7 @@ def apply_plan(model, plan, optimizer=None, strict=True):
         check_model(model, doc)
     if optimizer is not None:
         check_optimizer(optimizer, doc)
+        check_trainable_optimizer(model, optimizer)
     model = _eager(model)
     paths = list(doc["checkpoint_modules"])
     named = dict(model.named_modules())
@@ -420,22 +482,47 @@ def _first_batch(args, kwargs):
     return None
 
 
+def plan_autocast(plan):
+    """The autocast dtype the plan's profile ran the forward and loss under (``torch.bfloat16``,
+    ``torch.float16``), or None."""
+    name = (load_plan(plan).get("source") or {}).get("autocast")
+    return {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(name) if isinstance(name, str) else None
+
+
+def _job_autocast(module):
+    """The autocast dtype the job's forward runs under on the model's device, or None."""
+    device = next(iter(list(module.parameters()) + list(module.buffers())), torch.empty(0)).device.type
+    if device == "meta" or not torch.is_autocast_enabled(device):
+        return None
+    return torch.get_autocast_dtype(device)
+
+
 def _watch_batch(model, doc):
     """On the model's first forward after apply_plan, a warning when it runs
-    another batch than the plan was made for (the peak grows with the batch)."""
+    another batch than the plan was made for (the peak grows with the batch),
+    or under another autocast than the plan's profile (or none where it had one)."""
     expected = plan_batch(doc)
+    autocast = plan_autocast(doc)
     old = model.__dict__.pop(_BATCH_HOOK, None)
     if old is not None:
         old.remove()
-    if expected is None:
-        return
 
     def check(module, args, kwargs):
         handle = module.__dict__.pop(_BATCH_HOOK, None)
         if handle is not None:
             handle.remove()
+        if torch.is_grad_enabled():
+            running = _job_autocast(module)
+            if running != autocast:
+                said = {None: "no autocast", torch.bfloat16: "autocast bfloat16", torch.float16: "autocast float16"}
+                warnings.warn(f"ckplan_torch.apply_plan: the plan was made for a forward under "
+                              f"{said.get(autocast, autocast)} and the model runs under "
+                              f"{said.get(running, running)}: activations have other dtypes, so the step's memory "
+                              f"differs from the prediction; plan as the job runs "
+                              f"(ckplan_torch.plan(..., autocast={running}))",
+                              stacklevel=2)
         batch = _first_batch(args, kwargs)
-        if batch is not None and batch != expected:
+        if expected is not None and batch is not None and batch != expected:
             warnings.warn(f"ckplan_torch.apply_plan: the plan is for batch {expected}, and the model runs batch "
                           f"{batch}: the step {'needs more memory' if batch > expected else 'holds less'} than the "
                           f"plan predicts; plan this batch (ckplan solve MODEL --batch {batch} ...), or the largest "
@@ -847,7 +934,29 @@ def _eager_module_peaks(model, args, kwargs=None):
     return {"inputs": [{"shape": list(x.shape), "itemsize": x.element_size()} for x in inputs], "bytes": peaks}
 
 
-def export(model, args, path, kwargs=None, dynamic_batch=True, dynamic_seq=False):
+_AUTOCAST_DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16"}
+
+
+def _autocast_context(model, args, kwargs, autocast):
+    """``torch.autocast`` on the model's device with dtype ``autocast`` (a null context for None)."""
+    if autocast is None:
+        return contextlib.nullcontext()
+    tensors = list(model.parameters()) + list(model.buffers()) + [
+        x for x in _ordered_inputs(args, kwargs) if isinstance(x, torch.Tensor)]
+    device = tensors[0].device.type if tensors else "cpu"
+    return torch.autocast(device, dtype=autocast)
+
+
+def check_autocast(autocast, argument="autocast"):
+    """``autocast`` as ``torch.autocast`` takes its dtype: torch.bfloat16, torch.float16 or None
+    (fp32, no autocast); anything else a ValueError naming the argument."""
+    if autocast is None or autocast in _AUTOCAST_DTYPES:
+        return autocast
+    raise ValueError(f"{argument}={autocast!r}: torch.bfloat16 or torch.float16 (the dtype torch.autocast runs the "
+                     "forward in, the weights kept in theirs), or None for no autocast")
+
+
+def export(model, args, path, kwargs=None, dynamic_batch=True, dynamic_seq=False, autocast=None):
     """Exports ``model`` in train mode for ckplan, with ``torch.export.export``'s
     arguments in its order: ``args`` (a tuple of tensors, or one tensor) and
     ``kwargs`` (tensors by forward's parameter names: a Hugging Face model's
@@ -862,6 +971,18 @@ def export(model, args, path, kwargs=None, dynamic_batch=True, dynamic_seq=False
     ranges, so ``ckplan profile model.pt2`` needs no ``--input`` at the
     example's shapes. Returns the ExportedProgram.
 
+    ``autocast``: the dtype the job runs its forward (and loss) in under
+    ``torch.autocast`` (``torch.bfloat16``, ``torch.float16``; None: no
+    autocast), the weights in their own dtype: the model is exported under
+    ``torch.autocast(device, dtype=autocast)`` and the archive records it,
+    so that ``ckplan profile`` runs the forward and loss under the same
+    autocast (its casts, its cache of the weights' casts, the ops it keeps in
+    fp32). Regions the model sets itself (``torch.autocast(enabled=False)``
+    around rotary embeddings) are kept in the program and run as they are.
+    A meta model is exported without it (autocast casts on a real device
+    only) and ``ckplan profile --device meta`` applies CUDA's autocast policy
+    op by op.
+
     Hugging Face models as they come: key-value caches are off for the
     export (each config's ``use_cache`` set back after); a model given its
     ``labels`` returns its loss, which the profile back-propagates as it
@@ -872,6 +993,7 @@ def export(model, args, path, kwargs=None, dynamic_batch=True, dynamic_seq=False
     order, with a warning: torch.export.save cannot save a namedtuple.
     Raises ExportError with PyTorch's reason and the fix.
     """
+    autocast = check_autocast(autocast)
     if isinstance(args, torch.Tensor):
         args = (args,)
     if not isinstance(args, tuple):
@@ -884,8 +1006,11 @@ def export(model, args, path, kwargs=None, dynamic_batch=True, dynamic_seq=False
                           + " (pass use_cache and other options through the model's config)")
     was_training = model.training
     model.train()
+    # On the meta device autocast casts nothing: exported without it, and
+    # `ckplan profile --device meta` applies CUDA's autocast policy op by op.
+    traced_autocast = None if is_meta_model(model, values) else autocast
     try:
-        with _caches_off(model):
+        with _caches_off(model), _autocast_context(model, args, kwargs, traced_autocast):
             program = _export_program(model, args, kwargs, dynamic_batch, dynamic_seq)
             named = _namedtuple_in(program.call_spec.out_spec)
             fields = _model_output_fields(program.call_spec.out_spec)
@@ -906,6 +1031,9 @@ def export(model, args, path, kwargs=None, dynamic_batch=True, dynamic_seq=False
     inputs = _ordered_inputs(args, kwargs)
     shapes_only = is_meta_model(model, inputs)
     record = {"schema": "ckplan.pt2-extra/1", "shapes_only": shapes_only, "aliases": _aliases(model)}
+    if autocast is not None:
+        devices = [t.device.type for t in list(model.parameters()) + inputs if isinstance(t, torch.Tensor)]
+        record["autocast"] = {"dtype": _AUTOCAST_DTYPES[autocast], "device": devices[0] if devices else "cpu"}
     specs = [_input_spec(x) for x in inputs]
     if all(spec is not None for spec in specs):
         record["inputs"] = specs

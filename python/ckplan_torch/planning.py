@@ -22,8 +22,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 # The package imports this module after defining these (ckplan_torch/__init__.py, at its end).
-from . import (_describe_bytes, _optimizer_of, _optimizer_options_of, _solve_flags, apply_plan, export,  # noqa: E402
-               is_meta_model, plan_batch)
+from . import (_describe_bytes, _optimizer_of, _optimizer_options_of, _solve_flags, apply_plan, check_autocast,  # noqa: E402
+               check_trainable_optimizer, export, is_meta_model, plan_batch)
 
 __all__ = ["plan", "enable", "Plan", "CkplanError", "find_ckplan", "auto_budget", "AUTO_BUDGET_MARGIN"]
 
@@ -286,7 +286,7 @@ def _write_json(path, doc):
 
 def plan(model, example_inputs, budget, kwargs=None, gpu=None, optimizer="adamw", target="pytorch",
          optimizer_impl="auto", ckplan=None, workdir=None, batch=None, max_batch=None, global_batch=None,
-         seq=None, max_seq=None, sac_dispatch_us=None):
+         seq=None, max_seq=None, sac_dispatch_us=None, autocast=None):
     """Plans checkpointing for ``model`` under a memory ``budget``, in one call; returns a Plan.
 
     ``example_inputs`` and ``kwargs``: as ``torch.export.export`` takes them (a tuple of tensors, and
@@ -309,6 +309,14 @@ def plan(model, example_inputs, budget, kwargs=None, gpu=None, optimizer="adamw"
     this Python, ``sac_dispatch_us()``; 0 where the GPU's kernels hide it). ``workdir``: keep the archive,
     profile and plan there (default: a temporary folder, removed). ``ckplan``: the program's path
     (find_ckplan).
+
+    ``autocast``: the dtype the job's forward and loss run in under ``torch.autocast`` (mixed
+    precision: ``torch.bfloat16``, as transformers' Trainer with ``bf16=True``, or ``torch.float16``,
+    with ``torch.amp.GradScaler``), the weights kept in their own dtype; None (fp32) for none. The
+    profile runs them so (``ckplan profile --autocast``); ``Plan.apply`` warns when the job's forward
+    runs otherwise. Frozen parameters (``requires_grad_(False)``: LoRA's base weights, a frozen
+    backbone) are read from the model as it is: no gradient, no optimizer state, and what autograd
+    saves with them frozen; a torch.optim ``optimizer`` is checked to hold exactly the trainable ones.
 
     ``batch``: None plans the example inputs' batch. ``"auto"`` profiles the model at the batches
     needed to find the largest that fits the budget, with and without checkpointing, and plans the
@@ -336,7 +344,10 @@ def plan(model, example_inputs, budget, kwargs=None, gpu=None, optimizer="adamw"
         budget = auto_budget(device)
     if isinstance(budget, bool) or not isinstance(budget, (int, str)):
         raise TypeError(f"budget: bytes (int) or text such as '24GB', not {type(budget).__name__}")
+    autocast = check_autocast(autocast)
     solve_flags = _optimizer_flags(optimizer, optimizer_impl)
+    if isinstance(optimizer, torch.optim.Optimizer):
+        check_trainable_optimizer(model, optimizer)
     if target == "sac":
         per_op = globals()["sac_dispatch_us"]() if sac_dispatch_us is None else float(sac_dispatch_us)
         solve_flags += ["--sac-dispatch-us", f"{per_op:.2f}"]
@@ -358,7 +369,7 @@ def plan(model, example_inputs, budget, kwargs=None, gpu=None, optimizer="adamw"
         plan_path = os.path.join(work, "plan.json")
         if batch is not None and seq is not None:
             raise ValueError("batch= and seq= search one dimension each: give one")
-        export(model, example_inputs, archive, kwargs=kwargs, dynamic_seq=seq is not None)
+        export(model, example_inputs, archive, kwargs=kwargs, dynamic_seq=seq is not None, autocast=autocast)
         batches = None
         if batch is None and seq is None:
             _run(program, "profile", archive, *profile_flags, "-o", profile)
