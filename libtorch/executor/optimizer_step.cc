@@ -16,6 +16,10 @@ ModuleTensors UniqueModuleTensors(const torch::jit::Module& module) {
   for (const auto& p : module.parameters()) {
     if (p.requires_grad() && seen.insert(p.unsafeGetTensorImpl()).second) out.params.push_back(p);
   }
+  // A frozen parameter is held as a buffer is, never updated.
+  for (const auto& p : module.parameters()) {
+    if (!p.requires_grad() && seen.insert(p.unsafeGetTensorImpl()).second) out.buffers.push_back(p);
+  }
   for (const auto& b : module.buffers()) {
     if (seen.insert(b.unsafeGetTensorImpl()).second) out.buffers.push_back(b);
   }

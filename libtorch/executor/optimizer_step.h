@@ -18,7 +18,8 @@ namespace ckplan {
 
 // A module's trainable parameters and its buffers, each tensor once: tied
 // weights (GPT-2's lm_head and wte) are one parameter listed twice, with one
-// gradient and one optimizer update.
+// gradient and one optimizer update. Frozen parameters (requires_grad false)
+// are listed with the buffers: held, never updated.
 struct ModuleTensors {
   std::vector<at::Tensor> params;
   std::vector<at::Tensor> buffers;
