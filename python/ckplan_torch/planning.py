@@ -259,6 +259,13 @@ class Plan:
                  f"predicted peak {peak} of a {budget} budget, step {self.time_ms:.2f} ms (+{self.overhead_pct:.1f}%)"]
         if self.min_budget_bytes is not None:
             lines[0] += f"; smallest budget {_describe_bytes(self.min_budget_bytes, style)}"
+        source = self.doc.get("source") or {}
+        if source.get("trainable_count") is not None:  # some parameters frozen
+            lines.append(f"  trains {_describe_bytes(source['trainable_bytes'], style)} of "
+                         f"{_describe_bytes(source.get('param_bytes', 0), style)} of parameters "
+                         f"({source['trainable_count']} of {source.get('param_count')} tensors)")
+        if source.get("autocast"):
+            lines.append(f"  forward and loss under torch.autocast(dtype=torch.{source['autocast']})")
         if self.strategies:
             lines.append(f"  {'strategy':<20} {'peak':>12} {'step':>12} {'overhead':>9}  fits")
             for row in self.strategies:

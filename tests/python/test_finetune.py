@@ -185,6 +185,9 @@ def test_profile_records_the_job(planned):
     expected = {None: None, torch.bfloat16: "bfloat16", torch.float16: "float16"}[job.autocast]
     assert plan.profile["environment"].get("autocast") == expected
     assert source.get("autocast") == expected
+    # print(plan) says both.
+    assert ("trains " in repr(plan)) == bool(frozen)
+    assert (f"torch.autocast(dtype=torch.{expected})" in repr(plan)) == (expected is not None)
     # The optimizer's state is the trainable parameters' (LoRA: the adapters' alone): AdamW's two moments
     # and a step counter per tensor, SGD's momentum buffer; GradScaler's three scalars under fp16.
     optimizer = job.make_optimizer(job.trainable())
