@@ -348,15 +348,16 @@ void GraphProgram::RunNode(size_t index, Environment& env) const {
       torch::jit::Stack stack;
       stack.reserve(node->inputs().size());
       for (size_t k = 0; k < node->inputs().size(); ++k) stack.push_back(input(k));
+      // The autocast of the op's region: the program's, or the model's own.
+      const int mode = !uses_autocast()              ? kAutocastOff
+                       : p.autocast != kAutocastOuter ? p.autocast
+                       : autocast_                    ? static_cast<int>(*autocast_)
+                                                      : kAutocastOff;
       if (uses_autocast() && autocast_device_ == c10::DeviceType::Meta) {
-        const int mode = p.autocast == kAutocastOuter ? (autocast_ ? static_cast<int>(*autocast_) : kAutocastOff)
-                                                      : p.autocast;
         if (mode >= 0) EmulateAutocast(index, static_cast<c10::ScalarType>(mode), stack);
         const_cast<torch::jit::Operation&>(p.operation)(stack);
       } else if (uses_autocast()) {
         // torch.autocast's thread-local state for the op, as its region sets it.
-        const int mode = p.autocast == kAutocastOuter ? (autocast_ ? static_cast<int>(*autocast_) : kAutocastOff)
-                                                      : p.autocast;
         const bool was_enabled = at::autocast::is_autocast_enabled(autocast_device_);
         const c10::ScalarType was_dtype = at::autocast::get_autocast_dtype(autocast_device_);
         at::autocast::set_autocast_enabled(autocast_device_, mode >= 0);

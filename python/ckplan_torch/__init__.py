@@ -276,8 +276,9 @@ def check_trainable(model, plan):
     has no gradient, no optimizer state and saves less for backward, so a plan made with the weights
     frozen predicts too little for a job that trains them, and one made with them trained too much.
     Returns the warning's text, or None when they agree."""
-    source = load_plan(plan).get("source", {})
-    if not isinstance(source, dict) or source.get("param_count") is None or "distributed" in load_plan(plan):
+    doc = load_plan(plan)
+    source = doc.get("source", {})
+    if not isinstance(source, dict) or source.get("param_count") is None or "distributed" in doc:
         return None
     want = (source.get("trainable_count", source["param_count"]), source.get("trainable_bytes", source.get("param_bytes")))
     have = _trainable(_eager(model).parameters())
