@@ -540,11 +540,11 @@ PlannerInput SolveBatches(const BatchOptions& o, const std::string& model, const
     throw Error(ExitCode::kInfeasible,
                 fixed_batch > 0
                     ? Format("budget %s is below the minimum %s for %s %d of %s", budget.text.c_str(),
-                             FormatBytes(smallest.plans.min_budget_bytes, budget.style, true).c_str(), o.DimName(),
+                             FormatLikeBudget(smallest.plans.min_budget_bytes, budget).c_str(), o.DimName(),
                              fixed_batch, model.c_str())
                     : Format("budget %s fits no %s of %s: %s %d needs at least %s", budget.text.c_str(), o.DimName(),
                              model.c_str(), o.DimName(), smallest.point.batch,
-                             FormatBytes(smallest.plans.min_budget_bytes, budget.style, true).c_str()));
+                             FormatLikeBudget(smallest.plans.min_budget_bytes, budget).c_str()));
   }
   std::fprintf(human, "\nthe plan for %s %d (%s):\n", o.DimName(), chosen,
                fixed_batch > 0 ? (o.dim == 1 ? "--seq" : "--batch") : o.mode == "largest" ? "the largest that fits" : "the fastest");

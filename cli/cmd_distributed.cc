@@ -156,7 +156,7 @@ int RunDataParallel(const DistributedOptions& o, const PlannerInput& in, const B
     int64_t minimum = MinimumOptimalBudget(chain, rank, slots);
     throw Error(ExitCode::kInfeasible,
                 Format("budget %s is below the per-rank minimum %s (--data-parallel %d --shard %s; per-rank fixed part: %s)",
-                       budget.text.c_str(), FormatBytesCompact(minimum, budget.style).c_str(), o.data_parallel,
+                       budget.text.c_str(), FormatLikeBudget(minimum, budget).c_str(), o.data_parallel,
                        o.shard.c_str(), DescribeRank(rank, budget.style).c_str()));
   }
   PlanRequest request;
@@ -196,7 +196,7 @@ int RunPipeline(const DistributedOptions& o, const PlannerInput& in, const ByteQ
       chain, o.pipeline, o.microbatches, schedule, budget.bytes, slots,
       [&](int first, int last) { return stage_rank(first, last).total(); }, stage_end);
   if (!plan.feasible) {
-    std::string minimum = plan.min_budget_bytes > 0 ? FormatBytesCompact(plan.min_budget_bytes, budget.style) : "none";
+    std::string minimum = plan.min_budget_bytes > 0 ? FormatLikeBudget(plan.min_budget_bytes, budget) : "none";
     throw Error(ExitCode::kInfeasible,
                 Format("budget %s is below the per-stage minimum %s (--pipeline %d --microbatches %d --schedule %s)",
                        budget.text.c_str(), minimum.c_str(), o.pipeline, o.microbatches, o.schedule.c_str()));

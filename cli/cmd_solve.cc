@@ -94,7 +94,9 @@ std::string DescribeFixed(const FixedMemory& fixed, UnitStyle style) {
 
 // The minimum budget as the user would type it, rounded up and checked so
 // that the printed value itself is feasible.
-std::string PrintableMinimum(int64_t minimum, UnitStyle style, const std::function<bool(int64_t)>& feasible) {
+std::string PrintableMinimum(int64_t minimum, const ByteQuantity& budget, const std::function<bool(int64_t)>& feasible) {
+  if (WrittenInBytes(budget)) return std::to_string(minimum);  // exact: the smallest feasible budget
+  const UnitStyle style = budget.style;
   std::string text = FormatBytesCompact(minimum, style);
   for (int attempt = 0; attempt < 20; ++attempt) {
     int64_t value = ParseBytes(text).bytes;
@@ -256,10 +258,10 @@ int RunSolve(const SolveOptions& o) {
     throw Error(ExitCode::kInfeasible,
                 Format("budget %s is below the fixed part of the step (%s); the minimum for this %s is %s",
                        budget.text.c_str(), DescribeFixed(in.fixed, budget.style).c_str(), what.c_str(),
-                       FormatBytesCompact(plan.min_budget_bytes, budget.style).c_str()));
+                       FormatLikeBudget(plan.min_budget_bytes, budget).c_str()));
   }
   if (!plan.feasible) {
-    std::string minimum = PrintableMinimum(plan.min_budget_bytes, budget.style, [&](int64_t value) {
+    std::string minimum = PrintableMinimum(plan.min_budget_bytes, budget, [&](int64_t value) {
       if (request.algorithm == Algorithm::kOptimal && request.pytorch_modules == nullptr) {
         return OptimalBudgetFeasible(in.chain, in.fixed, value, o.slots);
       }

@@ -392,7 +392,8 @@ class Profiler {
     profile.model.training = module.is_training();
     // Which loss the profile back-propagated: the model's own, or the
     // sum over its outputs (as `ckplan run`'s --loss does).
-    profile.model.loss = program.returns_loss() ? "model" : "outputs";
+    // `loss_fn`: the job's own, exported with the model.
+    profile.model.loss = program.returns_job_loss() ? "loss_fn" : program.returns_loss() ? "model" : "outputs";
     // Modules the forward never calls (nn.ModuleList, nn.ModuleDict: their
     // children are called one by one): an eager plan cannot wrap them.
     for (const auto& item : module.named_modules()) {

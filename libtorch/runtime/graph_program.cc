@@ -148,10 +148,15 @@ GraphProgram::GraphProgram(torch::jit::Module module) : module_(std::move(module
 
 namespace {
 
+// Whether `value` is the job's own loss, exported with the model
+// (ckplan_torch.export's loss_fn; the .pt2 reader marks it).
+bool IsJobLoss(const Value* value) { return value->node()->hasAttribute(c10::Symbol::attr("ckplan_job_loss")); }
+
 // Whether `value` is a loss: made by a loss op (aten::cross_entropy_loss,
 // nll_loss, mse_loss, ...), or by a few scalar steps after one (a Hugging
 // Face loss divides the summed cross entropy by the number of items).
 bool IsLossValue(const Value* value) {
+  if (IsJobLoss(value)) return true;
   for (int step = 0; step < 4 && value != nullptr; ++step) {
     const Node* node = value->node();
     const std::string kind = node->kind().toQualString();
@@ -226,8 +231,13 @@ void GraphProgram::SelectTrainingOutputs() {
     for (size_t k = 1; k < made->inputs().size(); ++k) {
       if (made->inputs()[k]->type()->kind() == c10::TypeKind::TensorType) held.push_back(made->inputs()[k]);
     }
-    output_choice_ = "the model returns a tuple led by its loss (" + std::string(made->inputs()[0]->node()->kind()
-                     .toQualString()) + "): that is the training loss, back-propagated as it is (--loss does not apply)";
+    returns_job_loss_ = IsJobLoss(made->inputs()[0]);
+    output_choice_ = returns_job_loss_
+                         ? std::string("the archive returns the job's loss (its loss_fn) and the model's outputs: that "
+                                       "loss is back-propagated as it is (--loss does not apply)")
+                         : "the model returns a tuple led by its loss (" +
+                               std::string(made->inputs()[0]->node()->kind().toQualString()) +
+                               "): that is the training loss, back-propagated as it is (--loss does not apply)";
   } else {
     return;
   }

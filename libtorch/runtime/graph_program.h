@@ -113,6 +113,9 @@ class GraphProgram {
   /// Hugging Face model's `loss`, given its labels): back-propagated as it is,
   /// not through --loss.
   bool returns_loss() const { return returns_loss_; }
+  /// Whether that loss is the job's own, exported with the model
+  /// (ckplan_torch.export's loss_fn).
+  bool returns_job_loss() const { return returns_job_loss_; }
   /// What was chosen from a dict or loss output, in one sentence ("" when
   /// the outputs are taken as the model returns them).
   const std::string& output_choice() const { return output_choice_; }
@@ -151,6 +154,7 @@ class GraphProgram {
   mutable std::unordered_map<const c10::TensorImpl*, at::Tensor> cast_cache_;
   bool explicit_autocast_ = false;  // some node runs in a region of the model's own
   bool returns_loss_ = false;
+  bool returns_job_loss_ = false;
   std::string output_choice_;
   std::vector<const torch::jit::Value*> held_outputs_;
 };

@@ -37,6 +37,9 @@ const c10::Symbol kModuleAttr = c10::Symbol::attr("ckplan_module");
 const c10::Symbol kCallInputAttr = c10::Symbol::attr("ckplan_call_input_of");
 const c10::Symbol kWrappedNumberAttr = c10::Symbol::attr("ckplan_wrapped_number_bytes");
 const c10::Symbol kAutocastAttr = c10::Symbol::attr("ckplan_autocast");
+// On the node making the program's first output when it is the job's loss
+// (ckplan_torch.export's loss_fn): the graph's training loss, back-propagated as it is.
+const c10::Symbol kJobLossAttr = c10::Symbol::attr("ckplan_job_loss");
 
 // Eager PyTorch passes a Python number given for a Tensor argument as a
 // 0-dim "wrapped number" host tensor (a double or an int64, 8 bytes), and
@@ -178,6 +181,7 @@ class Pt2Reader {
     if (!reader_.hasRecord("extra/ckplan.json")) return;
     json record = ReadJson("extra/ckplan.json");
     shapes_only_ = record.value("shapes_only", false);
+    job_loss_ = record.contains("loss") && record["loss"].is_object();
     if (record.contains("aliases") && record["aliases"].is_object()) {
       for (const auto& [name, target] : record["aliases"].items()) aliases_[name] = target.get<std::string>();
     }
@@ -364,6 +368,13 @@ class Pt2Reader {
       outputs.push_back(Lookup(arg["as_tensor"]["name"].get<std::string>(), "the program's output"));
     }
     if (outputs.empty()) throw BadInput(path_ + ": the exported program returns no tensor");
+    if (job_loss_) {
+      if (outputs[0]->node()->kind() == c10::prim::Param) {
+        throw BadInput(path_ + ": the job's loss (loss_fn) returns an input as it is: return a loss computed "
+                       "from the model's output");
+      }
+      outputs[0]->node()->i_(kJobLossAttr, 1);
+    }
     if (outputs.size() == 1) {
       graph->registerOutput(outputs[0]);
     } else {
@@ -744,6 +755,7 @@ class Pt2Reader {
 
   std::string path_;
   bool shapes_only_ = false;
+  bool job_loss_ = false;  // the program returns (the job's loss, the model's outputs...)
   int train_mode_ops_ = 0, eval_mode_ops_ = 0;  // ops that ran as in training, as in eval (NoteMode)
   std::vector<int> autocast_;  // the autocast regions the node being added is in, innermost last
   std::map<std::string, std::string> aliases_;

@@ -70,6 +70,20 @@ ByteQuantity ParseBytes(const std::string& text, const std::string& what) {
   return ByteQuantity{static_cast<int64_t>(std::floor(bytes)), found->style, text};
 }
 
+bool WrittenInBytes(const ByteQuantity& quantity) {
+  const std::string& t = quantity.text;
+  size_t i = t.find_first_not_of(" \t");
+  if (i == std::string::npos || !std::isdigit(static_cast<unsigned char>(t[i]))) return false;
+  while (i < t.size() && std::isdigit(static_cast<unsigned char>(t[i]))) ++i;
+  while (i < t.size() && t[i] == ' ') ++i;
+  if (i < t.size() && (t[i] == 'b' || t[i] == 'B')) ++i;
+  return t.find_first_not_of(" \t", i) == std::string::npos;
+}
+
+std::string FormatLikeBudget(int64_t bytes, const ByteQuantity& budget) {
+  return WrittenInBytes(budget) ? std::to_string(bytes) : FormatBytesCompact(bytes, budget.style);
+}
+
 std::string FormatBytes(int64_t bytes, UnitStyle style, bool round_up) {
   const double base = style == UnitStyle::kBinary ? 1024.0 : 1000.0;
   // Up to exa: an int64 is below 9.3 EB, so every unit printed also parses.

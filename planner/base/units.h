@@ -39,4 +39,12 @@ std::string FormatBytes(int64_t bytes, UnitStyle style = UnitStyle::kBinary,
 /// (`2.61GiB`), rounded up to 3 significant decimals.
 std::string FormatBytesCompact(int64_t bytes, UnitStyle style);
 
+/// Whether `quantity` was written as a whole count of bytes (`182868200`,
+/// `182868200B`): a budget given so is answered in bytes.
+bool WrittenInBytes(const ByteQuantity& quantity);
+
+/// `bytes` in the form `budget` was written in: the exact count where it
+/// was written in bytes (WrittenInBytes), else FormatBytesCompact in its style.
+std::string FormatLikeBudget(int64_t bytes, const ByteQuantity& budget);
+
 }  // namespace ckplan

@@ -69,3 +69,13 @@ TEST_CASE("every size a plan can name formats in a unit that parses back") {
     }
   }
 }
+
+TEST_CASE("a budget written in bytes is answered in bytes") {
+  CHECK(WrittenInBytes(ParseBytes("182868200")));
+  CHECK(WrittenInBytes(ParseBytes(" 182868200 B")));
+  CHECK(!WrittenInBytes(ParseBytes("183MB")));
+  CHECK(!WrittenInBytes(ParseBytes("1.5e9")));
+  CHECK(!WrittenInBytes(ParseBytes("24GiB")));
+  CHECK(FormatLikeBudget(182869224, ParseBytes("182868200")) == "182869224");
+  CHECK(FormatLikeBudget(182869224, ParseBytes("182MB")) == "183MB");
+}

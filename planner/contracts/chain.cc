@@ -93,6 +93,11 @@ void ValidateChain(const Chain& chain, const std::string& file, const std::strin
   int64_t total = SaturatingAdd(SaturatingAdd(SaturatingAdd(chain.input_bytes, chain.loss_bwd_tmp_bytes),
                                               chain.update_tmp_bytes),
                                 chain.output_held_bytes);
+  total = SaturatingAdd(total, chain.output_kept_bytes);
+  if (chain.output_kept_stage < -1 || chain.output_kept_stage >= static_cast<int>(chain.stages.size()) ||
+      (chain.output_kept_bytes > 0) != (chain.output_kept_stage >= 0)) {
+    fail("output_kept", "a stage of the chain with bytes above 0, or neither");
+  }
   for (const auto& entry : chain.input_storages) total = SaturatingAdd(total, entry.second);
   for (const Stage& s : chain.stages) {
     for (int64_t bytes : {s.out_bytes, s.saved_bytes, s.fwd_tmp_bytes, s.bwd_tmp_bytes, s.private_saved_bytes.value_or(0),
@@ -241,6 +246,11 @@ Chain ChainFromJson(const nlohmann::json& doc, const std::string& file) {
   if (root.Has("checkpoint_call_ms")) chain.checkpoint_call_ms = root.Field("checkpoint_call_ms").NonNegativeNumber();
   if (root.Has("update_tmp_bytes")) chain.update_tmp_bytes = root.Field("update_tmp_bytes").NonNegativeBytes();
   if (root.Has("output_held_bytes")) chain.output_held_bytes = root.Field("output_held_bytes").NonNegativeBytes();
+  if (root.Has("output_kept")) {
+    JsonReader kept = root.Field("output_kept");
+    chain.output_kept_bytes = kept.Field("bytes").NonNegativeBytes();
+    chain.output_kept_stage = kept.Field("stage").IntegerIn(0, 1 << 30);
+  }
   if (root.Has("checkpoint_state_bytes")) {
     chain.checkpoint_state_bytes = root.Field("checkpoint_state_bytes").NonNegativeBytes();
   }
@@ -315,6 +325,9 @@ nlohmann::json ChainToJson(const Chain& chain) {
   if (!chain.module_eager_peak_bytes.empty()) doc["module_eager_peak_bytes"] = chain.module_eager_peak_bytes;
   if (chain.update_tmp_bytes > 0) doc["update_tmp_bytes"] = chain.update_tmp_bytes;
   if (chain.output_held_bytes > 0) doc["output_held_bytes"] = chain.output_held_bytes;
+  if (chain.output_kept_bytes > 0) {
+    doc["output_kept"] = {{"bytes", chain.output_kept_bytes}, {"stage", chain.output_kept_stage}};
+  }
   if (chain.checkpoint_state_bytes > 0) doc["checkpoint_state_bytes"] = chain.checkpoint_state_bytes;
   if (chain.module_loss_bwd_ms) doc["loss"]["module_bwd_ms"] = *chain.module_loss_bwd_ms;
   if (chain.checkpoint_call_ms > 0) doc["checkpoint_call_ms"] = chain.checkpoint_call_ms;

@@ -94,6 +94,13 @@ struct Chain {
   /// step's end, where no op saves it (then it is kept anyway); 0 when not
   /// counted.
   int64_t output_held_bytes = 0;
+  /// Optional, for the PyTorch target: the model's outputs (and a loss's
+  /// other outputs the loop holds) that an op does save: counted in the
+  /// stage that keeps them until that stage's backward releases them, then
+  /// held by the loop to the step's end. `output_kept_stage` is the last
+  /// stage whose ops make or read them (-1 when none).
+  int64_t output_kept_bytes = 0;
+  int output_kept_stage = -1;
   /// Optional: what torch.utils.checkpoint keeps per wrapped module beyond
   /// tensors (StageGradients::checkpoint_state_bytes); 0 when not counted.
   int64_t checkpoint_state_bytes = 0;

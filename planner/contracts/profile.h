@@ -197,7 +197,9 @@ struct ModelRecord {
   std::optional<std::string> sha256;         ///< of the model file: `ckplan run` refuses a plan made for another
   std::optional<std::vector<InputSpec>> inputs;  ///< as profiled; each one's `text` is what plan and run parse
   std::optional<bool> training;              ///< the module's mode (eval: dropout and batch norm as in eval)
-  std::optional<std::string> loss;           ///< `model` (the model's own loss, back-propagated as it is) or `outputs`
+  /// `model` (the model's own loss, back-propagated as it is), `loss_fn` (the job's
+  /// own, exported with the model: ckplan_torch.export's loss_fn) or `outputs`
+  std::optional<std::string> loss;
   std::optional<std::string> output_choice;  ///< what was taken from a dict or tuple output, as printed
   /// Module paths the forward never calls (nn.ModuleList, nn.ModuleDict):
   /// eager PyTorch calls their children, never them, so no plan wraps one.

@@ -224,10 +224,26 @@ Chain ChainFromProfile(const Profile& profile, const std::string& file, const Op
   // the output object the loop holds keeps them.
   std::vector<int> held = profile.outputs;
   held.insert(held.end(), profile.held_outputs.begin(), profile.held_outputs.end());
+  // One an op saves is counted in the stage that keeps it until that
+  // stage's backward releases it; the loop holds it on to the step's end
+  // (Chain::output_kept_bytes): the last stage that makes or reads it.
+  int kept_last_op = -1;
   for (int id : held) {
     const TensorRecord& t = profile.tensors[static_cast<size_t>(id)];
-    if (t.external || kept_storages.count(t.storage) != 0) continue;
-    if (held_storages.insert(t.storage).second) chain.output_held_bytes += t.bytes;
+    if (t.external || !held_storages.insert(t.storage).second) continue;
+    if (kept_storages.count(t.storage) == 0) {
+      chain.output_held_bytes += t.bytes;
+    } else {
+      chain.output_kept_bytes += t.bytes;
+      kept_last_op = std::max({kept_last_op, liveness.StorageProducer(t.storage), liveness.StorageLastUse(t.storage)});
+    }
+  }
+  if (chain.output_kept_bytes > 0) {
+    chain.output_kept_stage = chain.length() - 1;
+    for (int k = 0; k < chain.length(); ++k) {
+      const Stage& s = chain.stages[static_cast<size_t>(k)];
+      if (s.ops && kept_last_op >= s.ops->first && kept_last_op <= s.ops->last) chain.output_kept_stage = k;
+    }
   }
   // The tensors each module is called with, by storage: checkpoint holds
   // them for a wrapped module (model inputs and weights are held anyway, and

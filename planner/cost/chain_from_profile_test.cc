@@ -296,6 +296,20 @@ TEST_CASE("a profile's chain: beside a model's own loss, the loop holds its othe
   CHECK(profile.held_outputs == std::vector<int>{3, 4});
   CHECK(ProfileFromJson(ProfileToJson(profile), "again.json").held_outputs == profile.held_outputs);
   CHECK(ChainFromProfile(profile).output_held_bytes == 800 + 800);
+  // t4, which tanh saves, is counted in stage b until b's backward releases
+  // it; the loop holds it on through the update.
+  const Chain held = ChainFromProfile(profile);
+  CHECK(held.output_kept_bytes == 800);
+  CHECK(held.output_kept_stage == 2);
+  CHECK(plain.output_kept_bytes == 0);
+  CHECK(plain.output_kept_stage == -1);
+  const Chain back = ChainFromJson(ChainToJson(held), "held_chain.json");
+  CHECK(back.output_kept_bytes == 800);
+  CHECK(back.output_kept_stage == 2);
+  Chain none = held;
+  none.output_kept_bytes = 0;
+  none.output_kept_stage = 1;  // bytes without a stage, or a stage without bytes: refused
+  CHECK_THROWS_AS(ValidateChain(none, "bad.json", ""), ckplan::Error);
   doc["held_outputs"] = {9};
   CHECK_THROWS_AS(ProfileFromJson(doc, "bad.json"), ckplan::Error);
 }

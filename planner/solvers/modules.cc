@@ -280,13 +280,21 @@ FrontierSteps FrontierStepsOf(const Chain& chain, const std::vector<WrappableMod
   // gradients and its transient at their maxima over the stage.
   // From the loss on: its scalars and the model's output held by the caller.
   const int64_t loss_held = LossScalarBytes(accounting, chain) + OutputHeldBytes(accounting, chain);
-  auto backward = [&](int k) {
+  // The outputs an op saves, held by the loop once that op's stage has
+  // released them: through the backward of every stage before it, and
+  // beside their recomputed copy where that stage is wrapped.
+  auto loop_kept = [&](int k, bool wrapped) -> int64_t {
+    if (accounting != ModuleAccounting::kPyTorch || chain.output_kept_stage < 0) return 0;
+    return k < chain.output_kept_stage || (wrapped && k == chain.output_kept_stage) ? chain.output_kept_bytes : 0;
+  };
+  auto backward = [&](int k, bool wrapped) {
     const size_t at = static_cast<size_t>(k);
+    const int64_t held = loss_held + loop_kept(k, wrapped);
     if (chain.stages[at].pytorch_bwd_peak_bytes) {
-      return loss_held + grads_from[at + 1] + *chain.stages[at].pytorch_bwd_peak_bytes;
+      return held + grads_from[at + 1] + *chain.stages[at].pytorch_bwd_peak_bytes;
     }
     const Stage& s = chain.stages[at];
-    return loss_held + grad(k + 1) + grad(k) + s.bwd_tmp_bytes + in_bwd[at];
+    return held + grad(k + 1) + grad(k) + s.bwd_tmp_bytes + in_bwd[at];
   };
   // fresh[k]: bytes of cut k+1 not in cut k, what stage k's output adds.
   std::vector<int64_t> fresh(static_cast<size_t>(length)), kept_fresh(static_cast<size_t>(length));
@@ -315,7 +323,7 @@ FrontierSteps FrontierStepsOf(const Chain& chain, const std::vector<WrappableMod
     const Stage& s = chain.stages[static_cast<size_t>(i)];
     const int64_t own = cuts.own_saved[static_cast<size_t>(i)], out = fresh[static_cast<size_t>(i)];
     const int64_t kept = own + kept_fresh[static_cast<size_t>(i)];
-    FrontierStep unit{i, i, -1, kept + backward(i), kept, s.fwd_ms + s.bwd_ms};
+    FrontierStep unit{i, i, -1, kept + backward(i, false), kept, s.fwd_ms + s.bwd_ms};
     unit.need_input = std::max(own + out, out + s.fwd_tmp_bytes);
     // A stage that is one whole module: eager PyTorch holds at least what its
     // forward held there (a Python local kept until the module returns, as
@@ -395,7 +403,7 @@ FrontierSteps FrontierStepsOf(const Chain& chain, const std::vector<WrappableMod
       const Stage& s = chain.stages[static_cast<size_t>(k)];
       const int64_t own = cuts.own_saved[static_cast<size_t>(k)], out = fresh[static_cast<size_t>(k)];
       cached_before -= cached[static_cast<size_t>(k - a)];  // what the stages after it saved, still held
-      need = std::max(need, loss_held + grad(b + 1) + grads_from[static_cast<size_t>(b) + 1] + kept + forked +
+      need = std::max(need, loss_held + loop_kept(b, true) + grad(b + 1) + grads_from[static_cast<size_t>(b) + 1] + kept + forked +
                                 cached_before + std::max(own + out, out + s.fwd_tmp_bytes));
       kept += own + out;
       kept_after[static_cast<size_t>(k - a)] = kept;
@@ -406,11 +414,11 @@ FrontierSteps FrontierStepsOf(const Chain& chain, const std::vector<WrappableMod
     if (accounting == ModuleAccounting::kPyTorch) {
       auto eager = chain.module_eager_peak_bytes.find(modules[m].path);
       if (eager != chain.module_eager_peak_bytes.end()) {
-        need = std::max(need, loss_held + grad(b + 1) + grads_from[static_cast<size_t>(b) + 1] + forked + eager->second);
+        need = std::max(need, loss_held + loop_kept(b, true) + grad(b + 1) + grads_from[static_cast<size_t>(b) + 1] + forked + eager->second);
       }
     }
     for (int k = b; k >= a; --k) {
-      need = std::max(need, kept_after[static_cast<size_t>(k - a)] + backward(k));
+      need = std::max(need, kept_after[static_cast<size_t>(k - a)] + backward(k, true));
     }
     // What checkpoint keeps beyond tensors (the RNG state), from its
     // forward to the end of its backward.
@@ -433,7 +441,8 @@ FrontierSteps FrontierStepsOf(const Chain& chain, const std::vector<WrappableMod
 // In PyTorch's accounting the training loop still holds the model's output
 // and the loss (a float32 scalar: the gradient it started from is gone).
 int64_t StepEndBytes(const Chain& chain, int64_t input_bytes, ModuleAccounting accounting) {
-  return input_bytes + chain.update_tmp_bytes + chain.ParamGradBytes() + OutputHeldBytes(accounting, chain) +
+  const int64_t kept = accounting == ModuleAccounting::kPyTorch ? chain.output_kept_bytes : 0;
+  return input_bytes + chain.update_tmp_bytes + chain.ParamGradBytes() + OutputHeldBytes(accounting, chain) + kept +
          LossScalarBytes(accounting, chain) / 2;
 }
 

@@ -9,6 +9,9 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/test_chains.h"
+#include "tests/test_profiles.h"
+#include "planner/contracts/profile.h"
+#include "planner/cost/chain_from_profile.h"
 #include "planner/solvers/baselines.h"
 #include "planner/plan/plan.h"
 #include "planner/plan/plan_to_document.h"
@@ -462,4 +465,31 @@ TEST_CASE("with a fixed cost per wrapped module, the module solver still equals 
   }
   CHECK(compared > 200);
   CHECK(feasible == compared);
+}
+
+TEST_CASE("the PyTorch target: the loop holds the output an op saved once that op's stage released it") {
+  // TwoBlockProfile returning (loss, t3, t4) as held outputs: tanh saves t4,
+  // so stage b counts it until its backward; the loop holds it on, through
+  // the update (made the step's peak here).
+  nlohmann::json doc = ckplan::testing::TwoBlockProfile();
+  doc["held_outputs"] = {3, 4};
+  Chain held = ChainFromProfile(ProfileFromJson(doc, "held.json"));
+  REQUIRE(held.output_kept_bytes == 800);
+  held.update_tmp_bytes = 1 << 20;
+  Chain none = held;
+  none.output_kept_bytes = 0;
+  none.output_kept_stage = -1;
+  CHECK(EvaluateModules(held, {}, ModuleAccounting::kPyTorch).peak_bytes ==
+        EvaluateModules(none, {}, ModuleAccounting::kPyTorch).peak_bytes + 800);
+  // The simulator's accounting (ckplan's executor frees it with the stage) is unchanged.
+  CHECK(EvaluateModules(held, {}, ModuleAccounting::kSimulator).peak_bytes ==
+        EvaluateModules(none, {}, ModuleAccounting::kSimulator).peak_bytes);
+  // The backward of a stage before b holds it too: with the update small, a
+  // stage-a backward larger than the rest shows it.
+  held.update_tmp_bytes = none.update_tmp_bytes = 0;
+  held.stages[0].bwd_tmp_bytes = none.stages[0].bwd_tmp_bytes = 1 << 20;
+  held.stages[0].pytorch_bwd_peak_bytes.reset();
+  none.stages[0].pytorch_bwd_peak_bytes.reset();
+  CHECK(EvaluateModules(held, {}, ModuleAccounting::kPyTorch).peak_bytes ==
+        EvaluateModules(none, {}, ModuleAccounting::kPyTorch).peak_bytes + 800);
 }

@@ -36,7 +36,7 @@ import torch
 import torch.utils.checkpoint
 
 __all__ = ["apply_plan", "remove_plan", "load_plan", "checkpointed_modules", "check_model", "check_optimizer",
-           "check_trainable", "check_trainable_optimizer", "plan_autocast", "check_autocast",
+           "check_trainable", "check_trainable_optimizer", "plan_autocast", "check_autocast", "check_loss",
            "export", "ExportError",
            "rank_plan", "fsdp_units", "apply_rank_plan", "is_meta_model", "plan_batch"]
 
@@ -184,8 +184,40 @@ def _checkpoint_options():
     return dict(_checkpoint_options_cached())
 
 
+def _running_stat_modules(module):
+    """The norm layers in ``module`` that update running statistics in training (batch norm, instance
+    norm with track_running_stats)."""
+    return [m for m in module.modules() if isinstance(m, torch.nn.modules.batchnorm._NormBase)]
+
+
+def _once(original, norms):
+    """``original`` as checkpoint calls it: its first call is the forward; a later one is the
+    recomputation in backward, which must leave training as it was: the running statistics and
+    ``num_batches_tracked`` its norm layers update in train mode are put back as the forward left
+    them (``torch.utils.checkpoint`` already restores the RNG state), also where the recomputation
+    stops early."""
+    calls = [0]
+
+    def run(*args, **kwargs):
+        calls[0] += 1
+        tracked = [b for m in norms if m.training and m.track_running_stats
+                   for b in (m.running_mean, m.running_var, m.num_batches_tracked) if b is not None]
+        if calls[0] == 1 or not tracked:
+            return original(*args, **kwargs)
+        kept = [b.detach().clone() for b in tracked]
+        try:
+            return original(*args, **kwargs)
+        finally:
+            with torch.no_grad():
+                for b, k in zip(tracked, kept):
+                    b.copy_(k)
+
+    return run
+
+
 def _wrap(module, sac=None):
     original = module.forward
+    norms = _running_stat_modules(module)
     non_reentrant = _supports_non_reentrant()
     policy = _SacPolicy(sac) if sac and sac.get("save") else None
     if policy is not None and not hasattr(torch.utils.checkpoint, "create_selective_checkpoint_contexts"):
@@ -198,19 +230,20 @@ def _wrap(module, sac=None):
             return original(*args, **kwargs)
         args = _snapshot(args)
         kwargs = _snapshot(kwargs)
+        run = _once(original, norms)
         if policy is not None:
             state = {"forward": collections.Counter(), "recompute": collections.Counter(), "mismatch": None}
-            out = torch.utils.checkpoint.checkpoint(original, *args, use_reentrant=False, preserve_rng_state=True,
+            out = torch.utils.checkpoint.checkpoint(run, *args, use_reentrant=False, preserve_rng_state=True,
                                                     context_fn=functools.partial(policy.contexts, state),
                                                     **_checkpoint_options(), **kwargs)
             policy.check(state)
             return out
         if non_reentrant:
-            return torch.utils.checkpoint.checkpoint(original, *args, use_reentrant=False, preserve_rng_state=True,
+            return torch.utils.checkpoint.checkpoint(run, *args, use_reentrant=False, preserve_rng_state=True,
                                                      **kwargs)
         if kwargs:
             raise TypeError("keyword arguments need non-reentrant checkpointing (torch >= 1.11)")
-        return torch.utils.checkpoint.checkpoint(original, *args, preserve_rng_state=True)
+        return torch.utils.checkpoint.checkpoint(run, *args, preserve_rng_state=True)
 
     setattr(module, _ORIGINAL_FORWARD, original)
     module.forward = forward
@@ -730,6 +763,8 @@ def _export_program(model, args, kwargs, dynamic_batch, dynamic_seq=False):
             try:
                 return torch.export.export(model, args, kwargs=kwargs, dynamic_shapes=dynamic_shapes, strict=False,
                                            preserve_module_call_signature=paths)
+            except ExportError:
+                raise  # the job's own code refused (loss_fn): no other way of exporting changes that
             except Exception as error:  # noqa: BLE001 - PyTorch raises many kinds
                 # A model that does not export at all raises its own reason here.
                 program = torch.export.export(model, args, kwargs=kwargs, dynamic_shapes=dynamic_shapes,
@@ -750,12 +785,16 @@ def _export_program(model, args, kwargs, dynamic_batch, dynamic_seq=False):
         # The sequence too where the model allows it; else the batch alone, with a warning.
         try:
             return attempt(seq_shapes)
+        except ExportError:
+            raise
         except Exception as error:  # noqa: BLE001 - PyTorch raises many kinds
             warnings.warn(f"ckplan_torch.export: the sequence dimension cannot be dynamic "
                           f"({str(error).splitlines()[0][:200]}); exported with a dynamic batch only")
     try:
         try:
             return attempt(dynamic_shapes)
+        except ExportError:
+            raise
         except Exception as error:  # noqa: BLE001 - PyTorch raises many kinds
             if dynamic_shapes is None:
                 raise
@@ -764,6 +803,8 @@ def _export_program(model, args, kwargs, dynamic_batch, dynamic_seq=False):
             warnings.warn(f"ckplan_torch.export: the batch dimension cannot be dynamic "
                           f"({str(error).splitlines()[0][:200]}); exported with the example's batch size")
             return attempt(None)
+    except ExportError:
+        raise
     except Exception as error:  # noqa: BLE001
         reason = _first_line(error)
         if "cache_utils" in reason:  # transformers' key-value cache as an output
@@ -792,6 +833,63 @@ def _export_plain_outputs(model, args, kwargs, dynamic_batch, field=None, dynami
     model.forward = forward
     try:
         return _export_program(model, args, kwargs, dynamic_batch, dynamic_seq)
+    finally:
+        if had_forward:
+            model.forward = previous
+        else:
+            del model.forward
+
+
+_TARGET_NAME = "ckplan_target_{}"
+
+
+def _loss_name(loss_fn):
+    """How a loss function is named in messages and the archive's record."""
+    if isinstance(loss_fn, torch.nn.Module):
+        return type(loss_fn).__name__
+    name = getattr(loss_fn, "__qualname__", None) or getattr(loss_fn, "__name__", None)
+    module = getattr(loss_fn, "__module__", None)
+    return f"{module}.{name}" if name and module and module != "__main__" else (name or type(loss_fn).__name__)
+
+
+@contextlib.contextmanager
+def _with_loss(model, loss_fn, count):
+    """While the model is exported, its forward is the job's step up to the
+    loss: ``out = model(...)``, ``loss = loss_fn(out, *targets)``, returning
+    ``(loss, *the tensors in out)`` (the loss first: ckplan back-propagates
+    it; the model's outputs after it, which the training loop holds through
+    ``backward()`` and ``optimizer.step()``). The targets come as keyword-only
+    arguments ``ckplan_target_0``... (the program's last inputs). An instance
+    attribute ``forward``, removed after: the module paths and parameter
+    names stay the model's own."""
+    from torch.utils import _pytree
+    had_forward = "forward" in model.__dict__
+    previous = model.__dict__.get("forward")
+    original = model.forward
+    names = [_TARGET_NAME.format(i) for i in range(count)]
+
+    def forward(*args, **kwargs):
+        targets = [kwargs.pop(name) for name in names]
+        out = original(*args, **kwargs)
+        loss = loss_fn(out, *targets)
+        if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+            raise ExportError(f"loss_fn ({_loss_name(loss_fn)}) returned "
+                              f"{tuple(loss.shape) if isinstance(loss, torch.Tensor) else type(loss).__name__}: "
+                              "it must return the scalar loss the job calls backward() on (reduction='mean' or "
+                              "'sum', not 'none')")
+        leaves = [t for t in _pytree.tree_leaves(_plain(out)) if isinstance(t, torch.Tensor)]
+        return (loss.reshape(()), *leaves)
+
+    signature = inspect.signature(original)
+    params = list(signature.parameters.values())
+    tail = [p for p in params if p.kind == inspect.Parameter.VAR_KEYWORD]
+    head = [p for p in params if p.kind != inspect.Parameter.VAR_KEYWORD]
+    targets = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY) for name in names]
+    forward.__signature__ = signature.replace(parameters=head + targets + tail)
+    forward.__name__ = "forward"
+    model.forward = forward
+    try:
+        yield
     finally:
         if had_forward:
             model.forward = previous
@@ -957,7 +1055,32 @@ def check_autocast(autocast, argument="autocast"):
                      "forward in, the weights kept in theirs), or None for no autocast")
 
 
-def export(model, args, path, kwargs=None, dynamic_batch=True, dynamic_seq=False, autocast=None):
+def check_loss(loss_fn, targets, argument="loss_fn"):
+    """``targets`` as a tuple of tensors for ``loss_fn`` (a callable, or None with no targets); a
+    TypeError or ValueError naming the argument otherwise."""
+    if isinstance(targets, torch.Tensor):
+        targets = (targets,)
+    if not isinstance(targets, (tuple, list)):
+        raise TypeError(f"targets: a tensor or a tuple of tensors (what loss_fn takes beside the output), not "
+                        f"{type(targets).__name__}")
+    targets = tuple(targets)
+    if loss_fn is None:
+        if targets:
+            raise ValueError("targets= without loss_fn=: give the loss they are for (loss_fn=nn.CrossEntropyLoss(), "
+                             "or a function of (output, *targets)), or pass a model's labels in kwargs")
+        return targets
+    if not callable(loss_fn):
+        raise TypeError(f"{argument}: a callable (output, *targets) -> scalar loss, such as nn.CrossEntropyLoss(), "
+                        f"not {type(loss_fn).__name__}")
+    wrong = [type(t).__name__ for t in targets if not isinstance(t, torch.Tensor)]
+    if wrong:
+        raise TypeError(f"targets: tensors only (got {', '.join(wrong)}); a constant of the loss goes in loss_fn "
+                        "itself (functools.partial, a lambda, the module's arguments)")
+    return targets
+
+
+def export(model, args, path, kwargs=None, dynamic_batch=True, dynamic_seq=False, autocast=None, loss_fn=None,
+           targets=()):
     """Exports ``model`` in train mode for ckplan, with ``torch.export.export``'s
     arguments in its order: ``args`` (a tuple of tensors, or one tensor) and
     ``kwargs`` (tensors by forward's parameter names: a Hugging Face model's
@@ -984,6 +1107,19 @@ def export(model, args, path, kwargs=None, dynamic_batch=True, dynamic_seq=False
     only) and ``ckplan profile --device meta`` applies CUDA's autocast policy
     op by op.
 
+    ``loss_fn`` and ``targets``: the job's own loss, ``loss_fn(output,
+    *targets)`` (a module such as ``nn.CrossEntropyLoss()`` or a function
+    returning the scalar loss), exported with the model: the archive returns
+    the loss first and the model's outputs after it, so that ``ckplan
+    profile`` back-propagates that loss (what it keeps for backward, a
+    cross-entropy's log-probabilities, counted) and counts the outputs as
+    the training loop holds them to the step's end. ``targets``: the tensors
+    the loss takes beside the output (class indices, a segmentation map),
+    batch first like the inputs; the program takes them after the model's
+    inputs. Without a loss_fn, a model given its ``labels`` trains with its
+    own loss, and any other with ckplan's (the outputs summed, which keeps
+    nothing).
+
     Hugging Face models as they come: key-value caches are off for the
     export (each config's ``use_cache`` set back after); a model given its
     ``labels`` returns its loss, which the profile back-propagates as it
@@ -1000,6 +1136,7 @@ def export(model, args, path, kwargs=None, dynamic_batch=True, dynamic_seq=False
     if not isinstance(args, tuple):
         args = tuple(args) if isinstance(args, list) else (args,)
     kwargs = {name: value for name, value in (kwargs or {}).items() if value is not None}
+    targets = check_loss(loss_fn, targets)
     values = list(args) + list(kwargs.values())
     if not all(isinstance(x, torch.Tensor) for x in values):
         raise ExportError("ckplan exports models whose inputs are tensors; got "
@@ -1010,11 +1147,14 @@ def export(model, args, path, kwargs=None, dynamic_batch=True, dynamic_seq=False
     # On the meta device autocast casts nothing: exported without it, and
     # `ckplan profile --device meta` applies CUDA's autocast policy op by op.
     traced_autocast = None if is_meta_model(model, values) else autocast
+    if loss_fn is not None:
+        kwargs = {**kwargs, **{_TARGET_NAME.format(i): t for i, t in enumerate(targets)}}
+    loss_context = _with_loss(model, loss_fn, len(targets)) if loss_fn is not None else contextlib.nullcontext()
     try:
-        with _caches_off(model), _autocast_context(model, args, kwargs, traced_autocast):
+        with _caches_off(model), _autocast_context(model, args, kwargs, traced_autocast), loss_context:
             program = _export_program(model, args, kwargs, dynamic_batch, dynamic_seq)
-            named = _namedtuple_in(program.call_spec.out_spec)
-            fields = _model_output_fields(program.call_spec.out_spec)
+            named = None if loss_fn is not None else _namedtuple_in(program.call_spec.out_spec)
+            fields = None if loss_fn is not None else _model_output_fields(program.call_spec.out_spec)
             if named is not None:
                 warnings.warn(f"ckplan_torch.export: {type(model).__name__} returns a namedtuple ({named.__name__}), "
                               f"which torch.export.save cannot save; exported returning a plain tuple of its fields "
@@ -1032,6 +1172,8 @@ def export(model, args, path, kwargs=None, dynamic_batch=True, dynamic_seq=False
     inputs = _ordered_inputs(args, kwargs)
     shapes_only = is_meta_model(model, inputs)
     record = {"schema": "ckplan.pt2-extra/1", "shapes_only": shapes_only, "aliases": _aliases(model)}
+    if loss_fn is not None:
+        record["loss"] = {"kind": "loss_fn", "name": _loss_name(loss_fn), "targets": len(targets)}
     if autocast is not None:
         devices = [t.device.type for t in list(model.parameters()) + inputs if isinstance(t, torch.Tensor)]
         record["autocast"] = {"dtype": _AUTOCAST_DTYPES[autocast], "device": devices[0] if devices else "cpu"}

@@ -22,8 +22,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 # The package imports this module after defining these (ckplan_torch/__init__.py, at its end).
-from . import (_describe_bytes, _optimizer_of, _optimizer_options_of, _solve_flags, apply_plan, check_autocast,  # noqa: E402
-               check_trainable_optimizer, export, is_meta_model, plan_batch)
+from . import (_describe_bytes, _first_batch, _optimizer_of, _optimizer_options_of, _solve_flags, apply_plan,  # noqa: E402
+               check_autocast, check_loss, check_trainable_optimizer, export, is_meta_model, plan_batch)
 
 __all__ = ["plan", "enable", "Plan", "CkplanError", "find_ckplan", "auto_budget", "AUTO_BUDGET_MARGIN"]
 
@@ -221,6 +221,18 @@ class Plan:
                 for e in self.doc.get("pytorch", {}).get("sac") or []}
 
     @property
+    def loss(self):
+        """The loss the plan was profiled with: ``"loss_fn"`` (the job's, exported with the model),
+        ``"model"`` (the model's own, given its labels), ``"outputs"`` (ckplan's: the outputs summed,
+        which keeps nothing for backward); None when the profile does not say."""
+        return ((self.profile or {}).get("model") or {}).get("loss")
+
+    def _output_bytes(self):
+        tensors = (self.profile or {}).get("tensors") or []
+        ids = (self.profile or {}).get("outputs") or []
+        return sum(tensors[i].get("nbytes", tensors[i].get("bytes", 0)) for i in ids if 0 <= i < len(tensors))
+
+    @property
     def strategies(self):
         return [dict(row) for row in self.doc.get("strategies", [])]
 
@@ -266,6 +278,10 @@ class Plan:
                          f"({source['trainable_count']} of {source.get('param_count')} tensors)")
         if source.get("autocast"):
             lines.append(f"  forward and loss under torch.autocast(dtype=torch.{source['autocast']})")
+        if self.loss == "outputs":
+            lines.append(f"  loss: ckplan's own (the output summed, which keeps nothing for backward); a loss that "
+                         f"keeps its input, as a cross-entropy or pow(2).mean() does, adds about "
+                         f"{_describe_bytes(self._output_bytes(), style)}: plan with loss_fn= and targets=")
         if self.strategies:
             lines.append(f"  {'strategy':<20} {'peak':>12} {'step':>12} {'overhead':>9}  fits")
             for row in self.strategies:
@@ -293,7 +309,7 @@ def _write_json(path, doc):
 
 def plan(model, example_inputs, budget, kwargs=None, gpu=None, optimizer="adamw", target="pytorch",
          optimizer_impl="auto", ckplan=None, workdir=None, batch=None, max_batch=None, global_batch=None,
-         seq=None, max_seq=None, sac_dispatch_us=None, autocast=None):
+         seq=None, max_seq=None, sac_dispatch_us=None, autocast=None, loss_fn=None, targets=()):
     """Plans checkpointing for ``model`` under a memory ``budget``, in one call; returns a Plan.
 
     ``example_inputs`` and ``kwargs``: as ``torch.export.export`` takes them (a tuple of tensors, and
@@ -317,6 +333,14 @@ def plan(model, example_inputs, budget, kwargs=None, gpu=None, optimizer="adamw"
     profile and plan there (default: a temporary folder, removed). ``ckplan``: the program's path
     (find_ckplan).
 
+    ``loss_fn`` and ``targets``: the job's loss, ``loss_fn(output, *targets)`` (``nn.CrossEntropyLoss()``,
+    ``lambda out, y: F.mse_loss(out, y)``), exported and profiled with the model (``export``): what it
+    keeps for backward is counted (a cross-entropy's log-probabilities, the size of the output), and the
+    output is held as the loop holds it through ``optimizer.step()``. Without it, a model given its
+    labels in ``kwargs`` trains with its own loss, and any other is planned with ckplan's (the output
+    summed, which keeps nothing): ``Plan.loss`` says which, and ``print(plan)`` what a loss that keeps
+    its input would add.
+
     ``autocast``: the dtype the job's forward and loss run in under ``torch.autocast`` (mixed
     precision: ``torch.bfloat16``, as transformers' Trainer with ``bf16=True``, or ``torch.float16``,
     with ``torch.amp.GradScaler``), the weights kept in their own dtype; None (fp32) for none. The
@@ -330,7 +354,8 @@ def plan(model, example_inputs, budget, kwargs=None, gpu=None, optimizer="adamw"
     batch that trains the most samples per second (``ckplan solve MODEL --batch auto``);
     ``"largest"`` the largest that fits; a number that batch. The first dimension of every input is
     the batch. ``max_batch`` caps the search (default 4096); ``global_batch``: samples per optimizer
-    step, reached by accumulating micro-batches that divide it. ``Plan.batch`` is the batch planned,
+    step, reached by accumulating micro-batches that divide it. ``global_batch`` without ``batch`` accumulates micro-batches of the example's batch, which must
+    divide it. ``Plan.batch`` is the batch planned,
     ``Plan.batches`` the table (``ckplan.batches/1``). ``seq`` (``"auto"``, ``"largest"`` or a number)
     searches the sequence length instead, at the example's batch (the model exported with a dynamic
     sequence: the second dimension of its integer inputs), in tokens per second; ``max_seq`` caps it.
@@ -352,6 +377,26 @@ def plan(model, example_inputs, budget, kwargs=None, gpu=None, optimizer="adamw"
     if isinstance(budget, bool) or not isinstance(budget, (int, str)):
         raise TypeError(f"budget: bytes (int) or text such as '24GB', not {type(budget).__name__}")
     autocast = check_autocast(autocast)
+    targets = check_loss(loss_fn, targets)
+    if batch is not None and seq is not None:
+        raise ValueError("batch= and seq= search one dimension each: give one")
+    if max_batch is not None and batch not in ("auto", "largest"):
+        raise ValueError(f"max_batch={max_batch!r} caps the search of batch='auto' or 'largest'; "
+                         f"with batch={batch!r} there is none: drop it or search")
+    if max_seq is not None and seq not in ("auto", "largest"):
+        raise ValueError(f"max_seq={max_seq!r} caps the search of seq='auto' or 'largest'; "
+                         f"with seq={seq!r} there is none: drop it or search")
+    if global_batch is not None:
+        if isinstance(global_batch, bool) or not isinstance(global_batch, int) or global_batch < 1:
+            raise ValueError(f"global_batch={global_batch!r}: the samples per optimizer step, a positive int")
+        if seq is not None:
+            raise ValueError("global_batch= accumulates batches, and seq= searches the sequence: give one")
+        if batch is None:
+            # Accumulation at the example's batch: planned as ckplan solve --batch B --global-batch G.
+            batch = _first_batch(example_inputs, kwargs)
+            if batch is None or global_batch % batch != 0:
+                raise ValueError(f"global_batch={global_batch} is not a multiple of the example's batch ({batch}): "
+                                 f"give a global batch it divides, or batch='auto' to choose the micro-batch")
     solve_flags = _optimizer_flags(optimizer, optimizer_impl)
     if isinstance(optimizer, torch.optim.Optimizer):
         check_trainable_optimizer(model, optimizer)
@@ -374,9 +419,8 @@ def plan(model, example_inputs, budget, kwargs=None, gpu=None, optimizer="adamw"
         archive = os.path.join(work, "model.pt2")
         profile = os.path.join(work, "profile.json")
         plan_path = os.path.join(work, "plan.json")
-        if batch is not None and seq is not None:
-            raise ValueError("batch= and seq= search one dimension each: give one")
-        export(model, example_inputs, archive, kwargs=kwargs, dynamic_seq=seq is not None, autocast=autocast)
+        export(model, example_inputs, archive, kwargs=kwargs, dynamic_seq=seq is not None, autocast=autocast,
+               loss_fn=loss_fn, targets=targets)
         batches = None
         if batch is None and seq is None:
             _run(program, "profile", archive, *profile_flags, "-o", profile)

@@ -1,0 +1,246 @@
+"""The step as the user writes it: their loss (``loss_fn``, ``targets``), the output their loop holds
+through ``optimizer.step()``, and training left as it was (batch norm's running statistics) under a plan.
+
+Each job is planned with ``ckplan_torch.plan(..., loss_fn=..., targets=...)`` and its step measured in
+PyTorch (tests/python/memory_timeline.py) as the user writes it: ``out = model(x); loss = loss_fn(out, y);
+loss.backward(); optimizer.step()``, ``out`` held to the end of the step.
+"""
+import re
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import ckplan_torch
+import memory_timeline
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """As ckplan profiles on the CPU: more threads hold per-thread buffers."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+class Job:
+    """A training job: its model, inputs, loss (None: ckplan's own, the output summed) and targets."""
+
+    def __init__(self, name, model, args, loss_fn=None, targets=(), make_optimizer=None):
+        self.name, self.model, self.args = name, model, args
+        self.loss_fn, self.targets = loss_fn, targets
+        self.make_optimizer = make_optimizer or (lambda params: torch.optim.Adam(params))
+
+    def forward(self):
+        out = self.model(*self.args)
+        loss = self.loss_fn(out, *self.targets) if self.loss_fn is not None else (out * torch.ones_like(out)).sum()
+        return out, loss
+
+    def step_peak(self):
+        return memory_timeline.training_step_peak(self.model, self.make_optimizer, self.forward)
+
+    def grads(self):
+        self.model.zero_grad(set_to_none=True)
+        torch.manual_seed(0)
+        _, loss = self.forward()
+        loss.backward()
+        out = [p.grad.clone() for p in self.model.parameters()]
+        self.model.zero_grad(set_to_none=True)
+        return out
+
+    def plan(self, ckplan, budget):
+        return ckplan_torch.plan(self.model, self.args, budget, optimizer=self.make_optimizer(self.model.parameters()),
+                                 loss_fn=self.loss_fn, targets=self.targets, ckplan=ckplan)
+
+
+class Down(nn.Module):
+    def __init__(self, cin, cout):
+        super().__init__()
+        self.conv = nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1), nn.BatchNorm2d(cout), nn.ReLU(),
+                                  nn.Conv2d(cout, cout, 3, padding=1), nn.BatchNorm2d(cout), nn.ReLU())
+
+    def forward(self, x):
+        return self.conv(x)
+
+
+class TinyUNet(nn.Module):
+    """A two-level U-Net over a 2-class map: its skip connection, upsampling and a 1x1 head."""
+
+    def __init__(self, classes=2):
+        super().__init__()
+        self.enc1, self.enc2 = Down(3, 8), Down(8, 16)
+        self.pool = nn.MaxPool2d(2)
+        self.up = nn.ConvTranspose2d(16, 8, 2, stride=2)
+        self.dec = Down(16, 8)
+        self.head = nn.Conv2d(8, classes, 1)
+
+    def forward(self, x):
+        a = self.enc1(x)
+        b = self.enc2(self.pool(a))
+        return self.head(self.dec(torch.cat([self.up(b), a], 1)))
+
+
+def segmenter():
+    """Cross-entropy over the output map: log_softmax keeps the log-probabilities, the output's size."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 64, 64)
+    y = torch.randint(0, 2, (2, 64, 64), generator=torch.Generator().manual_seed(1))
+    return Job("segmenter", TinyUNet(), (x,), nn.CrossEntropyLoss(), (y,))
+
+
+class PerLayer(nn.Module):
+    """The textbook per-layer example: blocks of Linear-ReLU-Linear in a ModuleList."""
+
+    def __init__(self, blocks=8, width=256):
+        super().__init__()
+        self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(width, width * 2), nn.ReLU(), nn.Linear(width * 2, width))
+                                    for _ in range(blocks))
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = x + block(x)
+        return x
+
+
+def per_layer():
+    """Its loss, ``out.pow(2).mean()``: pow keeps its input, the output."""
+    torch.manual_seed(0)
+    return Job("per_layer", PerLayer(), (torch.randn(32, 256),), lambda out: out.pow(2).mean())
+
+
+def relu_last():
+    """An MLP ending in a ReLU, which keeps its output for backward: the loop holds that output on through
+    the update once the ReLU's backward has released it (ckplan's own loss)."""
+    torch.manual_seed(0)
+    layers = []
+    for _ in range(6):
+        layers += [nn.Linear(512, 512), nn.ReLU()]
+    return Job("relu_last", nn.Sequential(*layers), (torch.randn(64, 512),))
+
+
+def regression():
+    """An MSE against a float target of the output's shape, SGD with momentum."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(128, 512), nn.GELU(), nn.Linear(512, 512), nn.Tanh(), nn.Linear(512, 64))
+    return Job("regression", model, (torch.randn(64, 128),), F.mse_loss, (torch.randn(64, 64),),
+               make_optimizer=lambda params: torch.optim.SGD(params, lr=0.01, momentum=0.9))
+
+
+JOBS = [segmenter, per_layer, relu_last, regression]
+
+
+@pytest.fixture(scope="module", params=JOBS, ids=lambda f: f.__name__)
+def planned(request, ckplan):
+    job = request.param()
+    return job, job.plan(ckplan, "10GB")
+
+
+def test_profile_says_which_loss(planned):
+    job, plan = planned
+    assert plan.loss == ("loss_fn" if job.loss_fn is not None else "outputs")
+    # Without a loss_fn print(plan) says which loss was assumed, and what one keeping its input adds.
+    assert ("loss: ckplan's own" in repr(plan)) == (job.loss_fn is None)
+
+
+def test_no_checkpointing_row_is_the_plain_step(planned):
+    """The `none` row within 1% of the step PyTorch measures with the job's loss, never below it."""
+    job, plan = planned
+    none = plan.strategies[0]
+    assert none["name"] == "none"
+    measured = job.step_peak()
+    assert measured <= none["peak_bytes"], (job.name, measured, none["peak_bytes"])
+    assert none["peak_bytes"] <= measured * 1.01, (job.name, measured, none["peak_bytes"])
+
+
+@pytest.mark.parametrize("where", [0.0, 0.5])
+def test_plans_hold_in_pytorch(planned, ckplan, where):
+    """At the smallest budget and halfway to no checkpointing: applied, the step is within the budget and
+    within 2% of the prediction, and the gradients equal those without the plan."""
+    job, loose = planned
+    none = loose.strategies[0]["peak_bytes"]
+    budget = loose.min_budget_bytes + int((none - loose.min_budget_bytes) * where)
+    plan = job.plan(ckplan, budget)
+    assert plan.peak_bytes <= budget
+    expected = job.grads()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        plan.apply(job.model)
+    try:
+        measured = job.step_peak()
+        assert measured <= budget, (job.name, plan.checkpoint_modules, measured, budget)
+        assert measured >= plan.peak_bytes * 0.98, (job.name, plan.checkpoint_modules, measured, plan.peak_bytes)
+        got = job.grads()
+    finally:
+        ckplan_torch.remove_plan(job.model)
+    for a, b in zip(got, expected):
+        assert torch.equal(a, b), job.name
+
+
+def test_recomputation_leaves_running_statistics_as_they_were(ckplan):
+    """A wrapped module's recomputation runs its batch norms' forward again: under the plan, every buffer
+    (running means and variances, num_batches_tracked) after three steps equals the unwrapped model's."""
+    def train(model, wrap):
+        if wrap:
+            ckplan_torch.apply_plan(model, {"schema": "ckplan.plan/1", "checkpoint_modules": wrap}, strict=False)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        torch.manual_seed(0)
+        for _ in range(3):
+            x = torch.randn(2, 3, 32, 32)
+            y = torch.randint(0, 2, (2, 32, 32))
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            optimizer.step()
+        ckplan_torch.remove_plan(model)
+        return dict(model.named_buffers())
+
+    torch.manual_seed(0)
+    plain = TinyUNet()
+    wrapped = TinyUNet()
+    wrapped.load_state_dict(plain.state_dict())
+    expected = train(plain, [])
+    got = train(wrapped, ["enc1", "enc2", "dec"])
+    assert set(got) == set(expected) and any("running_mean" in name for name in got)
+    for name in expected:
+        assert torch.equal(got[name], expected[name]), name
+
+
+def test_bad_loss_arguments_are_one_line(ckplan):
+    model, x = nn.Linear(4, 2), torch.randn(3, 4)
+    with pytest.raises(ValueError, match="targets= without loss_fn="):
+        ckplan_torch.plan(model, (x,), "1GB", targets=(torch.zeros(3),), ckplan=ckplan)
+    with pytest.raises(TypeError, match="loss_fn: a callable"):
+        ckplan_torch.plan(model, (x,), "1GB", loss_fn="mse", ckplan=ckplan)
+    with pytest.raises(TypeError, match="targets: tensors only"):
+        ckplan_torch.plan(model, (x,), "1GB", loss_fn=F.cross_entropy, targets=([0, 1, 1],), ckplan=ckplan)
+    with pytest.raises(ckplan_torch.ExportError, match="scalar loss"):
+        ckplan_torch.plan(model, (x,), "1GB", loss_fn=lambda out: out.pow(2), ckplan=ckplan)
+
+
+def test_budget_in_bytes_is_answered_in_bytes(ckplan):
+    """A budget given in bytes below the smallest plan: the error gives the smallest in bytes, and that
+    budget plans."""
+    job = relu_last()
+    with pytest.raises(ckplan_torch.CkplanError) as error:
+        job.plan(ckplan, 1000)
+    assert error.value.exit_code == 3
+    found = re.search(r"the minimum (?:for this [^;]* is )?(\d+)\b", str(error.value))
+    assert found, str(error.value)
+    minimum = int(found.group(1))
+    assert job.plan(ckplan, minimum).peak_bytes <= minimum
+    with pytest.raises(ckplan_torch.CkplanError):
+        job.plan(ckplan, minimum - 1)
+
+
+def test_global_batch_alone_accumulates_the_example_batch(ckplan):
+    job = regression()
+    accumulated = ckplan_torch.plan(job.model, job.args, "10GB", loss_fn=job.loss_fn, targets=job.targets,
+                                    global_batch=256, ckplan=ckplan)
+    assert accumulated.batch == 64
+    assert accumulated.doc.get("global_batch") == 256 or accumulated.batches["global_batch"] == 256
+    with pytest.raises(ValueError, match="not a multiple of the example's batch"):
+        ckplan_torch.plan(job.model, job.args, "10GB", global_batch=100, ckplan=ckplan)
+    with pytest.raises(ValueError, match="max_batch"):
+        ckplan_torch.plan(job.model, job.args, "10GB", max_batch=8, ckplan=ckplan)
