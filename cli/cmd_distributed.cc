@@ -15,6 +15,7 @@
 #include "planner/plan/plan.h"
 #include "planner/plan/plan_to_document.h"
 #include "planner/cost/simulator.h"
+#include "planner/cost/wrappable_modules.h"
 #include "cli/distributed_solve.h"
 #include "cli/terminal.h"
 
@@ -148,29 +149,52 @@ std::pair<FixedMemory, Chain> DataParallelRank(const DistributedOptions& o, cons
   return {rank, chain};
 }
 
+// One data-parallel rank's plan at `budget` (`algorithm`): for the PyTorch
+// target the modules each rank wraps (what apply_rank_plan applies, its
+// figures those of eager PyTorch), else the nested schedule.
+Plan RankPlan(const DistributedOptions& o, const PlannerInput& in, const Chain& chain, const FixedMemory& rank,
+              const ByteQuantity& budget, int slots, Algorithm algorithm = Algorithm::kOptimal) {
+  PlanRequest request;
+  request.budget = budget;
+  request.slots = slots;
+  request.algorithm = algorithm;
+  std::vector<WrappableModule> modules;
+  if (o.target == "pytorch" && in.from_profile) {
+    modules = WrappableModules(chain, &in.profile);
+    request.pytorch_modules = &modules;
+  }
+  return MakePlan(chain, rank, request);
+}
+
 int RunDataParallel(const DistributedOptions& o, const PlannerInput& in, const ByteQuantity& budget, int slots,
                     const std::string& optimizer, const std::string& output) {
   const auto [rank, chain] = DataParallelRank(o, in, optimizer);
   FILE* human = output == "-" ? stderr : stdout;
-  if (!OptimalBudgetFeasible(chain, rank, budget.bytes, slots)) {
-    int64_t minimum = MinimumOptimalBudget(chain, rank, slots);
+  Plan plan = RankPlan(o, in, chain, rank, budget, slots);
+  if (!plan.feasible) {
     throw Error(ExitCode::kInfeasible,
-                Format("budget %s is below the per-rank minimum %s (--data-parallel %d --shard %s; per-rank fixed part: %s)",
-                       budget.text.c_str(), FormatLikeBudget(minimum, budget).c_str(), o.data_parallel,
-                       o.shard.c_str(), DescribeRank(rank, budget.style).c_str()));
+                Format("budget %s is below the per-rank minimum %s for the %s target (--data-parallel %d --shard %s; "
+                       "per-rank fixed part: %s)",
+                       budget.text.c_str(), FormatLikeBudget(plan.min_budget_bytes, budget).c_str(), plan.target.c_str(),
+                       o.data_parallel, o.shard.c_str(), DescribeRank(rank, budget.style).c_str()));
   }
-  PlanRequest request;
-  request.budget = budget;
-  request.slots = slots;
-  Plan plan = MakePlan(chain, rank, request);
   std::fprintf(human, "%s: %d data-parallel rank(s), --shard %s, budget %s per rank (the profile's batch is one rank's)\n",
                in.source.path.c_str(), o.data_parallel, o.shard.c_str(),
                FormatBytes(budget.bytes, budget.style).c_str());
   std::fprintf(human, "per-rank fixed part: %s\nactivation budget: %s\n", DescribeRank(rank, budget.style).c_str(),
                FormatBytes(plan.activation_budget_bytes, budget.style).c_str());
-  std::fprintf(human, "optimal plan per rank: peak %s, step %s (%s over no checkpointing), %zu of %d stages recomputed\n",
-               FormatBytes(plan.peak_bytes, budget.style).c_str(), FormatMs(plan.time_ms).c_str(), FormatPct(plan.overhead_pct()).c_str(),
-               plan.checkpointed_stages.size(), chain.length());
+  if (plan.target == "pytorch") {
+    std::fprintf(human, "pytorch target plan per rank: peak %s, step %s (%s over no checkpointing), wrap %zu modules "
+                        "with torch.utils.checkpoint (apply_rank_plan)\n",
+                 FormatBytes(plan.peak_bytes, budget.style).c_str(), FormatMs(plan.time_ms).c_str(),
+                 FormatPct(plan.overhead_pct()).c_str(), plan.pytorch.checkpoint_modules.size());
+  } else {
+    std::fprintf(human, "optimal plan per rank: peak %s, step %s (%s over no checkpointing), %zu of %d stages recomputed\n",
+                 FormatBytes(plan.peak_bytes, budget.style).c_str(), FormatMs(plan.time_ms).c_str(),
+                 FormatPct(plan.overhead_pct()).c_str(), plan.checkpointed_stages.size(), chain.length());
+  }
+  std::fprintf(human, "smallest per-rank budget (%s target): %s\n", plan.target.c_str(),
+               FormatBytes(plan.min_budget_bytes, budget.style, true).c_str());
   PlanDocument doc = MakePlanDocument(plan, chain, in.source);
   PlanDistributed distributed;
   distributed.data_parallel = o.data_parallel;
@@ -206,7 +230,8 @@ int RunPipeline(const DistributedOptions& o, const PlannerInput& in, const ByteQ
                in.source.path.c_str(), o.pipeline, o.microbatches, o.schedule.c_str(),
                FormatBytes(budget.bytes, budget.style).c_str());
   std::vector<std::vector<std::string>> rows = {
-      {"stage", "chain stages", "in flight", "fixed", "stored/microbatch", "peak", "time/microbatch", "recomputed"}};
+      {"stage", "chain stages", "in flight", "fixed", "stored/microbatch", "peak", "peak (apply_rank_plan)",
+       "time/microbatch", "recomputed"}};
   PlanDocument top;
   top.is_pipeline = true;
   top.algorithm = "optimal";
@@ -245,14 +270,17 @@ int RunPipeline(const DistributedOptions& o, const PlannerInput& in, const ByteQ
     stage.pytorch_peak_bytes =
         std::max(rank.total() + (sp.in_flight - 1) * p.pytorch.simulation.live_after_forward_bytes + p.pytorch.peak_bytes,
                  stage_end(sp.first, sp.last));
+    const int64_t applied = stage.pytorch_peak_bytes;
     for (const std::string& m : p.pytorch.checkpoint_modules) top.checkpoint_modules.push_back(m);
     distributed.stages.push_back(std::move(doc));
     rows.push_back({std::to_string(s), Format("%d-%d", sp.first, sp.last - 1), std::to_string(sp.in_flight),
                     FormatBytes(sp.fixed_bytes, budget.style), FormatBytes(sp.stored_after_forward_bytes, budget.style),
-                    FormatBytes(sp.peak_bytes, budget.style), FormatMs(sp.time_ms),
-                    Format("%zu of %d", p.checkpointed_stages.size(), sub.length())});
+                    FormatBytes(sp.peak_bytes, budget.style), FormatBytes(applied, budget.style),
+                    FormatMs(sp.time_ms), Format("%zu of %d", p.checkpointed_stages.size(), sub.length())});
   }
-  std::fprintf(human, "%s", FormatTable(rows, {true, true, true, true, true, true, true, true}).c_str());
+  std::fprintf(human, "%s", FormatTable(rows, {true, true, true, true, true, true, true, true, true}).c_str());
+  std::fprintf(human, "peak: the nested schedule `ckplan run` executes per stage; peak (apply_rank_plan): each stage's "
+                      "modules wrapped in eager PyTorch\n");
   std::fprintf(human, "slowest stage: %s per microbatch\n", FormatMs(plan.slowest_stage_ms).c_str());
   distributed.slowest_stage_ms = plan.slowest_stage_ms;
   top.distributed = std::move(distributed);
@@ -309,21 +337,17 @@ BatchPlans DistributedBatchPlans(const DistributedOptions& o, const PlannerInput
   }
   // Data parallel: one rank (RunDataParallel).
   const auto [rank, chain] = DataParallelRank(o, in, optimizer);
-  PlanRequest request;
-  request.budget = budget;
-  request.slots = slots;
-  out.plan_fits = OptimalBudgetFeasible(chain, rank, budget.bytes, slots);
-  out.min_budget_bytes = MinimumOptimalBudget(chain, rank, slots);
+  const Plan plan = RankPlan(o, in, chain, rank, budget, slots);
+  out.plan_fits = plan.feasible;
+  out.min_budget_bytes = plan.min_budget_bytes;
   if (out.plan_fits) {
-    const Plan plan = MakePlan(chain, rank, request);
     out.plan_peak_bytes = plan.peak_bytes;
     out.plan_ms = plan.time_ms;
     out.plan_overhead_pct = plan.overhead_pct();
     out.plan_what = plan.checkpointed_stages.empty() ? "no checkpointing"
                                                      : Format("recompute %zu stage%s", plan.checkpointed_stages.size(), plan.checkpointed_stages.size() == 1 ? "" : "s");
   }
-  request.algorithm = Algorithm::kNone;
-  const Plan none = MakePlan(chain, rank, request);
+  const Plan none = RankPlan(o, in, chain, rank, budget, slots, Algorithm::kNone);
   out.none_peak_bytes = none.peak_bytes;
   out.none_ms = none.time_ms;
   return out;

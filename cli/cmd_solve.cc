@@ -117,6 +117,19 @@ std::string TargetOf(const SolveOptions& o, bool from_profile) {
   return target;
 }
 
+// The distributed options with the target a rank plans for: a profile's
+// default is the PyTorch target (what apply_rank_plan applies), a chain's the
+// schedule; sac is refused.
+DistributedOptions DistributedFor(const SolveOptions& o, const PlannerInput& in) {
+  DistributedOptions d = o.distributed;
+  d.target = TargetOf(o, in.from_profile);
+  if (d.target == "sac") {
+    throw BadInput("--target sac is not available with --data-parallel, --shard or --pipeline: use --target pytorch "
+                   "(modules each rank wraps) or schedule");
+  }
+  return d;
+}
+
 // The modules the pytorch and sac targets choose among (empty for the
 // schedule target): `modules` with the sac target's save sets, `plain`
 // without them (the hand-written policies' rows start from those).
@@ -141,7 +154,7 @@ TargetModules ModulesFor(const SolveOptions& o, const PlannerInput& in, const st
 // One batch's profile under the budget (--batch): the best plan of the
 // target, and no checkpointing, priced as `solve` prices them.
 BatchPlans SolveAtBudget(const SolveOptions& o, const PlannerInput& in, const ByteQuantity& budget) {
-  if (o.distributed.given) return DistributedBatchPlans(o.distributed, in, budget, o.slots, in.fixed.optimizer);
+  if (o.distributed.given) return DistributedBatchPlans(DistributedFor(o, in), in, budget, o.slots, in.fixed.optimizer);
   const std::string target = TargetOf(o, in.from_profile);
   PlanRequest request;
   request.algorithm = Algorithm::kOptimal;
@@ -224,7 +237,7 @@ int RunSolve(const SolveOptions& o) {
     if (o.algorithm != "optimal" || o.every_given || !o.sweep_path.empty()) {
       throw BadInput("--algo, --every and --sweep are not available with --data-parallel, --shard or --pipeline");
     }
-    return RunDistributedSolve(o.distributed, in, budget, o.slots, in.fixed.optimizer, o.output);
+    return RunDistributedSolve(DistributedFor(o, in), in, budget, o.slots, in.fixed.optimizer, o.output);
   }
   PlanRequest request;
   request.algorithm = ParseAlgorithm(o.algorithm);

@@ -22,6 +22,9 @@ struct DistributedOptions {
   int microbatches = 1;
   std::string schedule = "1f1b";
   bool given = false;  ///< any of the options was on the command line
+  /// What a rank's plan is for: `pytorch` (modules each rank wraps,
+  /// apply_rank_plan; a profile's default) or `schedule` (a chain's).
+  std::string target = "pytorch";
 };
 
 /// Registers the options on `solve`; call `Finish` in its callback.

@@ -122,3 +122,34 @@ TEST_CASE("--sweep and --algo are refused with the distributed options") {
   CHECK(r.exit_code == 2);
   CHECK(!FileExists(dir + "/s.json"));
 }
+
+TEST_CASE("solve --data-parallel on a profile plans the modules each rank wraps; what it prints is what is applied") {
+  std::string dir = TempDir();
+  // At the per-rank minimum it prints: the plan holds there, and its printed peak is the applied plan's.
+  CommandResult loose = RunCkplan("solve " + Example() + " --budget 1GiB --data-parallel 4 --shard full", dir);
+  REQUIRE(loose.exit_code == 0);
+  std::smatch m;
+  REQUIRE(std::regex_search(loose.out, m, std::regex("smallest per-rank budget \\(pytorch target\\): ([0-9.]+ [A-Za-z]+)")));
+  const std::string minimum = std::regex_replace(m[1].str(), std::regex(" "), "");
+  CommandResult r = RunCkplan("solve " + Example() + " --budget " + minimum + " --data-parallel 4 --shard full -o " +
+                                  dir + "/plan.json",
+                              dir);
+  REQUIRE(r.exit_code == 0);
+  nlohmann::json plan = ReadJson(dir + "/plan.json");
+  CHECK(plan["target"] == "pytorch");
+  const nlohmann::json& predicted = plan["pytorch"]["predicted"];
+  CHECK(predicted["fits_budget"] == true);
+  CHECK(predicted["peak_bytes"].get<int64_t>() <= plan["budget_bytes"].get<int64_t>());
+  CHECK(plan["distributed"]["ranks"][0]["pytorch_peak_bytes"] == predicted["peak_bytes"]);
+  CHECK(plan["distributed"]["ranks"][0]["peak_bytes"] == predicted["peak_bytes"]);
+  const std::string printed = "pytorch target plan per rank: peak " +
+                              ckplan::FormatBytes(predicted["peak_bytes"].get<int64_t>(), ckplan::UnitStyle::kBinary);
+  CHECK(r.out.find(printed) != std::string::npos);
+  // The schedule target on request, as on one device.
+  r = RunCkplan("solve " + Example() + " --budget " + minimum + " --data-parallel 4 --shard full --target schedule", dir);
+  CHECK(r.exit_code == 0);
+  CHECK(r.out.find("optimal plan per rank") != std::string::npos);
+  r = RunCkplan("solve " + Example() + " --budget 1GiB --data-parallel 4 --target sac", dir);
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("--target sac is not available") != std::string::npos);
+}
