@@ -354,6 +354,10 @@ class Pt2Reader {
         Value* v = graph->addInput(arg["as_tensor"]["name"].get<std::string>());
         v->setType(c10::TensorType::get());
         values_[arg["as_tensor"]["name"].get<std::string>()] = v;
+      } else if (spec.contains("constant_input")) {
+        // A Python value the model was called with (a bool option, an int):
+        // torch.export specialized the program to it; no input at run time.
+        continue;
       } else {
         throw BadInput(path_ + ": unsupported program input " + spec.begin().key() + " (custom objects, tokens)");
       }

@@ -728,7 +728,9 @@ def _dynamic_batch_shapes(model, args, kwargs, seq=False):
     batch = torch.export.Dim("batch", min=1, max=1 << 20)
 
     def spec(x):
-        if x.dim() == 0:
+        # A container of tensors (a list of images, a dict of targets) or a
+        # Python value: static (what its first dimension is, nothing says).
+        if not isinstance(x, torch.Tensor) or x.dim() == 0:
             return None
         dims = {0: batch}
         if seq and x.dim() >= 2 and not x.is_floating_point() and x.dtype != torch.bool:
@@ -897,6 +899,20 @@ def _with_loss(model, loss_fn, count):
             del model.forward
 
 
+def _loss_dict_keys(spec):
+    """The keys of a plain dict of losses the program returns (every key naming a loss: torchvision's
+    detection models in training, ``{"loss_classifier": ..., "loss_box_reg": ...}``), or None."""
+    if getattr(spec, "type", None) is not dict:
+        return None
+    keys = [str(k) for k in (getattr(spec, "context", None) or [])]
+    return keys if keys and all("loss" in k for k in keys) else None
+
+
+def _sum_losses(out):
+    """The loss of a model returning a dict of losses: their sum."""
+    return sum(out.values())
+
+
 def _model_output_fields(spec):
     """The field names of a transformers ModelOutput the program returns, or None."""
     kind = getattr(spec, "type", None)
@@ -934,8 +950,16 @@ def _caches_off(model):
 def _ordered_inputs(args, kwargs):
     """The example tensors in the order the exported program takes them
     (its flattened inputs): the positional ones, then the keyword ones as
-    given."""
-    return list(args) + list((kwargs or {}).values())
+    given, each container (lists, tuples, dicts of tensors) flattened as
+    torch.export's pytrees flatten it; Python values (a bool option, an int)
+    are constants of the program, not inputs."""
+    from torch.utils import _pytree
+    return [x for x in _pytree.tree_leaves((list(args), list((kwargs or {}).values())))
+            if isinstance(x, torch.Tensor)]
+
+
+def _is_container(value):
+    return isinstance(value, (list, tuple, dict)) and not isinstance(value, torch.Tensor)
 
 
 _SPEC_DTYPES = {torch.float32: "float32", torch.float64: "float64", torch.float16: "float16",
@@ -1137,11 +1161,13 @@ def export(model, args, path, kwargs=None, dynamic_batch=True, dynamic_seq=False
         args = tuple(args) if isinstance(args, list) else (args,)
     kwargs = {name: value for name, value in (kwargs or {}).items() if value is not None}
     targets = check_loss(loss_fn, targets)
-    values = list(args) + list(kwargs.values())
-    if not all(isinstance(x, torch.Tensor) for x in values):
-        raise ExportError("ckplan exports models whose inputs are tensors; got "
-                          + ", ".join(type(x).__name__ for x in values)
-                          + " (pass use_cache and other options through the model's config)")
+    values = _ordered_inputs(args, kwargs)
+    if not values:
+        raise ExportError(f"the example inputs of {type(model).__name__} hold no tensor: pass the tensors its forward "
+                          "takes (a tuple of tensors, lists or dicts of them, and Python values as options)")
+    # A container input: shapes static (its first dimension need not be the batch).
+    if any(_is_container(v) for v in list(args) + list(kwargs.values())):
+        dynamic_batch = dynamic_seq = False
     was_training = model.training
     model.train()
     # On the meta device autocast casts nothing: exported without it, and
@@ -1155,7 +1181,16 @@ def export(model, args, path, kwargs=None, dynamic_batch=True, dynamic_seq=False
             program = _export_program(model, args, kwargs, dynamic_batch, dynamic_seq)
             named = None if loss_fn is not None else _namedtuple_in(program.call_spec.out_spec)
             fields = None if loss_fn is not None else _model_output_fields(program.call_spec.out_spec)
-            if named is not None:
+            losses = None if loss_fn is not None else _loss_dict_keys(program.call_spec.out_spec)
+            if losses:
+                warnings.warn(f"ckplan_torch.export: {type(model).__name__} returns a dict of losses "
+                              f"({', '.join(losses)}); trained with their sum, as torchvision's detection "
+                              f"references do (pass loss_fn= for another)")
+                loss_fn, targets = _sum_losses, ()
+                with _with_loss(model, _sum_losses, 0):
+                    program = _export_program(model, args, kwargs, dynamic_batch, dynamic_seq)
+                    eager_peaks = _eager_module_peaks(model, args, kwargs)
+            elif named is not None:
                 warnings.warn(f"ckplan_torch.export: {type(model).__name__} returns a namedtuple ({named.__name__}), "
                               f"which torch.export.save cannot save; exported returning a plain tuple of its fields "
                               f"({', '.join(named._fields)})")
@@ -1166,7 +1201,8 @@ def export(model, args, path, kwargs=None, dynamic_batch=True, dynamic_seq=False
                               f"{', '.join(fields)}), which ckplan profile's --loss reads")
                 program = _export_plain_outputs(model, args, kwargs, dynamic_batch, field=fields[0],
                                                 dynamic_seq=dynamic_seq)
-            eager_peaks = _eager_module_peaks(model, args, kwargs)
+            if not losses:
+                eager_peaks = _eager_module_peaks(model, args, kwargs)
     finally:
         model.train(was_training)
     inputs = _ordered_inputs(args, kwargs)
