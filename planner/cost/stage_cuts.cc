@@ -3,6 +3,7 @@
 #include "planner/cost/stage_cuts.h"
 
 #include <algorithm>
+#include <map>
 #include <set>
 
 #include "planner/base/error.h"
@@ -44,6 +45,12 @@ class Cutter {
     for (const OpRecord& op : p.ops) paths_.push_back(Split(op.module));
     for (const TensorRecord& t : p.tensors) {
       if (t.kept) storage_kept_.insert(t.storage);
+    }
+    for (size_t op = 0; op < p.ops.size(); ++op) {
+      for (int t : p.ops[op].inputs) {
+        std::vector<int>& readers = readers_[p.tensors[static_cast<size_t>(t)].storage];
+        if (readers.empty() || readers.back() != static_cast<int>(op)) readers.push_back(static_cast<int>(op));
+      }
     }
     // Ops on the data path: those that read a model input or what such an
     // op made. The others (positions from arange, batch norm's counter)
@@ -156,6 +163,34 @@ class Cutter {
     return count;
   }
 
+  // Of the data storages crossing the cut before children[c], those made
+  // inside `segment` that only children from c on read, at least two of
+  // them: handed by the module to several of its blocks.
+  int BroadcastCount(const Segment& segment, const std::vector<Segment>& children, size_t c) const {
+    const int position = children[c].first;
+    int count = 0;
+    for (int storage : liveness_.Crossing(position)) {
+      const int producer = liveness_.StorageProducer(storage);
+      if (producer < segment.first || !data_op_[static_cast<size_t>(producer)]) continue;
+      auto readers = readers_.find(storage);
+      if (readers == readers_.end()) continue;
+      std::set<size_t> reading;
+      bool inside = true;
+      for (int op : readers->second) {
+        if (op < position) continue;
+        if (op > segment.last) {
+          inside = false;
+          break;
+        }
+        size_t k = c;
+        while (k + 1 < children.size() && children[k].last < op) ++k;
+        reading.insert(k);
+      }
+      if (inside && reading.size() >= 2) ++count;
+    }
+    return count;
+  }
+
   // The bytes of those, or of the model's inputs / outputs at either end.
   int64_t CrossingBytes(int position) const {
     if (position <= 0 || position >= static_cast<int>(profile_.ops.size())) {
@@ -227,6 +262,7 @@ class Cutter {
         continue;
       }
       bool by_bytes = false;
+      std::vector<bool> allowed(children.size(), true);
       if (!is_root) {
         // Its start carries too the model inputs its first child reads (the
         // decoder of an encoder-decoder: the decoder's input ids, embedded
@@ -250,10 +286,23 @@ class Cutter {
           }
           by_bytes = !adds_live;
         }
-        if (adds_live) continue;
+        // What a module makes before its blocks and hands to several of
+        // them (Gemma 4's per-layer inputs, read by every decoder layer)
+        // crosses every cut between those blocks alike, as a causal mask
+        // does: it does not count against cutting between them. Cut there,
+        // where nothing else adds to what crosses.
+        if (adds_live) {
+          bool broadcast = false;
+          for (size_t c = 1; c < children.size(); ++c) {
+            const int shared = BroadcastCount(segment, children, c);
+            allowed[c] = CrossingCount(children[c].first) - shared <= own;
+            broadcast = broadcast || (shared > 0 && allowed[c]);
+          }
+          if (!broadcast) continue;
+        }
       }
       for (size_t c = 1; c < children.size(); ++c) {
-        if (CutAllowedBeforeChild(children[c])) cuts_.push_back(children[c].first);
+        if (allowed[c] && CutAllowedBeforeChild(children[c])) cuts_.push_back(children[c].first);
       }
       if (by_bytes) continue;
       for (const Segment& child : children) {
@@ -345,6 +394,7 @@ class Cutter {
   std::vector<bool> data_op_;
   std::vector<bool> index_tensor_;  // by tensor: an integer input, or made of one without gradients
   std::set<int> storage_kept_;
+  std::map<int, std::vector<int>> readers_;  // by storage: the ops that read it, in order
   std::vector<bool> no_cut_;  // by position: a later op writes in place into a storage crossing it
   std::vector<int> cuts_;
 };

@@ -750,6 +750,41 @@ def _dynamic_batch_shapes(model, args, kwargs, seq=False):
     return {name: spec(value) for name, value in bound.items()}
 
 
+def _plain_call_paths(model, args, kwargs, paths):
+    """Of ``paths``, the modules whose every call takes tensors, numbers, bools, None and containers of
+    them, found by one forward without gradients (the buffers and RNG state put back after): a module
+    called with a string (a layer type) or an object cannot keep its call signature in torch.export."""
+    from torch.utils import _pytree
+    names = {id(m): n for n, m in model.named_modules()}
+    odd = set()
+
+    def check(module, a, k):
+        for leaf in _pytree.tree_leaves((a, k)):
+            if not isinstance(leaf, (torch.Tensor, int, float, bool, type(None))):
+                odd.add(names.get(id(module)))
+
+    buffers = {name: b.detach().clone() for name, b in model.named_buffers()}
+    rng = torch.get_rng_state()
+    hook = torch.nn.modules.module.register_module_forward_pre_hook(
+        lambda module, a: check(module, a, {}))
+    hooks = [hook] + [m.register_forward_pre_hook(lambda module, a, k: check(module, (), k), with_kwargs=True)
+                      for m in model.modules()]
+    try:
+        with torch.no_grad(), _follow_eager(model, args, kwargs):
+            model(*args, **(kwargs or {}))
+    except Exception:  # noqa: BLE001 - only a narrowing: the export says what fails
+        return paths
+    finally:
+        for h in hooks:
+            h.remove()
+        torch.set_rng_state(rng)
+        with torch.no_grad():
+            for name, b in model.named_buffers():
+                if name in buffers:
+                    b.copy_(buffers[name])
+    return tuple(p for p in paths if p not in odd)
+
+
 def _export_program(model, args, kwargs, dynamic_batch, dynamic_seq=False):
     # Every module's call signature is kept in the program (the graph is the
     # same): the tensors each module is called with, those its ops never read
@@ -768,6 +803,18 @@ def _export_program(model, args, kwargs, dynamic_batch, dynamic_seq=False):
             except ExportError:
                 raise  # the job's own code refused (loss_fn): no other way of exporting changes that
             except Exception as error:  # noqa: BLE001 - PyTorch raises many kinds
+                # torch.export keeps no signature of a module called with a
+                # string (Gemma's rotary embedding, given its layer type):
+                # the others' are kept.
+                plain = _plain_call_paths(model, args, kwargs, paths)
+                if plain != paths:
+                    try:
+                        return torch.export.export(model, args, kwargs=kwargs, dynamic_shapes=dynamic_shapes,
+                                                   strict=False, preserve_module_call_signature=plain)
+                    except ExportError:
+                        raise
+                    except Exception:  # noqa: BLE001
+                        pass
                 # A model that does not export at all raises its own reason here.
                 program = torch.export.export(model, args, kwargs=kwargs, dynamic_shapes=dynamic_shapes,
                                               strict=False)
