@@ -23,7 +23,9 @@ has it; the RNG state is kept, so dropout gives the same masks. No dependency
 beyond torch.
 """
 import collections
+import collections.abc
 import contextlib
+import copy
 import functools
 import inspect
 import json
@@ -78,12 +80,17 @@ def _supports_non_reentrant():
 
 
 def _snapshot(value):
-    """A copy of the lists and dicts in a call's arguments (the tensors shared).
+    """What checkpoint holds of a call's arguments for the recomputation: the
+    lists and mappings in them copied as they are at the call (the tensors
+    shared); the forward itself gets the caller's own.
 
-    Checkpointing calls the forward again in backward with the same arguments.
-    A caller may grow a list after the call: torchvision's DenseNet passes its
-    running list of features to each dense layer and appends to it, so the
-    recomputation would read more features than the forward did.
+    Checkpointing calls the forward again in backward with the arguments it
+    held. A caller may fill a container after the call: torchvision's
+    DenseNet appends to the running list of features it passes each dense
+    layer (the recomputation would read more features than the forward
+    did), and Gemma 4's layers store their keys and values in the dict they
+    all get (transformers' KVSharingDict), which the held original would keep
+    alive to the layer's backward where eager frees them with the forward.
     """
     if isinstance(value, list):
         return [_snapshot(v) for v in value]
@@ -91,6 +98,9 @@ def _snapshot(value):
         return {k: _snapshot(v) for k, v in value.items()}
     if type(value) is tuple:
         return tuple(_snapshot(v) for v in value)
+    if isinstance(value, collections.abc.MutableMapping):
+        held = copy.copy(value)  # a UserDict: a new mapping of the same items
+        return held if held is not value else value
     return value
 
 
@@ -190,19 +200,28 @@ def _running_stat_modules(module):
     return [m for m in module.modules() if isinstance(m, torch.nn.modules.batchnorm._NormBase)]
 
 
-def _once(original, norms):
-    """``original`` as checkpoint calls it: its first call is the forward; a later one is the
-    recomputation in backward, which must leave training as it was: the running statistics and
+def _once(original, norms, call_args, call_kwargs):
+    """``original`` as checkpoint calls it: its first call is the forward, run with the caller's own
+    arguments ``call_args`` and ``call_kwargs`` (checkpoint holds their _snapshot); a later one is
+    the recomputation in backward, which must leave training as it was: the running statistics and
     ``num_batches_tracked`` its norm layers update in train mode are put back as the forward left
     them (``torch.utils.checkpoint`` already restores the RNG state), also where the recomputation
     stops early."""
     calls = [0]
+    call = [call_args, call_kwargs]  # dropped once used: checkpoint holds `run` to the backward
 
     def run(*args, **kwargs):
         calls[0] += 1
+        if calls[0] == 1:
+            given, named = call
+            call.clear()
+            return original(*given, **named)
         tracked = [b for m in norms if m.training and m.track_running_stats
                    for b in (m.running_mean, m.running_var, m.num_batches_tracked) if b is not None]
-        if calls[0] == 1 or not tracked:
+        # What the recomputation stores in a container it gets (Gemma 4's
+        # keys and values) goes to a copy of its own, dropped after it.
+        args, kwargs = _snapshot(args), _snapshot(kwargs)
+        if not tracked:
             return original(*args, **kwargs)
         kept = [b.detach().clone() for b in tracked]
         try:
@@ -228,9 +247,9 @@ def _wrap(module, sac=None):
     def forward(*args, **kwargs):
         if not torch.is_grad_enabled():
             return original(*args, **kwargs)
+        run = _once(original, norms, args, kwargs)
         args = _snapshot(args)
         kwargs = _snapshot(kwargs)
-        run = _once(original, norms)
         if policy is not None:
             state = {"forward": collections.Counter(), "recompute": collections.Counter(), "mismatch": None}
             out = torch.utils.checkpoint.checkpoint(run, *args, use_reentrant=False, preserve_rng_state=True,
