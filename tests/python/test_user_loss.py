@@ -5,6 +5,7 @@ Each job is planned with ``ckplan_torch.plan(..., loss_fn=..., targets=...)`` an
 PyTorch (tests/python/memory_timeline.py) as the user writes it: ``out = model(x); loss = loss_fn(out, y);
 loss.backward(); optimizer.step()``, ``out`` held to the end of the step.
 """
+import collections
 import re
 import warnings
 
@@ -332,3 +333,71 @@ def test_python_values_are_constants_of_the_export(ckplan):
     measured = memory_timeline.training_step_peak(model, lambda p: torch.optim.AdamW(p), forward)
     none = plan.strategies[0]["peak_bytes"]
     assert measured <= none <= measured * 1.01, (measured, none)
+
+
+class SharedLayer(nn.Module):
+    def __init__(self, width, per_layer, store):
+        super().__init__()
+        self.up = nn.Linear(width, width * 4)
+        self.down = nn.Linear(width * 4, width)
+        self.gate = nn.Linear(width, per_layer)
+        self.back = nn.Linear(per_layer, width)
+        self.store = store
+
+    def forward(self, x, per_layer_input, shared):
+        h = self.up(x)
+        if self.store:  # as Gemma 4's layers keep their keys and values for later ones
+            shared[len(shared)] = h
+        x = x + self.down(F.gelu(h))
+        return x + self.back(F.gelu(self.gate(x)) * per_layer_input)
+
+
+class PerLayerBody(nn.Module):
+    """Gemma 4's shape: the body makes per-layer inputs from the embeddings before its layers and hands each
+    its slice (one tensor read by every layer), and a dict (a UserDict, as transformers' KVSharingDict) that
+    the layers fill as they run."""
+
+    def __init__(self, width=64, layers=4, per_layer=32):
+        super().__init__()
+        self.embed = nn.Embedding(128, width)
+        self.per_layer = nn.Linear(width, layers * per_layer)
+        self.layers = nn.ModuleList(SharedLayer(width, per_layer, store=i == layers - 1) for i in range(layers))
+        self.shape = (layers, per_layer)
+
+    def forward(self, ids):
+        x = self.embed(ids)
+        per_layer = self.per_layer(x).view(*ids.shape, *self.shape)
+        shared = collections.UserDict()
+        for i, layer in enumerate(self.layers):
+            x = layer(x, per_layer[:, :, i, :], shared)
+        return x
+
+
+class PerLayerModel(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = PerLayerBody()
+        self.head = nn.Linear(64, 128)
+
+    def forward(self, ids):
+        return self.head(self.body(ids))
+
+
+def test_layers_handed_a_shared_tensor_and_dict_are_wrappable_and_hold(ckplan):
+    """A tensor the body makes before its layers and hands to each does not stop cutting between them: the
+    layers are wrappable; and the dict they fill is not kept alive by a wrapped layer's checkpoint: the
+    step stays within the prediction."""
+    torch.manual_seed(0)
+    ids = torch.randint(0, 128, (4, 64), generator=torch.Generator().manual_seed(4))
+    job = Job("per_layer_body", PerLayerModel(), (ids,), lambda out, y: F.cross_entropy(out.flatten(0, 1), y.flatten()),
+              (ids,))
+    loose = job.plan(ckplan, "10GB")
+    tight = job.plan(ckplan, loose.min_budget_bytes)
+    assert any(path.startswith("body.layers.") for path in tight.checkpoint_modules), tight.checkpoint_modules
+    tight.apply(job.model)
+    try:
+        measured = job.step_peak()
+    finally:
+        ckplan_torch.remove_plan(job.model)
+    assert measured <= tight.budget_bytes, (measured, tight.budget_bytes, tight.checkpoint_modules)
+    assert measured >= tight.peak_bytes * 0.98, (measured, tight.peak_bytes)
