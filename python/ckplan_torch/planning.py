@@ -17,12 +17,13 @@ import sysconfig
 import statistics
 import tempfile
 import time
+import warnings
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 # The package imports this module after defining these (ckplan_torch/__init__.py, at its end).
-from . import (_describe_bytes, _first_batch, _optimizer_of, _optimizer_options_of, _solve_flags, apply_plan,  # noqa: E402
+from . import (_cache_configs, _describe_bytes, _first_batch, _optimizer_of, _optimizer_options_of, _solve_flags, apply_plan,  # noqa: E402
                check_autocast, check_loss, check_trainable_optimizer, export, is_meta_model, plan_batch)
 
 __all__ = ["plan", "enable", "Plan", "CkplanError", "find_ckplan", "auto_budget", "AUTO_BUDGET_MARGIN"]
@@ -397,6 +398,12 @@ def plan(model, example_inputs, budget, kwargs=None, gpu=None, optimizer="adamw"
             if batch is None or global_batch % batch != 0:
                 raise ValueError(f"global_batch={global_batch} is not a multiple of the example's batch ({batch}): "
                                  f"give a global batch it divides, or batch='auto' to choose the micro-batch")
+    if _cache_configs(model):
+        # T5 gives its decoder a copy of the config: use_cache stays on there after model.config's is off.
+        warnings.warn("ckplan_torch.plan: the model's config has use_cache=True: a training step run so keeps a "
+                      "key-value cache, which the plan does not count (a step keeps none); Plan.apply turns it off, "
+                      "as gradient_checkpointing_enable() does, or set use_cache=False on every config of the "
+                      "model (T5's decoder has its own) or pass it to forward", stacklevel=2)
     solve_flags = _optimizer_flags(optimizer, optimizer_impl)
     if isinstance(optimizer, torch.optim.Optimizer):
         check_trainable_optimizer(model, optimizer)
