@@ -163,15 +163,20 @@ class Cutter {
     return count;
   }
 
-  // Of the data storages crossing the cut before children[c], those made
-  // inside `segment` that only children from c on read, at least two of
-  // them: handed by the module to several of its blocks.
+  // Of the data storages crossing the cut before children[c], those the
+  // segment's module makes itself (an op of its own, in no child) that only
+  // children from c on read, at least two of them: handed by the module to
+  // several of its blocks.
   int BroadcastCount(const Segment& segment, const std::vector<Segment>& children, size_t c) const {
     const int position = children[c].first;
     int count = 0;
     for (int storage : liveness_.Crossing(position)) {
       const int producer = liveness_.StorageProducer(storage);
-      if (producer < segment.first || !data_op_[static_cast<size_t>(producer)]) continue;
+      // Made by the module's own code, outside its children.
+      if (producer < segment.first || !data_op_[static_cast<size_t>(producer)] ||
+          !Key(producer, segment.depth).empty()) {
+        continue;
+      }
       auto readers = readers_.find(storage);
       if (readers == readers_.end()) continue;
       std::set<size_t> reading;

@@ -397,15 +397,24 @@ FrontierSteps FrontierStepsOf(const Chain& chain, const std::vector<WrappableMod
     // torch.utils.checkpoint reruns it inside torch.random.fork_rng, which
     // holds a copy of the RNG state it restores afterwards.
     const int64_t forked = accounting == ModuleAccounting::kPyTorch ? chain.checkpoint_state_bytes : 0;
+    // The recomputation runs with autograd. In PyTorch's accounting what
+    // its ops save stays to their backward, and a value no op saves lives
+    // to its last reader in the module (a residual crossing several of its
+    // stages), then is freed, as eager frees it, the module's output
+    // included (checkpoint keeps none of its recomputed outputs). The
+    // simulator's (ckplan run's executor) holds each stage's output.
+    const bool as_pytorch = accounting == ModuleAccounting::kPyTorch;
     int64_t kept = 0;
     std::vector<int64_t> kept_after(static_cast<size_t>(b - a + 1));
     for (int k = a; k <= b; ++k) {
       const Stage& s = chain.stages[static_cast<size_t>(k)];
       const int64_t own = cuts.own_saved[static_cast<size_t>(k)], out = fresh[static_cast<size_t>(k)];
+      const int64_t carried = as_pytorch && k > a ? kept_bytes(cut(k), input, false) : 0;  // made inside, saved by no op
       cached_before -= cached[static_cast<size_t>(k - a)];  // what the stages after it saved, still held
-      need = std::max(need, loss_held + loop_kept(b, true) + grad(b + 1) + grads_from[static_cast<size_t>(b) + 1] + kept + forked +
-                                cached_before + std::max(own + out, out + s.fwd_tmp_bytes));
-      kept += own + out;
+      need = std::max(need, loss_held + loop_kept(b, true) + grad(b + 1) + grads_from[static_cast<size_t>(b) + 1] +
+                                kept + carried + forked + cached_before +
+                                std::max(own + out, out + s.fwd_tmp_bytes));
+      kept += own + (as_pytorch ? kept_fresh[static_cast<size_t>(k)] : out);
       kept_after[static_cast<size_t>(k - a)] = kept;
     }
     // Eager PyTorch may hold more in it than the graph does: a Python
