@@ -164,9 +164,9 @@ class Cutter {
   }
 
   // Of the data storages crossing the cut before children[c], those the
-  // segment's module makes itself (an op of its own, in no child) that only
-  // children from c on read, at least two of them: handed by the module to
-  // several of its blocks.
+  // segment's module makes itself (an op of its own, in no child) and that
+  // only the segment reads, two or more of its child modules among the
+  // readers: handed by the module to several of its blocks.
   int BroadcastCount(const Segment& segment, const std::vector<Segment>& children, size_t c) const {
     const int position = children[c].first;
     int count = 0;
@@ -182,14 +182,14 @@ class Cutter {
       std::set<size_t> reading;
       bool inside = true;
       for (int op : readers->second) {
-        if (op < position) continue;
         if (op > segment.last) {
           inside = false;
           break;
         }
-        size_t k = c;
+        if (op < segment.first) continue;
+        size_t k = 0;
         while (k + 1 < children.size() && children[k].last < op) ++k;
-        reading.insert(k);
+        if (!Key(children[k].first, segment.depth).empty()) reading.insert(k);  // a child module, not an op
       }
       if (inside && reading.size() >= 2) ++count;
     }

@@ -200,6 +200,15 @@ def _running_stat_modules(module):
     return [m for m in module.modules() if isinstance(m, torch.nn.modules.batchnorm._NormBase)]
 
 
+def _no_dispatch_modes():
+    """A context without the Python dispatch modes in effect (none where this torch lacks the helper)."""
+    try:
+        from torch.utils._python_dispatch import _disable_current_modes
+    except ImportError:
+        return contextlib.nullcontext()
+    return _disable_current_modes()
+
+
 def _once(original, norms, call_args, call_kwargs):
     """``original`` as checkpoint calls it: its first call is the forward, run with the caller's own
     arguments ``call_args`` and ``call_kwargs`` (checkpoint holds their _snapshot); a later one is
@@ -223,11 +232,14 @@ def _once(original, norms, call_args, call_kwargs):
         args, kwargs = _snapshot(args), _snapshot(kwargs)
         if not tracked:
             return original(*args, **kwargs)
-        kept = [b.detach().clone() for b in tracked]
+        # Outside the dispatch modes around the recomputation (a selective
+        # policy's counts the ops it sees against the forward's).
+        with _no_dispatch_modes():
+            kept = [b.detach().clone() for b in tracked]
         try:
             return original(*args, **kwargs)
         finally:
-            with torch.no_grad():
+            with torch.no_grad(), _no_dispatch_modes():
                 for b, k in zip(tracked, kept):
                     b.copy_(k)
 

@@ -20,6 +20,7 @@ import argparse
 import copy
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -360,9 +361,13 @@ def main(argv=None):
         plans = {"fsdp": os.path.join(tmp, "fsdp.json")}
         # amsgrad: a third state tensor per parameter, sharded as the moments are.
         dp = ["--data-parallel", str(WORLD), "--shard", "full", "--optimizer", "adam", "--amsgrad"]
+        # The plan each rank applies (the PyTorch target, a profile's default): 60% of the way from its
+        # smallest budget, which a budget in bytes below it is told exactly, to no checkpointing.
         free = json.loads(ckplan(args.ckplan, "solve", profile, "--budget", "1TB", *dp, "-o", "-"))
         rank = free["distributed"]["ranks"][0]
-        budget = rank["fixed"]["total_bytes"] + (rank["peak_bytes"] - rank["fixed"]["total_bytes"]) * 6 // 10
+        refused = subprocess.run([args.ckplan, "solve", profile, "--budget", "1", *dp], capture_output=True, text=True)
+        minimum = int(re.search(r"per-rank minimum (\d+) for the pytorch target", refused.stderr).group(1))
+        budget = minimum + (rank["peak_bytes"] - minimum) * 6 // 10
         ckplan(args.ckplan, "solve", profile, "--budget", str(budget), *dp, "-o", plans["fsdp"])
         for name in ("1f1b", "gpipe"):
             plans[name] = os.path.join(tmp, f"{name}.json")
