@@ -781,6 +781,38 @@ def _dynamic_batch_shapes(model, args, kwargs, seq=False):
     return {name: spec(value) for name, value in bound.items()}
 
 
+@contextlib.contextmanager
+def _state_restored(model):
+    """A forward run only to look at the model (in train mode): its buffers (batch norm's running
+    statistics) and the RNG state put back after, as they were."""
+    buffers = {name: b.detach().clone() for name, b in model.named_buffers()}
+    rng = torch.get_rng_state()
+    try:
+        yield
+    finally:
+        torch.set_rng_state(rng)
+        with torch.no_grad():
+            for name, b in model.named_buffers():
+                if name in buffers:
+                    b.copy_(buffers[name])
+
+
+@contextlib.contextmanager
+def _forward_replaced(model, forward):
+    """``model.forward`` is ``forward`` (an instance attribute, removed after) while the model is
+    exported: the module paths and parameter names stay the model's own."""
+    had_forward = "forward" in model.__dict__
+    previous = model.__dict__.get("forward")
+    model.forward = forward
+    try:
+        yield
+    finally:
+        if had_forward:
+            model.forward = previous
+        else:
+            del model.forward
+
+
 def _plain_call_paths(model, args, kwargs, paths):
     """Of ``paths``, the modules whose every call takes tensors, numbers, bools, None and containers of
     them, found by one forward without gradients (the buffers and RNG state put back after): a module
@@ -794,25 +826,18 @@ def _plain_call_paths(model, args, kwargs, paths):
             if not isinstance(leaf, (torch.Tensor, int, float, bool, type(None))):
                 odd.add(names.get(id(module)))
 
-    buffers = {name: b.detach().clone() for name, b in model.named_buffers()}
-    rng = torch.get_rng_state()
     hook = torch.nn.modules.module.register_module_forward_pre_hook(
         lambda module, a: check(module, a, {}))
     hooks = [hook] + [m.register_forward_pre_hook(lambda module, a, k: check(module, (), k), with_kwargs=True)
                       for m in model.modules()]
     try:
-        with torch.no_grad(), _follow_eager(model, args, kwargs):
+        with _state_restored(model), torch.no_grad(), _follow_eager(model, args, kwargs):
             model(*args, **(kwargs or {}))
     except Exception:  # noqa: BLE001 - only a narrowing: the export says what fails
         return paths
     finally:
         for h in hooks:
             h.remove()
-        torch.set_rng_state(rng)
-        with torch.no_grad():
-            for name, b in model.named_buffers():
-                if name in buffers:
-                    b.copy_(buffers[name])
     return tuple(p for p in paths if p not in odd)
 
 
@@ -901,8 +926,6 @@ def _export_plain_outputs(model, args, kwargs, dynamic_batch, field=None, dynami
     spec), or only its output's `field` when given (a ModelOutput's
     logits), through an instance attribute `forward` that is removed after:
     the module paths and parameter names stay the model's own."""
-    had_forward = "forward" in model.__dict__
-    previous = model.__dict__.get("forward")
     original = model.forward
 
     @functools.wraps(original)
@@ -910,14 +933,8 @@ def _export_plain_outputs(model, args, kwargs, dynamic_batch, field=None, dynami
         out = original(*a, **k)
         return out[field] if field is not None else _plain(out)
 
-    model.forward = forward
-    try:
+    with _forward_replaced(model, forward):
         return _export_program(model, args, kwargs, dynamic_batch, dynamic_seq)
-    finally:
-        if had_forward:
-            model.forward = previous
-        else:
-            del model.forward
 
 
 _TARGET_NAME = "ckplan_target_{}"
@@ -943,8 +960,6 @@ def _with_loss(model, loss_fn, count):
     attribute ``forward``, removed after: the module paths and parameter
     names stay the model's own."""
     from torch.utils import _pytree
-    had_forward = "forward" in model.__dict__
-    previous = model.__dict__.get("forward")
     original = model.forward
     names = [_TARGET_NAME.format(i) for i in range(count)]
 
@@ -967,14 +982,8 @@ def _with_loss(model, loss_fn, count):
     targets = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY) for name in names]
     forward.__signature__ = signature.replace(parameters=head + targets + tail)
     forward.__name__ = "forward"
-    model.forward = forward
-    try:
+    with _forward_replaced(model, forward):
         yield
-    finally:
-        if had_forward:
-            model.forward = previous
-        else:
-            del model.forward
 
 
 def _loss_dict_keys(spec):
@@ -1113,12 +1122,10 @@ def _eager_module_peaks(model, args, kwargs=None):
             path, _, peak = frames.pop()
             peaks[path] = max(peaks.get(path, 0), peak)
 
-    buffers = {name: b.detach().clone() for name, b in model.named_buffers()}
-    rng = torch.get_rng_state()
     hooks = [torch.nn.modules.module.register_module_forward_pre_hook(enter),
              torch.nn.modules.module.register_module_forward_hook(leave, always_call=True)]
     try:
-        with torch.enable_grad(), Count():
+        with _state_restored(model), torch.enable_grad(), Count():
             out = model(*args, **(kwargs or {}))
         del out
     except Exception:  # noqa: BLE001 - a measurement only: the archive is complete without it
@@ -1126,11 +1133,6 @@ def _eager_module_peaks(model, args, kwargs=None):
     finally:
         for h in hooks:
             h.remove()
-        torch.set_rng_state(rng)
-        with torch.no_grad():
-            for name, b in model.named_buffers():
-                if name in buffers:
-                    b.copy_(buffers[name])
     peaks.pop("", None)
     return {"inputs": [{"shape": list(x.shape), "itemsize": x.element_size()} for x in inputs], "bytes": peaks}
 

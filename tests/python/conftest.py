@@ -54,3 +54,14 @@ def run_script(request, ckplan):
             code = done.code
         return code or 0
     return run
+
+
+@pytest.fixture
+def one_thread():
+    """One thread for a test that measures a step's memory, as ckplan profiles on the CPU: more threads
+    hold per-thread buffers."""
+    import torch
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -77,3 +77,17 @@ def training_step_peak(model, make_optimizer, forward):
 
         step()
         return min(timeline_peak(step, model_tensors(model)) for _ in range(2))
+
+
+def gradients(model, forward, params=None):
+    """The gradients of ``params`` (default: the model's parameters) after one ``forward()`` returning
+    ``(out, loss)`` and its backward, seed 0 (dropout's masks alike from call to call); the model's
+    gradients dropped before and after."""
+    params = list(model.parameters()) if params is None else list(params)
+    model.zero_grad(set_to_none=True)
+    torch.manual_seed(0)
+    _, loss = forward()
+    loss.backward()
+    out = [p.grad.clone() for p in params]
+    model.zero_grad(set_to_none=True)
+    return out

@@ -19,13 +19,7 @@ import memory_timeline
 peft = pytest.importorskip("peft")
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """As ckplan profiles on the CPU: more threads hold per-thread buffers."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py: as ckplan profiles on the CPU
 
 
 class Job:
@@ -71,13 +65,7 @@ class Job:
 
     def grads(self):
         """The trainable parameters' gradients after one forward and backward (fixed seed)."""
-        self.model.zero_grad(set_to_none=True)
-        torch.manual_seed(0)
-        _, loss = self.forward()
-        loss.backward()
-        out = [p.grad.clone() for p in self.trainable()]
-        self.model.zero_grad(set_to_none=True)
-        return out
+        return memory_timeline.gradients(self.model, self.forward, self.trainable())
 
     def plan(self, ckplan, budget):
         optimizer = self.make_optimizer(self.trainable())

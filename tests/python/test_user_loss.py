@@ -20,13 +20,7 @@ import ckplan_torch
 import memory_timeline
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """As ckplan profiles on the CPU: more threads hold per-thread buffers."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest.py: as ckplan profiles on the CPU
 
 
 class Job:
@@ -46,13 +40,7 @@ class Job:
         return memory_timeline.training_step_peak(self.model, self.make_optimizer, self.forward)
 
     def grads(self):
-        self.model.zero_grad(set_to_none=True)
-        torch.manual_seed(0)
-        _, loss = self.forward()
-        loss.backward()
-        out = [p.grad.clone() for p in self.model.parameters()]
-        self.model.zero_grad(set_to_none=True)
-        return out
+        return memory_timeline.gradients(self.model, self.forward)
 
     def plan(self, ckplan, budget):
         return ckplan_torch.plan(self.model, self.args, budget, optimizer=self.make_optimizer(self.model.parameters()),
