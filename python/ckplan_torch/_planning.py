@@ -10,74 +10,27 @@ errors into ``CkplanError``.
 """
 import json
 import os
-import shutil
-import subprocess
-import sys
-import sysconfig
-import statistics
 import tempfile
-import time
 import warnings
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
-# The package imports this module after defining these (ckplan_torch/__init__.py, at its end).
-from . import (_cache_configs, _describe_bytes, _first_batch, _optimizer_of, _optimizer_options_of, _solve_flags, apply_plan,  # noqa: E402
-               check_autocast, check_loss, check_trainable_optimizer, export, is_meta_model, plan_batch)
+from ._apply import apply_plan
+from ._checks import check_trainable_optimizer
+from ._export import check_autocast, check_loss, export
+from ._model import _first_batch, _model_device, is_meta_model
+from ._optimizer import _optimizer_flags
+from ._plan_file import _describe_bytes, _write_json, plan_batch
+from ._programs import _run, find_ckplan
+from ._selective import sac_dispatch_us
+from ._transformers import _cache_configs
 
-__all__ = ["plan", "enable", "Plan", "CkplanError", "find_ckplan", "auto_budget", "AUTO_BUDGET_MARGIN"]
 
 # budget="auto" on a CUDA device: what the device could hold for this step less this share of its
 # memory (at least AUTO_BUDGET_MIN_MARGIN bytes): the caching allocator's fragmentation, and the
 # cuBLAS/cuDNN workspaces and the CUDA context, none of which a profile counts.
 AUTO_BUDGET_MARGIN = 0.10
 AUTO_BUDGET_MIN_MARGIN = 1 << 30
-
-
-class CkplanError(RuntimeError):
-    """``ckplan`` refused or failed: its one-line message (what and the fix). ``exit_code``: the CLI's
-    (2 bad input, 3 a budget below the smallest that fits)."""
-
-    def __init__(self, message, exit_code=1):
-        super().__init__(message)
-        self.exit_code = exit_code
-
-
-def find_ckplan(path=None):
-    """The ``ckplan`` program: ``path``, else ``$CKPLAN``, else the one installed in this Python
-    environment (``pip install``), else on ``PATH``, else a source checkout's ``build/ckplan``."""
-    if path:
-        if os.path.isfile(path) and os.access(path, os.X_OK):
-            return os.path.abspath(path)
-        raise CkplanError(f"{path}: no ckplan program there; give the path of the ckplan binary")
-    candidates = [os.environ.get("CKPLAN"),
-                  os.path.join(sysconfig.get_path("scripts"), "ckplan"),
-                  shutil.which("ckplan"),
-                  os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "build", "ckplan")]
-    for candidate in candidates:
-        if candidate and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
-            return os.path.abspath(candidate)
-    raise CkplanError("the ckplan program is not installed: `pip install --no-build-isolation .` in ckplan's "
-                      "folder (README), or set CKPLAN=/path/to/ckplan")
-
-
-def _run(ckplan, *args):
-    """Runs ``ckplan ARGS``; returns its standard output, or raises CkplanError with its message."""
-    done = subprocess.run([ckplan, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    if done.returncode != 0:
-        lines = [line for line in done.stderr.splitlines() if line.strip()]
-        errors = [line for line in lines if line.startswith("ckplan: error: ")]
-        message = (errors[-1][len("ckplan: error: "):] if errors else (lines[-1] if lines else
-                   f"ckplan {args[0]} exited with {done.returncode}"))
-        raise CkplanError(message, done.returncode)
-    return done.stdout
-
-
-def _model_device(model):
-    for tensor in list(model.parameters()) + list(model.buffers()):
-        return tensor.device
-    return torch.device("cpu")
 
 
 def auto_budget(device):
@@ -95,70 +48,6 @@ def auto_budget(device):
         raise ValueError(f"budget='auto': {device} has {_describe_bytes(free, 'binary')} free, less than the "
                          f"{_describe_bytes(margin, 'binary')} margin; give the budget")
     return available
-
-
-class DispatchCounter(TorchDispatchMode):
-    """Counts the ops dispatched while it is entered, as a selective-checkpointing policy's dispatch
-    mode sees them (below autograd, detach included)."""
-
-    def __init__(self):
-        super().__init__()
-        self.ops = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops += 1
-        return func(*args, **(kwargs or {}))
-
-
-def sac_dispatch_us(layers=10, reps=9):
-    """What a selective-checkpointing policy costs per op of a wrapped module in this Python, in
-    microseconds: PyTorch runs the module's forward, and its recomputation in backward, under dispatch
-    modes that call into Python for every op. Measured on a stack of `layers` tiny transformer-like
-    layers (layer_norm, linear, gelu, dropout, softmax, mul, add: the op mix of the layers people wrap)
-    checkpointed with a policy that saves nothing, against the same without it: the median forward and
-    backward over `reps` rounds, per op the forward dispatches. ``plan(target="sac")`` passes it to
-    ``ckplan solve --sac-dispatch-us``; about 0.2 s (1 s on the first call, which imports)."""
-    import torch.nn.functional as F
-    import torch.utils.checkpoint as tuc
-
-    weight = torch.ones(8, 8, requires_grad=True)
-    bias = torch.zeros(8, requires_grad=True)
-
-    def body(x):
-        for _ in range(layers):
-            h = F.dropout(F.gelu(F.linear(F.layer_norm(x, (8,)), weight, bias)), 0.1, True)
-            x = x + torch.softmax(h, -1) * 0.5
-        return x
-
-    def policy(ctx, func, *args, **kwargs):
-        return tuc.CheckpointPolicy.PREFER_RECOMPUTE
-
-    x = torch.ones(2, 3, 8, requires_grad=True)
-    with torch.random.fork_rng():
-        counter = DispatchCounter()
-        with counter:
-            body(x)
-        timed = {False: [], True: []}
-        for _ in range(reps + 1):  # the first round warms up
-            for selective in (False, True):
-                extra = {"context_fn": lambda: tuc.create_selective_checkpoint_contexts(policy)} if selective else {}
-                start = time.perf_counter()
-                tuc.checkpoint(body, x, use_reentrant=False, **extra).sum().backward()
-                timed[selective].append(time.perf_counter() - start)
-    extra = statistics.median(timed[True][1:]) - statistics.median(timed[False][1:])
-    return max(0.0, extra / counter.ops * 1e6)
-
-
-def _optimizer_flags(optimizer, optimizer_impl):
-    """``ckplan solve``'s optimizer flags: from a name (``adamw``, ``adam``, ``sgd``, ``momentum``,
-    ``none``) or from the job's torch.optim optimizer itself (its kind, implementation and options)."""
-    if isinstance(optimizer, torch.optim.Optimizer):
-        name, impl = _optimizer_of(optimizer)
-        return _solve_flags(name, impl, _optimizer_options_of(optimizer, name))
-    if not isinstance(optimizer, str):
-        raise TypeError(f"optimizer: a name ('adamw', 'adam', 'sgd', 'momentum', 'none') or a torch.optim "
-                        f"optimizer, not {type(optimizer).__name__}")
-    return _solve_flags(optimizer, optimizer_impl, {})
 
 
 class Plan:
@@ -292,20 +181,6 @@ class Plan:
             if any(row["name"] == "optimal (schedule)" for row in self.strategies):
                 lines.append("  (optimal (schedule): the nested schedule `ckplan run` executes, not apply's modules)")
         return "\n".join(lines)
-
-
-def _write_json(path, doc):
-    """Writes beside ``path`` and renames: a failure leaves no half-written file."""
-    path = os.fspath(path)
-    partial = f"{path}.{os.getpid()}.partial"
-    try:
-        with open(partial, "w") as f:
-            json.dump(doc, f, indent=2)
-            f.write("\n")
-        os.replace(partial, path)
-    finally:
-        if os.path.exists(partial):
-            os.remove(partial)
 
 
 def plan(model, example_inputs, budget, kwargs=None, gpu=None, optimizer="adamw", target="pytorch",

@@ -1,0 +1,124 @@
+"""Checks of a model and its optimizer against the plan made for them: the parameters the plan's
+profile listed, the trainable ones, the optimizer it was priced for."""
+import warnings
+
+from ._model import _eager
+from ._optimizer import _optimizer_of, _optimizer_options_of, _solve_flags
+from ._plan_file import _describe_bytes, load_plan
+
+
+def check_model(model, plan):
+    """Raises ValueError unless ``model`` has the parameters the plan's profile
+    listed (how many tensors, and their bytes, each tensor once): a plan made
+    for another model, or for this one at another size or dtype, predicts
+    nothing for it, even where its module paths happen to exist."""
+    doc = load_plan(plan)
+    source = doc.get("source", {})
+    if not isinstance(source, dict):
+        raise ValueError("the plan's 'source' is not an object: make the plan again with `ckplan solve`")
+    count, nbytes = source.get("param_count"), source.get("param_bytes")
+    if count is None or nbytes is None:
+        return  # an older plan, or one made from a chain
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (count, nbytes)):
+        raise ValueError("the plan's 'source.param_count' and 'source.param_bytes' are not byte counts: "
+                         "make the plan again with `ckplan solve`")
+    if "pipeline_stage" in doc or "distributed" in doc:
+        return  # a rank holds its shards or its stage's modules, not the whole model's parameters
+    params = list(_eager(model).parameters())  # each tensor once (tied weights too)
+    have_count, have_bytes = len(params), sum(p.numel() * p.element_size() for p in params)
+    if (have_count, have_bytes) != (count, nbytes):
+        raise ValueError(f"the plan was made for a model with {count} parameter tensors of "
+                         f"{_describe_bytes(nbytes)} ({source.get('model_path', 'its profile')}); this model has "
+                         f"{have_count} of {_describe_bytes(have_bytes)}: profile and solve for this model, or pass "
+                         "strict=False to apply it anyway")
+    check_trainable(model, doc)
+
+
+def _trainable(params):
+    """(count, bytes) of the parameters that require grad, each tensor once."""
+    seen, count, nbytes = set(), 0, 0
+    for p in params:
+        if p.requires_grad and id(p) not in seen:
+            seen.add(id(p))
+            count += 1
+            nbytes += p.numel() * p.element_size()
+    return count, nbytes
+
+
+def check_trainable(model, plan):
+    """Warns when ``model`` trains other parameters than the plan was profiled with (its
+    ``source.trainable_count`` and ``trainable_bytes``; absent: every parameter): a frozen parameter
+    has no gradient, no optimizer state and saves less for backward, so a plan made with the weights
+    frozen predicts too little for a job that trains them, and one made with them trained too much.
+    Returns the warning's text, or None when they agree."""
+    doc = load_plan(plan)
+    source = doc.get("source", {})
+    if not isinstance(source, dict) or source.get("param_count") is None or "distributed" in doc:
+        return None
+    want = (source.get("trainable_count", source["param_count"]), source.get("trainable_bytes", source.get("param_bytes")))
+    have = _trainable(_eager(model).parameters())
+    if want == have:
+        return None
+    text = (f"ckplan_torch: the plan was profiled with {want[0]} trainable parameter tensors "
+            f"({_describe_bytes(want[1])}) and the model trains {have[0]} ({_describe_bytes(have[1])}): gradients, "
+            "optimizer state and what backward saves differ, so the step may not be what the plan predicts; freeze "
+            "the model's parameters as the job does before ckplan_torch.plan (requires_grad_(False))")
+    warnings.warn(text)
+    return text
+
+
+def check_trainable_optimizer(model, optimizer):
+    """Warns when the job's optimizer does not update exactly the model's trainable parameters
+    (those that require grad): parameters it holds that the model does not have or that are frozen
+    get state no plan counts; trainable ones it lacks get gradients that nothing frees. Returns the
+    warning's text, or None when they agree."""
+    trainable = {id(p) for p in _eager(model).parameters() if p.requires_grad}
+    everything = {id(p) for p in _eager(model).parameters()}
+    held = {id(p) for g in optimizer.param_groups for p in g["params"]}
+    foreign = len(held - everything)
+    frozen = len((held & everything) - trainable)
+    missing = len(trainable - held)
+    if not (foreign or frozen or missing):
+        return None
+    parts = []
+    if foreign:
+        parts.append(f"{foreign} that are not the model's")
+    if frozen:
+        parts.append(f"{frozen} that the model froze (requires_grad False)")
+    if missing:
+        parts.append(f"not {missing} of the model's trainable ones")
+    text = ("ckplan_torch: the optimizer holds " + "; ".join(parts) + ": the plan counts a gradient and optimizer "
+            "state for each trainable parameter of the model, and none for others; give the optimizer the "
+            "parameters that require grad (filter(lambda p: p.requires_grad, model.parameters()))")
+    warnings.warn(text)
+    return text
+
+
+def check_optimizer(optimizer, plan):
+    """Warns when the job's optimizer is not the one the plan was priced for:
+    its state and its update's temporaries at the step's end are in the plan's
+    prediction (``ckplan solve --optimizer NAME --optimizer-impl IMPL`` and
+    the options that change them: ``--weight-decay``, ``--amsgrad``,
+    ``--nesterov``), and ``maximize=True`` (a negated gradient per
+    parameter) is priced by none. Returns the warning's text, or None when
+    they agree."""
+    fixed = load_plan(plan).get("fixed", {})
+    want = (fixed.get("optimizer"), fixed.get("optimizer_impl", "for-loop"))
+    have = _optimizer_of(optimizer)
+    want_options = {k: (float(v) if k == "weight_decay" else v)
+                    for k, v in fixed.get("optimizer_options", {}).items()}
+    have_options = _optimizer_options_of(optimizer, have[0])
+    plain = {"none", "sgd"}
+    same_kind = want == have or (want[0] in plain and have[0] in plain and not want_options and not have_options)
+    maximize = any(g.get("maximize") for g in optimizer.param_groups)
+    if want[0] is None or (same_kind and want_options == have_options and not maximize):
+        return None
+    if maximize and same_kind and want_options == have_options:
+        text = ("ckplan_torch: the job's optimizer has maximize=True, which makes a negated gradient per parameter "
+                "that no plan prices: the step may go over the plan's budget by the largest parameter's size")
+    else:
+        wanted, had = " ".join(_solve_flags(*want, want_options)), " ".join(_solve_flags(*have, have_options))
+        text = (f"ckplan_torch: the plan was priced for {wanted} but the job's optimizer is {had}: its state and "
+                f"its update's temporaries differ, so the step may not fit the plan's budget; solve with {had}")
+    warnings.warn(text)
+    return text

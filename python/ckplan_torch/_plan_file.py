@@ -1,0 +1,95 @@
+"""Plan documents (``ckplan.plan/1``, from ``ckplan solve``): reading one, what it says (the batch, the
+autocast, a rank's plan, FSDP units), and writing one."""
+import json
+import os
+
+import torch
+
+
+def load_plan(plan):
+    """A plan as a dict, from a path, a file object or a dict."""
+    try:
+        if isinstance(plan, dict):
+            doc = plan
+        elif hasattr(plan, "read"):
+            doc = json.load(plan)
+        else:
+            with open(plan) as f:
+                doc = json.load(f)
+    except RecursionError:
+        raise ValueError("not a ckplan plan: JSON nested too deeply") from None
+    except json.JSONDecodeError as e:
+        where = getattr(plan, "name", plan) if not isinstance(plan, dict) else "the plan"
+        raise ValueError(f"{where}: malformed JSON ({e}): make the plan again with `ckplan solve`") from None
+    if not isinstance(doc, dict):
+        raise ValueError(f"not a ckplan plan (a JSON {type(doc).__name__}, expected an object)")
+    if doc.get("schema") != "ckplan.plan/1":
+        raise ValueError(f"not a ckplan plan (schema {doc.get('schema')!r}, expected 'ckplan.plan/1')")
+    if "checkpoint_modules" not in doc:
+        raise ValueError("the plan has no 'checkpoint_modules': make it with `ckplan solve` on a profile")
+    modules = doc["checkpoint_modules"]
+    if not isinstance(modules, list) or not all(isinstance(p, str) for p in modules):
+        raise ValueError("the plan's 'checkpoint_modules' is not a list of module paths (strings)")
+    return doc
+
+
+def _describe_bytes(n, style="decimal"):
+    """Bytes as ckplan prints them: decimal units (GB) or binary ones (GiB, a plan's unit_style "binary")."""
+    units = ((("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)) if style == "binary" else
+             (("GB", 10**9), ("MB", 10**6), ("KB", 10**3)))
+    for unit, size in units:
+        if n >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{n} B"
+
+
+def plan_batch(plan):
+    """The batch a plan is for: its ``batch`` (written by ``ckplan solve``),
+    else the first dimension of its profile's first input; None when unknown."""
+    doc = load_plan(plan)
+    if isinstance(doc.get("batch"), int):
+        return doc["batch"]
+    inputs = (doc.get("source") or {}).get("inputs") or []
+    shape = inputs[0].get("shape") if inputs and isinstance(inputs[0], dict) else None
+    return shape[0] if isinstance(shape, list) and shape and isinstance(shape[0], int) else None
+
+
+def plan_autocast(plan):
+    """The autocast dtype the plan's profile ran the forward and loss under (``torch.bfloat16``,
+    ``torch.float16``), or None."""
+    name = (load_plan(plan).get("source") or {}).get("autocast")
+    return {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(name) if isinstance(name, str) else None
+
+
+def rank_plan(plan, stage=None):
+    """The plan one rank applies, as a dict. A data-parallel plan is the same
+    on every rank (the whole document); a pipeline plan holds one plan per
+    stage under ``distributed.stages``: ``stage`` picks it (required then)."""
+    doc = load_plan(plan)
+    stages = doc.get("distributed", {}).get("stages")
+    if stages is None:
+        return doc
+    if stage is None or not 0 <= stage < len(stages):
+        raise ValueError(f"the plan has {len(stages)} pipeline stages: pass stage=0..{len(stages) - 1}"
+                         f" (got {stage!r})")
+    return stages[stage]
+
+
+def fsdp_units(plan):
+    """Module paths the plan's memory model takes as FSDP units: call
+    ``fully_shard`` on each (in this order), then on the model itself (the root)."""
+    return list(load_plan(plan).get("distributed", {}).get("fsdp_units", []))
+
+
+def _write_json(path, doc):
+    """Writes beside ``path`` and renames: a failure leaves no half-written file."""
+    path = os.fspath(path)
+    partial = f"{path}.{os.getpid()}.partial"
+    try:
+        with open(partial, "w") as f:
+            json.dump(doc, f, indent=2)
+            f.write("\n")
+        os.replace(partial, path)
+    finally:
+        if os.path.exists(partial):
+            os.remove(partial)
