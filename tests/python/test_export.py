@@ -1,19 +1,85 @@
-"""ckplan_torch.export: a round trip of torch.export in train mode, a dynamic
-batch, PyTorch's reason when export fails, a namedtuple output exported as a
-plain tuple (run by ctest, label python)."""
-import argparse
+"""ckplan_torch.export: a round trip of torch.export in train mode, a dynamic batch, PyTorch's reason when
+export fails, a namedtuple output exported as a plain tuple, the eager peaks recorded in the archive, a
+Hugging Face model as it comes (profiled with no --input, its cache off under a plan), and no partial
+archive left behind. Each export runs once, in a module-scoped fixture; each test checks one thing of it.
+Run with pytest (ctest runs it as python_export)."""
 import collections
+import json
 import os
-import sys
-import tempfile
+import subprocess
 import warnings
+import zipfile
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
-import torch  # noqa: E402
-import torch.nn as nn  # noqa: E402
+import pytest
+import torch
+import torch.nn as nn
 
-import ckplan_torch  # noqa: E402
+import ckplan_torch
 
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    """One folder for every export of this file: the last test looks for partial archives in it."""
+    return tmp_path_factory.mktemp("export")
+
+
+def exported_with_warnings(*args, **kwargs):
+    """(ckplan_torch.export(...)'s program, the warnings' texts)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        program = ckplan_torch.export(*args, **kwargs)
+    return program, [str(w.message) for w in caught]
+
+
+# ---- a round trip in train mode -------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def with_dropout(folder):
+    """A model with dropout, in eval mode, exported: (the model, the program, the archive's path)."""
+    model = nn.Sequential(nn.Linear(8, 16), nn.Dropout(0.5), nn.Linear(16, 2)).eval()
+    path = str(folder / "m.pt2")
+    program, _ = exported_with_warnings(model, (torch.randn(4, 8),), path)
+    return model, program, path
+
+
+def test_export_leaves_the_model_in_eval_mode(with_dropout):
+    """Export traces in train mode but gives the model back in the mode it was in (eval)."""
+    model, _, _ = with_dropout
+    assert not model.training, "export left the model in train mode (it was in eval mode)"
+
+
+def test_exported_in_train_mode(with_dropout):
+    """The program holds the dropout op: traced in train mode, though the model was in eval mode."""
+    _, program, _ = with_dropout
+    ops = [str(n.target) for n in program.graph.nodes if n.op == "call_function"]
+    assert ops, "the exported graph has no call_function node"
+    assert any("dropout" in op for op in ops), f"not exported in train mode: no dropout in {ops}"
+
+
+@pytest.mark.parametrize("batch", [1, 7])
+def test_archive_batch_is_dynamic(with_dropout, batch):
+    """The archive, loaded back, runs at a batch other than the example's 4."""
+    _, _, path = with_dropout
+    out = torch.export.load(path).module()(torch.randn(batch, 8))
+    assert tuple(out.shape) == (batch, 2), f"batch {batch}: output shape {tuple(out.shape)}, expected {(batch, 2)}"
+
+
+def test_export_at_batch_one_warns_that_the_batch_is_fixed(tmp_path):
+    """torch.export specializes a dimension of size 1: an archive exported at batch 1 runs batch 1 only,
+    so export says so (ckplan solve --batch needs an example batch of 2 or more); at batch 2 it is quiet."""
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2)).train()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ckplan_torch.export(model, (torch.randn(1, 8),), str(tmp_path / "one.pt2"))
+    assert any("batch 1" in str(w.message) and "2 or more" in str(w.message) for w in caught), \
+        [str(w.message) for w in caught]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ckplan_torch.export(model, (torch.randn(2, 8),), str(tmp_path / "two.pt2"))
+    assert not any("batch 1" in str(w.message) for w in caught), [str(w.message) for w in caught]
+
+
+# ---- export failures ----------------------------------------------------------------------------------
 
 class DataDependent(nn.Module):
     """Python control flow on a tensor's value: torch.export cannot trace it."""
@@ -27,6 +93,31 @@ class DataDependent(nn.Module):
             return self.lin(x)
         return -self.lin(x)
 
+
+def test_data_dependent_control_flow_is_an_export_error(folder):
+    """A model torch.export cannot trace raises ExportError naming the model, in one line, and leaves no
+    file behind."""
+    path = folder / "bad.pt2"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(ckplan_torch.ExportError) as raised:
+            ckplan_torch.export(DataDependent(), (torch.randn(4, 8),), str(path))
+    message = str(raised.value)
+    assert "torch.export could not export DataDependent" in message and len(message.splitlines()) == 1, \
+        f"unhelpful ExportError: {message!r}, expected one line naming DataDependent"
+    assert not path.exists(), "a failed export left a file behind"
+
+
+def test_missing_folder_is_an_export_error(folder):
+    """An export into a folder that does not exist raises ExportError that says it cannot write."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.raises(ckplan_torch.ExportError) as raised:
+            ckplan_torch.export(nn.Linear(8, 2), (torch.randn(4, 8),), str(folder / "missing" / "m.pt2"))
+    assert "cannot write" in str(raised.value), f"unhelpful ExportError for a missing folder: {raised.value}"
+
+
+# ---- a namedtuple output ----------------------------------------------------------------------------
 
 Outputs = collections.namedtuple("Outputs", ["logits", "hidden"])
 
@@ -44,28 +135,48 @@ class NamedOutputs(nn.Module):
         return Outputs(self.head(h), h)
 
 
-def check_namedtuple_output(tmp, failures):
+@pytest.fixture(scope="module")
+def named(folder):
+    """NamedOutputs exported: (the model, the program, the warnings' texts, the archive's path)."""
     model = NamedOutputs()
-    path = os.path.join(tmp, "named.pt2")
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            program = ckplan_torch.export(model, (torch.randn(4, 8),), path)
-        except ckplan_torch.ExportError as error:
-            failures.append(f"a namedtuple output was refused: {error}")
-            return
-    notes = [str(w.message) for w in caught if "namedtuple" in str(w.message)]
-    if len(notes) != 1 or "plain tuple of its fields (logits, hidden)" not in notes[0]:
-        failures.append(f"no note on the namedtuple output: {notes}")
-    if "forward" in model.__dict__ or type(model(torch.randn(2, 8))) is not Outputs:
-        failures.append("export left the model's forward changed")
-    if [s.target for s in program.graph_signature.input_specs if s.target] != \
-            ["body.weight", "body.bias", "head.weight", "head.bias"]:
-        failures.append(f"parameter names changed: {program.graph_signature.input_specs}")
-    out = torch.export.load(path).module()(torch.randn(3, 8))
-    if type(out) is not tuple or [tuple(t.shape) for t in out] != [(3, 2), (3, 16)]:
-        failures.append(f"the archive returns {type(out).__name__} {[tuple(t.shape) for t in out]}")
+    path = str(folder / "named.pt2")
+    program, messages = exported_with_warnings(model, (torch.randn(4, 8),), path)
+    return model, program, messages, path
 
+
+def test_namedtuple_output_is_noted(named):
+    """One warning says the namedtuple output is exported as a plain tuple of its fields."""
+    _, _, messages, _ = named
+    notes = [m for m in messages if "namedtuple" in m]
+    assert len(notes) == 1 and "plain tuple of its fields (logits, hidden)" in notes[0], \
+        f"expected one note on the namedtuple output naming its fields, got {notes}"
+
+
+def test_namedtuple_export_leaves_the_forward(named):
+    """After the export the model's own forward (returning the namedtuple) is back."""
+    model, _, _, _ = named
+    assert "forward" not in model.__dict__, "export left an instance forward on the model"
+    out = model(torch.randn(2, 8))
+    assert type(out) is Outputs, f"the model returns {type(out).__name__} after export, expected Outputs"
+
+
+def test_namedtuple_export_keeps_parameter_names(named):
+    """The program's parameters keep the model's names."""
+    _, program, _, _ = named
+    targets = [s.target for s in program.graph_signature.input_specs if s.target]
+    assert targets == ["body.weight", "body.bias", "head.weight", "head.bias"], f"parameter names changed: {targets}"
+
+
+def test_namedtuple_archive_returns_a_tuple(named):
+    """The archive, loaded back, returns a plain tuple of the two fields' tensors."""
+    _, _, _, path = named
+    out = torch.export.load(path).module()(torch.randn(3, 8))
+    shapes = [tuple(t.shape) for t in out]
+    assert type(out) is tuple and shapes == [(3, 2), (3, 16)], \
+        f"the archive returns {type(out).__name__} {shapes}, expected tuple [(3, 2), (3, 16)]"
+
+
+# ---- the eager peaks the archive records -------------------------------------------------------------
 
 class HeldLocal(nn.Module):
     """Keeps a value in a local past its last reader, as transformers' blocks
@@ -83,38 +194,49 @@ class HeldLocal(nn.Module):
         return out
 
 
-def check_eager_peaks(tmp, failures):
-    import json
-    import zipfile
+@pytest.fixture(scope="module")
+def held(folder):
+    """HeldLocal then batch norm, exported: (the model, the example input, the archive's eager peaks)."""
     model = nn.Sequential(HeldLocal(), nn.BatchNorm1d(64))
     x = torch.randn(8, 64)
-    path = os.path.join(tmp, "held.pt2")
-    ckplan_torch.export(model, (x,), path)
+    path = str(folder / "held.pt2")
+    exported_with_warnings(model, (x,), path)
     with zipfile.ZipFile(path) as archive:
         name = next(n for n in archive.namelist() if n.endswith("extra/ckplan.json"))
         record = json.loads(archive.read(name))
-    peaks = record.get("eager_module_peaks", {})
-    # h, h + x (the norm's input, saved), the norm's output, its mean and
-    # rstd (8 floats each): all alive when HeldLocal returns.
-    rows = x.numel() * x.element_size()
-    expected = 3 * rows + 2 * 8 * 4
-    if peaks.get("inputs") != [{"shape": [8, 64], "itemsize": 4}]:
-        failures.append(f"eager peaks recorded for {peaks.get('inputs')}, not the example's shape")
-    if peaks.get("bytes", {}).get("0") != expected:
-        failures.append(f"eager peak of the module holding a local: {peaks.get('bytes', {}).get('0')} B, "
-                        f"{expected} B expected")
-    # The measuring forward leaves no trace: batch norm's statistics as they were.
+    return model, x, record.get("eager_module_peaks", {})
+
+
+def test_eager_peaks_are_for_the_example(held):
+    """The eager peaks are recorded for the example input's shape."""
+    _, _, peaks = held
+    assert peaks.get("inputs") == [{"shape": [8, 64], "itemsize": 4}], \
+        f"eager peaks recorded for {peaks.get('inputs')}, not the example's shape [8, 64]"
+
+
+def test_eager_peak_counts_a_held_local(held):
+    """The module holding a local peaks with h, h + x (the norm's input, saved), the norm's output, its
+    mean and rstd (8 floats each) all alive when it returns."""
+    _, x, peaks = held
+    expected = 3 * x.numel() * x.element_size() + 2 * 8 * 4
+    got = peaks.get("bytes", {}).get("0")
+    assert got == expected, f"eager peak of the module holding a local: {got} B, {expected} B expected"
+
+
+def test_eager_measurement_leaves_running_statistics(held):
+    """The measuring forward leaves batch norm's running statistics as they were."""
+    model, _, _ = held
     bn = model[1]
-    if int(bn.num_batches_tracked) != 0 or not torch.equal(bn.running_mean, torch.zeros(64)):
-        failures.append("the eager measurement changed batch norm's running statistics")
+    assert int(bn.num_batches_tracked) == 0 and torch.equal(bn.running_mean, torch.zeros(64)), \
+        f"the eager measurement changed batch norm's running statistics ({int(bn.num_batches_tracked)} batches)"
 
 
-def check_hugging_face_as_it_comes(tmp, failures, ckplan):
-    """A transformers Llama as it comes (use_cache on in its config), given
-    its labels and an attention mask as keyword inputs, as a training loop
-    calls it: exported, then profiled with no --input."""
-    import json
-    import subprocess
+# ---- a Hugging Face model as it comes ------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def llama(folder):
+    """A transformers Llama as it comes (use_cache on in its config), given its labels and an attention
+    mask as keyword inputs, as a training loop calls it, exported: (the model, its ids, the archive)."""
     import transformers
     transformers.logging.set_verbosity_error()
     torch.manual_seed(0)
@@ -125,128 +247,93 @@ def check_hugging_face_as_it_comes(tmp, failures, ckplan):
     labels = ids.clone()
     labels[:, 0] = -100  # the ignore index, left out of the recorded range
     mask = torch.ones(2, 16, dtype=torch.long)
-    path = os.path.join(tmp, "llama.pt2")
-    try:
-        ckplan_torch.export(model, (ids,), path, kwargs={"labels": labels, "attention_mask": mask})
-    except ckplan_torch.ExportError as error:
-        failures.append(f"a Llama with its labels does not export: {error}")
-        return
-    if model.config.use_cache is not True:
-        failures.append("export left the model's config with use_cache changed")
-    # The plain-tensor BERT output: its first field, with a warning.
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        bert = transformers.BertModel(transformers.BertConfig(vocab_size=128, hidden_size=32, num_hidden_layers=1,
-                                                              num_attention_heads=2, intermediate_size=64))
-        program = ckplan_torch.export(bert, (ids,), os.path.join(tmp, "bert.pt2"))
-    notes = [str(w.message) for w in caught if "returns no loss" in str(w.message)]
-    if len(notes) != 1 or "last_hidden_state" not in notes[0] or program.call_spec.out_spec.num_leaves != 1:
-        failures.append(f"BERT without labels: no note, or not its last_hidden_state alone: {notes}")
-    if ckplan is None:
-        return
-    profile_path = os.path.join(tmp, "llama.profile.json")
+    path = str(folder / "llama.pt2")
+    exported_with_warnings(model, (ids,), path, kwargs={"labels": labels, "attention_mask": mask})
+    return model, ids, path
+
+
+def test_llama_export_leaves_use_cache(llama):
+    """Export leaves the model's config with use_cache on, as it came."""
+    model, _, _ = llama
+    assert model.config.use_cache is True, f"export left use_cache {model.config.use_cache}, expected True"
+
+
+def test_bert_without_labels_exports_its_last_hidden_state(folder):
+    """A BERT without labels returns no loss: export keeps its first field (last_hidden_state) alone and
+    says so in one warning."""
+    import transformers
+    torch.manual_seed(0)
+    ids = torch.randint(3, 100, (2, 16))
+    bert = transformers.BertModel(transformers.BertConfig(vocab_size=128, hidden_size=32, num_hidden_layers=1,
+                                                          num_attention_heads=2, intermediate_size=64))
+    program, messages = exported_with_warnings(bert, (ids,), str(folder / "bert.pt2"))
+    notes = [m for m in messages if "returns no loss" in m]
+    assert len(notes) == 1 and "last_hidden_state" in notes[0], \
+        f"expected one note naming last_hidden_state, got {notes}"
+    leaves = program.call_spec.out_spec.num_leaves
+    assert leaves == 1, f"the program returns {leaves} outputs, expected last_hidden_state alone"
+
+
+@pytest.fixture(scope="module")
+def llama_profile(llama, ckplan, folder):
+    """`ckplan profile` on the Llama archive with no --input: the profile's path and its document."""
+    _, _, path = llama
+    profile_path = str(folder / "llama.profile.json")
     run = subprocess.run([ckplan, "profile", path, "--reps", "1", "-o", profile_path], capture_output=True, text=True)
-    if run.returncode != 0:
-        failures.append(f"ckplan profile without --input failed: {run.stderr.strip()[:300]}")
-        return
+    assert run.returncode == 0, f"ckplan profile without --input failed: {run.stderr.strip()[:300]}"
     with open(profile_path) as f:
-        profile = json.load(f)
+        return profile_path, json.load(f)
+
+
+def test_profile_takes_the_archives_inputs(llama, llama_profile):
+    """Profiled with no --input, the inputs are the archive's: the ids and labels in their recorded range
+    (the ignore index left out), the mask of ones."""
+    _, ids, _ = llama
+    _, profile = llama_profile
     texts = [spec["text"] for spec in profile["model"]["inputs"]]
-    expected = [f"2x16:int64:{int(ids.min())}..{int(ids.max()) + 1}",
-                f"2x16:int64:{int(ids.min())}..{int(ids.max()) + 1}", "2x16:int64:1..2"]
-    if texts != expected:
-        failures.append(f"profiled with {texts}, the archive's inputs are {expected}")
-    if profile["model"].get("loss") != "model":
-        failures.append(f"the model's own loss is not the profile's: loss {profile['model'].get('loss')}")
-    # The logits beside the loss, which the training loop holds in the output it got.
-    logits = [t for t in profile.get("held_outputs", []) if profile["tensors"][t]["shape"] == [2, 16, 128]]
-    if not logits:
-        failures.append(f"the logits are not among the outputs the loop holds: {profile.get('held_outputs')}")
-    # apply_plan turns the cache off for training (the plan counts none), and remove_plan back on.
-    plan_path = os.path.join(tmp, "llama.plan.json")
-    subprocess.run([ckplan, "solve", profile_path, "--budget", "1TB", "-o", plan_path], check=True, capture_output=True)
+    ids_text = f"2x16:int64:{int(ids.min())}..{int(ids.max()) + 1}"
+    expected = [ids_text, ids_text, "2x16:int64:1..2"]
+    assert texts == expected, f"profiled with {texts}, the archive's inputs are {expected}"
+
+
+def test_profile_takes_the_models_loss(llama_profile):
+    """The model's own loss (from its labels) is the profile's."""
+    _, profile = llama_profile
+    assert profile["model"].get("loss") == "model", f"the profile's loss is {profile['model'].get('loss')}, " \
+                                                    "expected the model's own"
+
+
+def test_profile_holds_the_logits(llama_profile):
+    """The logits beside the loss, which the training loop holds in the output it got, are among the
+    outputs the loop holds."""
+    _, profile = llama_profile
+    held_outputs = profile.get("held_outputs", [])
+    logits = [t for t in held_outputs if profile["tensors"][t]["shape"] == [2, 16, 128]]
+    assert logits, f"the logits (2x16x128) are not among the outputs the loop holds: {held_outputs}"
+
+
+def test_plan_turns_the_cache_off_for_training(llama, llama_profile, ckplan, folder):
+    """apply_plan turns use_cache off (the plan counts no cache) and remove_plan turns it back on."""
+    model, _, _ = llama
+    profile_path, _ = llama_profile
+    plan_path = str(folder / "llama.plan.json")
+    subprocess.run([ckplan, "solve", profile_path, "--budget", "1TB", "-o", plan_path], check=True,
+                   capture_output=True)
     with warnings.catch_warnings(record=True):
         warnings.simplefilter("always")
         ckplan_torch.apply_plan(model, plan_path)
-    if model.config.use_cache is not False:
-        failures.append("apply_plan left use_cache on")
+    under_plan = model.config.use_cache
     ckplan_torch.remove_plan(model)
-    if model.config.use_cache is not True:
-        failures.append("remove_plan did not set use_cache back")
+    assert under_plan is False, f"apply_plan left use_cache {under_plan}, expected False"
+    assert model.config.use_cache is True, f"remove_plan left use_cache {model.config.use_cache}, expected True"
 
 
-def check_save_failure(tmp, failures):
-    path = os.path.join(tmp, "missing", "m.pt2")
-    try:
-        ckplan_torch.export(nn.Linear(8, 2), (torch.randn(4, 8),), path)
-        failures.append("an export into a missing folder raised nothing")
-    except ckplan_torch.ExportError as error:
-        if "cannot write" not in str(error):
-            failures.append(f"unhelpful ExportError for a missing folder: {error}")
-    except Exception as error:  # noqa: BLE001
-        failures.append(f"a missing folder raised {type(error).__name__}, not ExportError: {error}")
+# ---- what the exports leave ------------------------------------------------------------------------------
 
-
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--ckplan", help="the ckplan binary, for the checks that profile an export")
-    args = parser.parse_args(argv)
-    warnings.filterwarnings("ignore")
-    failures = []
-    with tempfile.TemporaryDirectory() as tmp:
-        model = nn.Sequential(nn.Linear(8, 16), nn.Dropout(0.5), nn.Linear(16, 2)).eval()
-        path = os.path.join(tmp, "m.pt2")
-        program = ckplan_torch.export(model, (torch.randn(4, 8),), path)
-        if model.training:
-            failures.append("export left the model in train mode (it was in eval mode)")
-        ops = [str(n.target) for n in program.graph.nodes if n.op == "call_function"]
-        if not any("dropout" in op for op in ops):
-            failures.append(f"not exported in train mode: no dropout in {ops}")
-        loaded = torch.export.load(path).module()
-        for batch in (1, 7):  # the batch dimension is dynamic
-            out = loaded(torch.randn(batch, 8))
-            if tuple(out.shape) != (batch, 2):
-                failures.append(f"batch {batch}: output shape {tuple(out.shape)}")
-        try:
-            ckplan_torch.export(DataDependent(), (torch.randn(4, 8),), os.path.join(tmp, "bad.pt2"))
-            failures.append("a model with data-dependent control flow exported without an error")
-        except ckplan_torch.ExportError as error:
-            message = str(error)
-            if "torch.export could not export DataDependent" not in message or len(message.splitlines()) != 1:
-                failures.append(f"unhelpful ExportError: {message!r}")
-            if os.path.exists(os.path.join(tmp, "bad.pt2")):
-                failures.append("a failed export left a file behind")
-        check_namedtuple_output(tmp, failures)
-        check_save_failure(tmp, failures)
-        check_eager_peaks(tmp, failures)
-        check_hugging_face_as_it_comes(tmp, failures, args.ckplan)
-        if any(name.endswith(".partial") for name in os.listdir(tmp)):
-            failures.append(f"a partial archive left behind: {os.listdir(tmp)}")
-    for f in failures:
-        print("FAIL:", f)
-    print("ok" if not failures else f"{len(failures)} failure(s)")
-    return 1 if failures else 0
-
-
-def test_export(run_script):
-    """Under pytest (ctest runs this file so): every check above, one test."""
-    assert run_script(main, "--ckplan") == 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
-
-
-def test_export_at_batch_one_warns_that_the_batch_is_fixed(tmp_path):
-    """torch.export specializes a dimension of size 1: an archive exported at batch 1 runs batch 1 only,
-    so export says so (ckplan solve --batch needs an example batch of 2 or more); at batch 2 it is quiet."""
-    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2)).train()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        ckplan_torch.export(model, (torch.randn(1, 8),), str(tmp_path / "one.pt2"))
-    assert any("batch 1" in str(w.message) and "2 or more" in str(w.message) for w in caught), \
-        [str(w.message) for w in caught]
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        ckplan_torch.export(model, (torch.randn(2, 8),), str(tmp_path / "two.pt2"))
-    assert not any("batch 1" in str(w.message) for w in caught), [str(w.message) for w in caught]
+def test_no_partial_archive_left(folder, with_dropout, named, held, llama):
+    """After every export of this file (the fixtures it asks for make them), the folder holds their
+    archives and no `.partial` file."""
+    names = os.listdir(folder)
+    archives = [n for n in names if n.endswith(".pt2")]
+    assert len(archives) >= 4, f"expected the 4 archives of the fixtures in {folder}, found {names}"
+    assert not any(n.endswith(".partial") for n in names), f"a partial archive left behind: {names}"
