@@ -1,49 +1,51 @@
 """The invariant of issue 12 on every test model: profiles each one (`ckplan
-profile`, one rep) and runs the planner's invariant test on the profiles
+profile`, one rep) and runs the planner's invariant test on its profile
 (planner/plan/invariant_test.cc): at 20 budgets from the smallest feasible one to
 the peak without checkpointing, optimal (PyTorch and schedule targets) never
 slower than a fitting baseline, its smallest budget no more than any
-baseline's peak, and with nothing recomputed the same peak as `none`."""
-import argparse
-import json
+baseline's peak, and with nothing recomputed the same peak as `none`.
+
+One test per model of make_models.py's list; each fails when doctest ran no
+test case or no assertion (a renamed test case matches no filter and doctest
+exits 0)."""
 import os
+import re
 import subprocess
-import sys
-import tempfile
+
+import pytest
+
+from model_files import MODELS, input_flags, model_file, model_spec
+
+TEST_CASE = "*CKPLAN_INVARIANT_PROFILES*"
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--ckplan", required=True)
-    ap.add_argument("--planner-tests", required=True)
-    ap.add_argument("--models", required=True)
-    args = ap.parse_args(argv)
-    with tempfile.TemporaryDirectory() as tmp:
-        profiles = []
-        for name in sorted(os.listdir(args.models)):
-            if not name.endswith(".json"):
-                continue
-            model = os.path.join(args.models, name[:-5] + ".pt")
-            if not os.path.exists(model):
-                continue
-            spec = json.load(open(os.path.join(args.models, name)))
-            if "inputs" not in spec:
-                continue
-            out = os.path.join(tmp, name[:-5] + ".profile.json")
-            inputs = [a for t in spec["inputs"] for a in ("--input", t)]
-            subprocess.run([args.ckplan, "profile", model, *inputs, "--reps", "1", "-o", out], check=True,
-                           stdout=subprocess.DEVNULL)
-            profiles.append(out)
-        print(f"{len(profiles)} test models profiled", flush=True)
-        env = dict(os.environ, CKPLAN_INVARIANT_PROFILES=":".join(profiles))
-        result = subprocess.run([args.planner_tests, "-tc=*CKPLAN_INVARIANT_PROFILES*"], env=env)
-        return result.returncode if profiles else 1
+@pytest.fixture(scope="module")
+def planner_tests(request):
+    program = request.config.getoption("--planner-tests")
+    if program is None:
+        pytest.skip("needs --planner-tests (ctest passes it)")
+    return program
 
 
-def test_invariant_models(run_script):
-    """Under pytest (ctest runs this file so): every check above, one test."""
-    assert run_script(main, "--ckplan", "--planner-tests", "--models") == 0
+def doctest_counts(output, what):
+    """(run, passed) from doctest's summary line for `what` ("test cases" or "assertions")."""
+    found = re.search(rf"\[doctest\] {what}:\s*(\d+) \|\s*(\d+) passed", output)
+    assert found, f"no doctest summary of {what} in: {output[-500:]}"
+    return int(found.group(1)), int(found.group(2))
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+@pytest.mark.parametrize("name", MODELS)
+def test_invariant(ckplan, planner_tests, models_dir, name, tmp_path):
+    """The invariant holds on the model's profile, checked by one doctest case that made assertions."""
+    profile = tmp_path / (name + ".profile.json")
+    result = subprocess.run([ckplan, "profile", model_file(models_dir, name, ".pt"), "--reps", "1", "-o",
+                             str(profile)] + input_flags(model_spec(models_dir, name)), capture_output=True, text=True)
+    assert result.returncode == 0, f"{name}: ckplan profile exit {result.returncode}: {result.stderr.strip()}"
+    env = dict(os.environ, CKPLAN_INVARIANT_PROFILES=str(profile))
+    result = subprocess.run([planner_tests, f"-tc={TEST_CASE}"], env=env, capture_output=True, text=True)
+    output = result.stdout + result.stderr
+    cases, _ = doctest_counts(output, "test cases")
+    assertions, passed = doctest_counts(output, "assertions")
+    assert cases == 1, f"{name}: the filter {TEST_CASE} ran {cases} test cases, expected the invariant's one"
+    assert assertions > 0, f"{name}: the invariant test made no assertion"
+    assert result.returncode == 0 and passed == assertions, f"{name}: {output[-3000:]}"
