@@ -3,7 +3,7 @@ profile listed, the trainable ones, the optimizer it was priced for."""
 import warnings
 
 from ._model import _eager
-from ._optimizer import _optimizer_of, _optimizer_options_of, _solve_flags
+from ._optimizer import OptimizerChoice
 from ._plan_file import _describe_bytes, load_plan
 
 
@@ -103,21 +103,16 @@ def check_optimizer(optimizer, plan):
     parameter) is priced by none. Returns the warning's text, or None when
     they agree."""
     fixed = load_plan(plan).get("fixed", {})
-    want = (fixed.get("optimizer"), fixed.get("optimizer_impl", "for-loop"))
-    have = _optimizer_of(optimizer)
-    want_options = {k: (float(v) if k == "weight_decay" else v)
-                    for k, v in fixed.get("optimizer_options", {}).items()}
-    have_options = _optimizer_options_of(optimizer, have[0])
-    plain = {"none", "sgd"}
-    same_kind = want == have or (want[0] in plain and have[0] in plain and not want_options and not have_options)
+    have = OptimizerChoice.from_torch(optimizer)
     maximize = any(g.get("maximize") for g in optimizer.param_groups)
-    if want[0] is None or (same_kind and want_options == have_options and not maximize):
+    want = OptimizerChoice.from_plan(fixed)
+    if want is None or (want.prices_like(have) and not maximize):
         return None
-    if maximize and same_kind and want_options == have_options:
+    if maximize and want.prices_like(have):
         text = ("ckplan_torch: the job's optimizer has maximize=True, which makes a negated gradient per parameter "
                 "that no plan prices: the step may go over the plan's budget by the largest parameter's size")
     else:
-        wanted, had = " ".join(_solve_flags(*want, want_options)), " ".join(_solve_flags(*have, have_options))
+        wanted, had = " ".join(want.solve_flags()), " ".join(have.solve_flags())
         text = (f"ckplan_torch: the plan was priced for {wanted} but the job's optimizer is {had}: its state and "
                 f"its update's temporaries differ, so the step may not fit the plan's budget; solve with {had}")
     warnings.warn(text)

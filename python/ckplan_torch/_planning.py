@@ -19,7 +19,7 @@ from ._apply import apply_plan
 from ._checks import check_trainable_optimizer
 from ._export import check_autocast, check_loss, export
 from ._model import _first_batch, _model_device, is_meta_model
-from ._optimizer import _optimizer_flags
+from ._optimizer import OptimizerChoice
 from ._plan_file import _describe_bytes, _write_json, plan_batch
 from ._programs import _run, find_ckplan
 from ._selective import sac_dispatch_us
@@ -279,7 +279,7 @@ def plan(model, example_inputs, budget, kwargs=None, gpu=None, optimizer="adamw"
                       "key-value cache, which the plan does not count (a step keeps none); Plan.apply turns it off, "
                       "as gradient_checkpointing_enable() does, or set use_cache=False on every config of the "
                       "model (T5's decoder has its own) or pass it to forward", stacklevel=2)
-    solve_flags = _optimizer_flags(optimizer, optimizer_impl)
+    solve_flags = OptimizerChoice.of(optimizer, optimizer_impl).solve_flags()
     if isinstance(optimizer, torch.optim.Optimizer):
         check_trainable_optimizer(model, optimizer)
     if target == "sac":
