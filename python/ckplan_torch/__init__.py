@@ -30,10 +30,11 @@ from ._model import is_meta_model
 from ._plan_file import fsdp_units, load_plan, plan_autocast, plan_batch, rank_plan
 from ._planning import AUTO_BUDGET_MARGIN, Plan, auto_budget, enable, plan
 from ._programs import find_ckplan
-from ._selective import sac_dispatch_us
+from ._selective import measure_sac_dispatch_us
 
 __all__ = ["apply_plan", "remove_plan", "load_plan", "checkpointed_modules", "check_model", "check_optimizer",
            "check_trainable", "check_trainable_optimizer", "plan_autocast", "check_autocast", "check_loss",
            "export", "ExportError",
            "rank_plan", "fsdp_units", "apply_rank_plan", "is_meta_model", "plan_batch",
-           "plan", "enable", "Plan", "CkplanError", "find_ckplan", "auto_budget", "AUTO_BUDGET_MARGIN", "sac_dispatch_us"]
+           "plan", "enable", "Plan", "CkplanError", "find_ckplan", "auto_budget", "AUTO_BUDGET_MARGIN",
+           "measure_sac_dispatch_us"]

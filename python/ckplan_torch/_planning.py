@@ -22,7 +22,7 @@ from ._model import _first_batch, _model_device, is_meta_model
 from ._optimizer import OptimizerChoice
 from ._plan_file import _describe_bytes, _write_json, plan_batch
 from ._programs import _run, find_ckplan
-from ._selective import sac_dispatch_us
+from ._selective import measure_sac_dispatch_us
 from ._transformers import _cache_configs
 
 
@@ -205,7 +205,7 @@ def plan(model, example_inputs, budget, kwargs=None, gpu=None, optimizer="adamw"
     does), ``"sac"`` (the same, and inside each the ops whose outputs a selective-checkpointing
     policy saves: ``Plan.apply`` builds it) or ``"schedule"`` (for ``ckplan run``). ``sac_dispatch_us``
     (``"sac"``): what the policy costs per op of a wrapped forward, in microseconds (None: measured in
-    this Python, ``sac_dispatch_us()``; 0 where the GPU's kernels hide it). ``workdir``: keep the archive,
+    this Python, ``measure_sac_dispatch_us()``; 0 where the GPU's kernels hide it). ``workdir``: keep the archive,
     profile and plan there (default: a temporary folder, removed). ``ckplan``: the program's path
     (find_ckplan).
 
@@ -283,7 +283,7 @@ def plan(model, example_inputs, budget, kwargs=None, gpu=None, optimizer="adamw"
     if isinstance(optimizer, torch.optim.Optimizer):
         check_trainable_optimizer(model, optimizer)
     if target == "sac":
-        per_op = globals()["sac_dispatch_us"]() if sac_dispatch_us is None else float(sac_dispatch_us)
+        per_op = measure_sac_dispatch_us() if sac_dispatch_us is None else float(sac_dispatch_us)
         solve_flags += ["--sac-dispatch-us", f"{per_op:.2f}"]
     inputs = list(example_inputs) + list(kwargs.values())
     meta = is_meta_model(model, [x for x in inputs if isinstance(x, torch.Tensor)])

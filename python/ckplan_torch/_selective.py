@@ -97,7 +97,7 @@ class DispatchCounter(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def sac_dispatch_us(layers=10, reps=9):
+def measure_sac_dispatch_us(layers=10, reps=9):
     """What a selective-checkpointing policy costs per op of a wrapped module in this Python, in
     microseconds: PyTorch runs the module's forward, and its recomputation in backward, under dispatch
     modes that call into Python for every op. Measured on a stack of `layers` tiny transformer-like
