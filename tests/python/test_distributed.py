@@ -14,27 +14,24 @@
   once (all microbatches in flight) agree with the stage's prediction within
   5%; losses and gradients equal those of one process.
 
-    test_distributed.py --ckplan BUILD/ckplan
+The plans and the two processes' steps run once (module-scoped fixtures); the tests are one per rank
+(or stage), size and check.
+
+    pytest tests/python/test_distributed.py --ckplan BUILD/ckplan
 """
-import argparse
-import copy
 import json
 import os
 import re
 import socket
 import subprocess
-import sys
-import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch import nn
 
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-import torch.multiprocessing as mp  # noqa: E402
-from torch import nn  # noqa: E402
-
-import ckplan_torch  # noqa: E402
+import ckplan_torch
 
 WORLD = 2
 BATCH = 16          # per rank (FSDP), per microbatch (pipeline): the profile's batch
@@ -327,121 +324,201 @@ def free_port():
         return s.getsockname()[1]
 
 
-def ckplan(binary, *args):
+def ckplan_out(binary, *args):
     result = subprocess.run([binary, *args], capture_output=True, text=True)
-    if result.returncode != 0:
-        raise RuntimeError(f"ckplan {' '.join(args)} failed ({result.returncode}): {result.stderr}")
+    assert result.returncode == 0, f"ckplan {' '.join(args)} failed ({result.returncode}): {result.stderr}"
     return result.stdout
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--ckplan", required=True)
-    args = parser.parse_args(argv)
-    failures = []
+SCHEDULES = ["1f1b", "gpipe"]
+FSDP_SIZES = ["param_bytes", "grad_bytes", "optimizer_bytes", "gathered_bytes", "saved_bytes"]
+RANKS = [pytest.param(r, id=f"rank{r}") for r in range(WORLD)]
+STAGES = [pytest.param(r, id=f"stage{r}") for r in range(WORLD)]
 
-    def check(ok, what):
-        print(("ok   " if ok else "FAIL ") + what, flush=True)
-        if not ok:
-            failures.append(what)
 
-    with tempfile.TemporaryDirectory() as tmp:
-        torch.manual_seed(0)
-        model = Net().train()
-        sample = torch.randn(BATCH, 32)
-        traced = torch.jit.trace(model, (sample,))
-        traced.train()
-        traced.save(os.path.join(tmp, "net.pt"))
-        profile = os.path.join(tmp, "profile.json")
-        ckplan(args.ckplan, "profile", os.path.join(tmp, "net.pt"), "--input", f"{BATCH}x32", "-o", profile)
-        prof = json.load(open(profile))
-        # Budgets where the plans must checkpoint: a solve with room to spare
-        # gives the fixed part and the peak without checkpointing; take 60% of
-        # the activations' share.
-        plans = {"fsdp": os.path.join(tmp, "fsdp.json")}
-        # amsgrad: a third state tensor per parameter, sharded as the moments are.
-        dp = ["--data-parallel", str(WORLD), "--shard", "full", "--optimizer", "adam", "--amsgrad"]
-        # The plan each rank applies (the PyTorch target, a profile's default): 60% of the way from its
-        # smallest budget, which a budget in bytes below it is told exactly, to no checkpointing.
-        free = json.loads(ckplan(args.ckplan, "solve", profile, "--budget", "1TB", *dp, "-o", "-"))
-        rank = free["distributed"]["ranks"][0]
-        refused = subprocess.run([args.ckplan, "solve", profile, "--budget", "1", *dp], capture_output=True, text=True)
-        minimum = int(re.search(r"per-rank minimum (\d+) for the pytorch target", refused.stderr).group(1))
-        budget = minimum + (rank["peak_bytes"] - minimum) * 6 // 10
-        ckplan(args.ckplan, "solve", profile, "--budget", str(budget), *dp, "-o", plans["fsdp"])
-        for name in ("1f1b", "gpipe"):
-            plans[name] = os.path.join(tmp, f"{name}.json")
-            pp = ["--pipeline", str(WORLD), "--microbatches", str(MICROBATCHES), "--schedule", name]
-            free = json.loads(ckplan(args.ckplan, "solve", profile, "--budget", "1TB", *pp, "-o", "-"))
-            peak = max(s["pipeline_stage"]["peak_bytes"] for s in free["distributed"]["stages"])
-            fixed = max(s["pipeline_stage"]["fixed"]["total_bytes"] for s in free["distributed"]["stages"])
-            ckplan(args.ckplan, "solve", profile, "--budget", str(fixed + (peak - fixed) * 6 // 10), *pp,
-                   "-o", plans[name])
-        docs = {k: json.load(open(v)) for k, v in plans.items()}
+@pytest.fixture(scope="module")
+def plans(ckplan, tmp_path_factory):
+    """Net traced and profiled, and its plans: {"fsdp", "1f1b", "gpipe": the plan's path}, in a folder of
+    their own. Budgets where the plans must checkpoint: 60% of the way from the smallest budget to no
+    checkpointing's peak."""
+    tmp = str(tmp_path_factory.mktemp("distributed"))
+    torch.manual_seed(0)
+    model = Net().train()
+    sample = torch.randn(BATCH, 32)
+    traced = torch.jit.trace(model, (sample,))
+    traced.train()
+    traced.save(os.path.join(tmp, "net.pt"))
+    profile = os.path.join(tmp, "profile.json")
+    ckplan_out(ckplan, "profile", os.path.join(tmp, "net.pt"), "--input", f"{BATCH}x32", "-o", profile)
+    paths = {"fsdp": os.path.join(tmp, "fsdp.json")}
+    # amsgrad: a third state tensor per parameter, sharded as the moments are.
+    dp = ["--data-parallel", str(WORLD), "--shard", "full", "--optimizer", "adam", "--amsgrad"]
+    # The plan each rank applies (the PyTorch target, a profile's default): 60% of the way from its
+    # smallest budget, which a budget in bytes below it is told exactly, to no checkpointing.
+    free = json.loads(ckplan_out(ckplan, "solve", profile, "--budget", "1TB", *dp, "-o", "-"))
+    rank = free["distributed"]["ranks"][0]
+    refused = subprocess.run([ckplan, "solve", profile, "--budget", "1", *dp], capture_output=True, text=True)
+    found = re.search(r"per-rank minimum (\d+) for the pytorch target", refused.stderr)
+    assert found, f"a budget of 1 B does not tell the per-rank minimum: {refused.stderr.strip()}"
+    minimum = int(found.group(1))
+    budget = minimum + (rank["peak_bytes"] - minimum) * 6 // 10
+    ckplan_out(ckplan, "solve", profile, "--budget", str(budget), *dp, "-o", paths["fsdp"])
+    for name in SCHEDULES:
+        paths[name] = os.path.join(tmp, f"{name}.json")
+        pp = ["--pipeline", str(WORLD), "--microbatches", str(MICROBATCHES), "--schedule", name]
+        free = json.loads(ckplan_out(ckplan, "solve", profile, "--budget", "1TB", *pp, "-o", "-"))
+        peak = max(s["pipeline_stage"]["peak_bytes"] for s in free["distributed"]["stages"])
+        fixed = max(s["pipeline_stage"]["fixed"]["total_bytes"] for s in free["distributed"]["stages"])
+        ckplan_out(ckplan, "solve", profile, "--budget", str(fixed + (peak - fixed) * 6 // 10), *pp,
+                   "-o", paths[name])
+    return tmp, paths
 
-        torch.manual_seed(1)
-        x = torch.randn(WORLD * BATCH, 32)
-        x_pipe = torch.randn(MICROBATCHES * BATCH, 32)
-        mp.spawn(worker, args=(free_port(), plans, x, x_pipe, tmp), nprocs=WORLD)
-        results = [torch.load(os.path.join(tmp, f"rank{r}.pt"), weights_only=False) for r in range(WORLD)]
 
-    # The same steps in one process.
+@pytest.fixture(scope="module")
+def docs(plans):
+    """The plans' documents, by the plans' names."""
+    _, paths = plans
+    docs = {}
+    for name, path in paths.items():
+        with open(path) as f:
+            docs[name] = json.load(f)
+    return docs
+
+
+@pytest.fixture(scope="module")
+def inputs():
+    """(the FSDP step's batch, WORLD x BATCH rows; the pipeline's, MICROBATCHES x BATCH rows)."""
+    torch.manual_seed(1)
+    x = torch.randn(WORLD * BATCH, 32)
+    return x, torch.randn(MICROBATCHES * BATCH, 32)
+
+
+@pytest.fixture(scope="module")
+def results(plans, inputs):
+    """What each of the WORLD processes measured: [{"fsdp", "1f1b", "gpipe": that step's record}]."""
+    tmp, paths = plans
+    x, x_pipe = inputs
+    mp.spawn(worker, args=(free_port(), paths, x, x_pipe, tmp), nprocs=WORLD)
+    results = [torch.load(os.path.join(tmp, f"rank{r}.pt"), weights_only=False) for r in range(WORLD)]
+    for rank, r in enumerate(results):
+        assert sorted(r) == sorted(["fsdp", *SCHEDULES]), f"rank {rank} ran {sorted(r)}, not fsdp and {SCHEDULES}"
+    return results
+
+
+@pytest.fixture(scope="module")
+def fsdp_reference(inputs):
+    """The FSDP step in one process: (its loss, its gradients by parameter name)."""
+    x, _ = inputs
     torch.manual_seed(0)
     ref = Net()
     loss = sum(loss_fn(ref(x[r * BATCH:(r + 1) * BATCH])) for r in range(WORLD)) / WORLD
     loss.backward()
-    ref_grads = {n: p.grad.clone() for n, p in ref.named_parameters()}
+    return loss.item(), {n: p.grad.clone() for n, p in ref.named_parameters()}
 
-    fsdp_doc = docs["fsdp"]["distributed"]["ranks"][0]
-    predicted = dict(fsdp_doc["fixed"])
+
+@pytest.fixture(scope="module")
+def pipeline_reference(inputs):
+    """The pipeline's step in one process: (the microbatches' losses, the gradients by parameter name),
+    gradients scaled by the microbatches as the schedule does."""
+    _, x_pipe = inputs
+    torch.manual_seed(0)
+    ref = Net()
+    losses = [loss_fn(ref(c)) for c in x_pipe.chunk(MICROBATCHES)]
+    (sum(losses) / MICROBATCHES).backward()
+    return [l.item() for l in losses], {n: p.grad.clone() for n, p in ref.named_parameters()}
+
+
+def fsdp_predicted(docs):
+    """The FSDP plan's per-rank prediction: its fixed sizes and the PyTorch target's saved bytes."""
+    predicted = dict(docs["fsdp"]["distributed"]["ranks"][0]["fixed"])
     predicted["saved_bytes"] = docs["fsdp"]["pytorch"]["predicted"]["saved_bytes"]
-    check(len(docs["fsdp"]["checkpoint_modules"]) > 0, f"the FSDP plan checkpoints {docs['fsdp']['checkpoint_modules']}")
-    for rank, r in enumerate(results):
-        f = r["fsdp"]
-        for key in ("param_bytes", "grad_bytes", "optimizer_bytes", "gathered_bytes", "saved_bytes"):
-            m, p = f["measured"][key], predicted[key]
-            check(close(m, p), f"fsdp rank {rank} {key}: PyTorch {m:,} B, predicted {p:,} B ({(m - p) / max(p, 1):+.1%})")
-        m_total = sum(f["measured"].values())
-        p_total = sum(predicted[k] for k in f["measured"])
-        check(close(m_total, p_total), f"fsdp rank {rank} total: PyTorch {m_total:,} B, predicted {p_total:,} B")
-        check(abs(f["loss"] - loss.item()) <= 1e-6 * max(1, abs(loss.item())),
-              f"fsdp rank {rank} loss {f['loss']:.8f} = one process {loss.item():.8f}")
-        worst = max((f["grads"][n] - g).abs().max().item() / max(g.abs().max().item(), 1e-12)
-                    for n, g in ref_grads.items())
-        check(worst <= 1e-5, f"fsdp rank {rank} gradients equal one process's (max rel diff {worst:.2e})")
-
-    for name in ("1f1b", "gpipe"):
-        torch.manual_seed(0)
-        ref = Net()
-        chunks = x_pipe.chunk(MICROBATCHES)
-        ref_losses = [loss_fn(ref(c)) for c in chunks]
-        (sum(ref_losses) / MICROBATCHES).backward()  # the schedule scales gradients by the microbatches
-        ref_grads = {n: p.grad for n, p in ref.named_parameters()}
-        stages = docs[name]["distributed"]["stages"]
-        for rank, r in enumerate(results):
-            p = r[name]
-            st = stages[rank]["pipeline_stage"]
-            expected = st["in_flight"] * st["pytorch_saved_bytes"]
-            check(close(p["peak_saved"], expected),
-                  f"{name} stage {rank}: most saved at once {p['peak_saved']:,} B, predicted {expected:,} B "
-                  f"({st['in_flight']} microbatches x {st['pytorch_saved_bytes']:,} B; "
-                  f"checkpointed {p['wrapped']})")
-            worst = max((p["grads"][n] - ref_grads[n]).abs().max().item() / max(ref_grads[n].abs().max().item(), 1e-12)
-                        for n in p["grads"])
-            check(worst <= 1e-5, f"{name} stage {rank} gradients equal one process's (max rel diff {worst:.2e})")
-        got = results[WORLD - 1][name]["losses"]
-        check(len(got) == MICROBATCHES and all(abs(a - b.item()) <= 1e-6 for a, b in zip(got, ref_losses)),
-              f"{name} losses {got} equal one process's")
-    if failures:
-        print(f"{len(failures)} check(s) failed")
-        sys.exit(1)
-    print("all checks passed")
+    return predicted
 
 
-def test_distributed(run_script):
-    """Under pytest (ctest runs this file so): every check above, one test."""
-    assert run_script(main, "--ckplan") == 0
+def max_relative_difference(grads, reference):
+    """The largest difference of a gradient from the reference's, over the reference's largest value."""
+    assert grads, "no gradients to compare"
+    return max((grads[n] - reference[n]).abs().max().item() / max(reference[n].abs().max().item(), 1e-12)
+               for n in grads)
 
 
-if __name__ == "__main__":
-    main()
+def test_fsdp_plan_checkpoints(docs):
+    """At its budget the FSDP plan checkpoints modules (what the rank tests measure is a plan that acts)."""
+    modules = docs["fsdp"]["checkpoint_modules"]
+    assert len(modules) > 0, "the FSDP plan checkpoints nothing at 60% of the way to no checkpointing's peak"
+
+
+@pytest.mark.parametrize("key", FSDP_SIZES)
+@pytest.mark.parametrize("rank", RANKS)
+def test_fsdp_rank_size(results, docs, rank, key):
+    """Each size of a rank (parameters' shards, gradients' shards, Adam's state with amsgrad, the
+    unsharded parameters FSDP holds, the activations saved) as PyTorch holds it, within 5% of the plan's
+    per-rank prediction."""
+    m, p = results[rank]["fsdp"]["measured"][key], fsdp_predicted(docs)[key]
+    assert close(m, p), f"fsdp rank {rank} {key}: PyTorch {m:,} B, predicted {p:,} B ({(m - p) / max(p, 1):+.1%}), " \
+                        "expected within 5%"
+
+
+@pytest.mark.parametrize("rank", RANKS)
+def test_fsdp_rank_total(results, docs, rank):
+    """The sum of a rank's sizes within 5% of the prediction's."""
+    measured = results[rank]["fsdp"]["measured"]
+    predicted = fsdp_predicted(docs)
+    assert sorted(measured) == sorted(FSDP_SIZES), f"rank {rank} measured {sorted(measured)}, not {FSDP_SIZES}"
+    m_total = sum(measured.values())
+    p_total = sum(predicted[k] for k in measured)
+    assert close(m_total, p_total), f"fsdp rank {rank} total: PyTorch {m_total:,} B, predicted {p_total:,} B " \
+                                    f"({(m_total - p_total) / max(p_total, 1):+.1%}), expected within 5%"
+
+
+@pytest.mark.parametrize("rank", RANKS)
+def test_fsdp_rank_loss(results, fsdp_reference, rank):
+    """The loss averaged over the ranks equals the same step's in one process (to 1e-6 relative)."""
+    got, expected = results[rank]["fsdp"]["loss"], fsdp_reference[0]
+    assert abs(got - expected) <= 1e-6 * max(1, abs(expected)), \
+        f"fsdp rank {rank} loss {got:.8f}, one process {expected:.8f}"
+
+
+@pytest.mark.parametrize("rank", RANKS)
+def test_fsdp_rank_gradients(results, fsdp_reference, rank):
+    """Every parameter's full gradient on the rank equals one process's (to 1e-5 relative)."""
+    grads, reference = results[rank]["fsdp"]["grads"], fsdp_reference[1]
+    assert sorted(grads) == sorted(reference), f"fsdp rank {rank} has gradients of {sorted(grads)}, " \
+                                               f"one process of {sorted(reference)}"
+    worst = max_relative_difference(grads, reference)
+    assert worst <= 1e-5, f"fsdp rank {rank} gradients differ from one process's by {worst:.2e} (relative), " \
+                          "expected 1e-5 or less"
+
+
+@pytest.mark.parametrize("stage", STAGES)
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_pipeline_stage_saved_at_once(results, docs, schedule, stage):
+    """The most bytes a stage saves for backward at once (every microbatch in flight) within 5% of the
+    stage's prediction: in_flight x pytorch_saved_bytes."""
+    measured = results[stage][schedule]
+    st = docs[schedule]["distributed"]["stages"][stage]["pipeline_stage"]
+    expected = st["in_flight"] * st["pytorch_saved_bytes"]
+    assert expected > 0, f"{schedule} stage {stage}: the plan predicts nothing saved"
+    assert close(measured["peak_saved"], expected), \
+        f"{schedule} stage {stage}: most saved at once {measured['peak_saved']:,} B, predicted {expected:,} B " \
+        f"({st['in_flight']} microbatches x {st['pytorch_saved_bytes']:,} B; checkpointed {measured['wrapped']}), " \
+        "expected within 5%"
+
+
+@pytest.mark.parametrize("stage", STAGES)
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_pipeline_stage_gradients(results, pipeline_reference, schedule, stage):
+    """The stage's parameters' gradients equal one process's (to 1e-5 relative)."""
+    grads = results[stage][schedule]["grads"]
+    worst = max_relative_difference(grads, pipeline_reference[1])
+    assert worst <= 1e-5, f"{schedule} stage {stage} gradients ({len(grads)} parameters) differ from one " \
+                          f"process's by {worst:.2e} (relative), expected 1e-5 or less"
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
+def test_pipeline_losses(results, pipeline_reference, schedule):
+    """The last stage's losses, one per microbatch, equal one process's (to 1e-6)."""
+    got, expected = results[WORLD - 1][schedule]["losses"], pipeline_reference[0]
+    assert len(got) == MICROBATCHES, f"{schedule}: {len(got)} losses, expected {MICROBATCHES}"
+    assert all(abs(a - b) <= 1e-6 for a, b in zip(got, expected)), \
+        f"{schedule} losses {got}, one process's {expected}"
