@@ -13,6 +13,7 @@ import torch
 import torch.utils.checkpoint
 
 from ._checks import check_model, check_optimizer, check_trainable_optimizer
+from ._errors import MissingModuleError, PlanError
 from ._model import _eager, _first_batch
 from ._plan_file import load_plan, plan_autocast, plan_batch, rank_plan
 from ._selective import _SacPolicy
@@ -123,7 +124,7 @@ def _wrap(module, sac=None):
     non_reentrant = _supports_non_reentrant()
     policy = _SacPolicy(sac) if sac and sac.get("save") else None
     if policy is not None and not hasattr(torch.utils.checkpoint, "create_selective_checkpoint_contexts"):
-        raise ValueError("a selective-checkpointing plan (--target sac) needs torch >= 2.4 "
+        raise PlanError("a selective-checkpointing plan (--target sac) needs torch >= 2.4 "
                          "(torch.utils.checkpoint.create_selective_checkpoint_contexts)")
 
     @functools.wraps(original)
@@ -161,8 +162,8 @@ def apply_plan(model, plan, optimizer=None, strict=True):
     checked against the plan's profile (check_model) unless ``strict`` is
     False (as ``load_state_dict(strict=False)``).
 
-    Raises KeyError naming a module path the model lacks (nothing is wrapped
-    then), ValueError for a file that is not a plan, a plan made for another
+    Raises MissingModuleError (a KeyError) naming a module path the model lacks (nothing is wrapped
+    then), PlanError (a ValueError) for a file that is not a plan, a plan made for another
     model, or a module that writes its input in place (``inplace=True``:
     recomputing it from its saved input would fail in backward; ``ckplan
     solve`` never names one).
@@ -178,11 +179,11 @@ def apply_plan(model, plan, optimizer=None, strict=True):
     named = dict(model.named_modules())
     missing = [p for p in paths if p not in named]
     if missing:
-        raise KeyError(f"the plan names module '{missing[0]}', which the model lacks "
+        raise MissingModuleError(f"the plan names module '{missing[0]}', which the model lacks "
                        f"({len(missing)} of {len(paths)} paths missing)")
     inplace = [p for p in paths if getattr(named[p], "inplace", False) is True]
     if inplace:
-        raise ValueError(f"the plan names module '{inplace[0]}', which writes its input in place (inplace=True): "
+        raise PlanError(f"the plan names module '{inplace[0]}', which writes its input in place (inplace=True): "
                          "checkpointing it would fail in backward")
     # A container PyTorch never calls (its children are called one by one):
     # wrapping it checkpoints nothing, and the step needs what no
@@ -197,7 +198,7 @@ def apply_plan(model, plan, optimizer=None, strict=True):
     sac = (doc.get("pytorch") or {}).get("sac")
     if sac is not None:
         if not isinstance(sac, list) or not all(isinstance(e, dict) and e.get("module") in paths for e in sac):
-            raise ValueError("the plan's 'pytorch.sac' does not name its checkpoint_modules: make the plan again "
+            raise PlanError("the plan's 'pytorch.sac' does not name its checkpoint_modules: make the plan again "
                              "with `ckplan solve --target sac`")
         policies = {e["module"]: e for e in sac}
     for path in paths:

@@ -2,32 +2,33 @@
 profile listed, the trainable ones, the optimizer it was priced for."""
 import warnings
 
+from ._errors import PlanError
 from ._model import _eager
 from ._optimizer import OptimizerChoice
 from ._plan_file import _describe_bytes, load_plan
 
 
 def check_model(model, plan):
-    """Raises ValueError unless ``model`` has the parameters the plan's profile
+    """Raises PlanError (a ValueError) unless ``model`` has the parameters the plan's profile
     listed (how many tensors, and their bytes, each tensor once): a plan made
     for another model, or for this one at another size or dtype, predicts
     nothing for it, even where its module paths happen to exist."""
     doc = load_plan(plan)
     source = doc.get("source", {})
     if not isinstance(source, dict):
-        raise ValueError("the plan's 'source' is not an object: make the plan again with `ckplan solve`")
+        raise PlanError("the plan's 'source' is not an object: make the plan again with `ckplan solve`")
     count, nbytes = source.get("param_count"), source.get("param_bytes")
     if count is None or nbytes is None:
         return  # an older plan, or one made from a chain
     if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (count, nbytes)):
-        raise ValueError("the plan's 'source.param_count' and 'source.param_bytes' are not byte counts: "
+        raise PlanError("the plan's 'source.param_count' and 'source.param_bytes' are not byte counts: "
                          "make the plan again with `ckplan solve`")
     if "pipeline_stage" in doc or "distributed" in doc:
         return  # a rank holds its shards or its stage's modules, not the whole model's parameters
     params = list(_eager(model).parameters())  # each tensor once (tied weights too)
     have_count, have_bytes = len(params), sum(p.numel() * p.element_size() for p in params)
     if (have_count, have_bytes) != (count, nbytes):
-        raise ValueError(f"the plan was made for a model with {count} parameter tensors of "
+        raise PlanError(f"the plan was made for a model with {count} parameter tensors of "
                          f"{_describe_bytes(nbytes)} ({source.get('model_path', 'its profile')}); this model has "
                          f"{have_count} of {_describe_bytes(have_bytes)}: profile and solve for this model, or pass "
                          "strict=False to apply it anyway")

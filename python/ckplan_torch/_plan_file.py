@@ -5,6 +5,8 @@ import os
 
 import torch
 
+from ._errors import PlanError
+
 
 def load_plan(plan):
     """A plan as a dict, from a path, a file object or a dict."""
@@ -17,19 +19,19 @@ def load_plan(plan):
             with open(plan) as f:
                 doc = json.load(f)
     except RecursionError:
-        raise ValueError("not a ckplan plan: JSON nested too deeply") from None
+        raise PlanError("not a ckplan plan: JSON nested too deeply") from None
     except json.JSONDecodeError as e:
         where = getattr(plan, "name", plan) if not isinstance(plan, dict) else "the plan"
-        raise ValueError(f"{where}: malformed JSON ({e}): make the plan again with `ckplan solve`") from None
+        raise PlanError(f"{where}: malformed JSON ({e}): make the plan again with `ckplan solve`") from None
     if not isinstance(doc, dict):
-        raise ValueError(f"not a ckplan plan (a JSON {type(doc).__name__}, expected an object)")
+        raise PlanError(f"not a ckplan plan (a JSON {type(doc).__name__}, expected an object)")
     if doc.get("schema") != "ckplan.plan/1":
-        raise ValueError(f"not a ckplan plan (schema {doc.get('schema')!r}, expected 'ckplan.plan/1')")
+        raise PlanError(f"not a ckplan plan (schema {doc.get('schema')!r}, expected 'ckplan.plan/1')")
     if "checkpoint_modules" not in doc:
-        raise ValueError("the plan has no 'checkpoint_modules': make it with `ckplan solve` on a profile")
+        raise PlanError("the plan has no 'checkpoint_modules': make it with `ckplan solve` on a profile")
     modules = doc["checkpoint_modules"]
     if not isinstance(modules, list) or not all(isinstance(p, str) for p in modules):
-        raise ValueError("the plan's 'checkpoint_modules' is not a list of module paths (strings)")
+        raise PlanError("the plan's 'checkpoint_modules' is not a list of module paths (strings)")
     return doc
 
 
@@ -70,7 +72,7 @@ def rank_plan(plan, stage=None):
     if stages is None:
         return doc
     if stage is None or not 0 <= stage < len(stages):
-        raise ValueError(f"the plan has {len(stages)} pipeline stages: pass stage=0..{len(stages) - 1}"
+        raise PlanError(f"the plan has {len(stages)} pipeline stages: pass stage=0..{len(stages) - 1}"
                          f" (got {stage!r})")
     return stages[stage]
 

@@ -17,6 +17,7 @@ import torch
 
 from ._apply import apply_plan
 from ._checks import check_trainable_optimizer
+from ._errors import PlanError
 from ._export import check_autocast, check_loss, export
 from ._model import _first_batch, _model_device, is_meta_model
 from ._optimizer import OptimizerChoice
@@ -137,14 +138,14 @@ class Plan:
     def save_profile(self, path):
         """Writes the profile the plan was solved from (``ckplan.profile/1``) to ``path``."""
         if self.profile is None:
-            raise ValueError("this plan was loaded without its profile")
+            raise PlanError("this plan was loaded without its profile")
         _write_json(path, self.profile)
 
     def report(self, path):
         """Writes ``ckplan report`` of the profile at the plan's budget and optimizer to ``path``
         (``.html``, ``.md`` or ``.json``): the memory/time trade-off and the strategies compared."""
         if self.profile is None:
-            raise ValueError("this plan was loaded without its profile: run `ckplan report PROFILE` instead")
+            raise PlanError("this plan was loaded without its profile: run `ckplan report PROFILE` instead")
         with tempfile.TemporaryDirectory(prefix="ckplan-") as work:
             profile = os.path.join(work, "profile.json")
             _write_json(profile, self.profile)
