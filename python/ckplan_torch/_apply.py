@@ -8,6 +8,7 @@ import functools
 import inspect
 import warnings
 import weakref
+from typing import List, Optional
 
 import torch
 import torch.utils.checkpoint
@@ -15,7 +16,7 @@ import torch.utils.checkpoint
 from ._checks import check_model, check_optimizer, check_trainable_optimizer
 from ._errors import MissingModuleError, PlanError
 from ._model import _eager, _first_batch
-from ._plan_file import load_plan, plan_autocast, plan_batch, rank_plan
+from ._plan_file import PlanSource, load_plan, plan_autocast, plan_batch, rank_plan
 from ._selective import _SacPolicy
 from ._transformers import _CACHES_TURNED_OFF, _cache_configs
 
@@ -125,7 +126,7 @@ def _wrap(module, sac=None):
     policy = _SacPolicy(sac) if sac and sac.get("save") else None
     if policy is not None and not hasattr(torch.utils.checkpoint, "create_selective_checkpoint_contexts"):
         raise PlanError("a selective-checkpointing plan (--target sac) needs torch >= 2.4 "
-                         "(torch.utils.checkpoint.create_selective_checkpoint_contexts)")
+                        "(torch.utils.checkpoint.create_selective_checkpoint_contexts)")
 
     @functools.wraps(original)
     def forward(*args, **kwargs):
@@ -152,21 +153,32 @@ def _wrap(module, sac=None):
     module.forward = forward
 
 
-def apply_plan(model, plan, optimizer=None, strict=True):
-    """Wraps the plan's checkpoint_modules of ``model``; returns their paths.
+def apply_plan(model: torch.nn.Module, plan: PlanSource, optimizer: Optional[torch.optim.Optimizer] = None,
+               strict: bool = True) -> List[str]:
+    """Wraps the plan's ``checkpoint_modules`` of ``model`` with torch.utils.checkpoint (and, for a
+    ``sac`` plan, each with its selective-checkpointing policy).
 
-    ``model`` may be ``torch.compile``d (the plan applies to the module it
-    compiled); apply the plan before its first call. ``optimizer``: the job's
-    torch.optim optimizer, checked against the one the plan was priced for
-    (check_optimizer: a warning when they differ). The model's parameters are
-    checked against the plan's profile (check_model) unless ``strict`` is
-    False (as ``load_state_dict(strict=False)``).
+    Transformers' key-value caches are turned off (``use_cache=False``, as
+    ``gradient_checkpointing_enable()`` does; ``remove_plan`` sets them back), and the model's first
+    forward warns when it runs another batch or autocast than the plan's.
 
-    Raises MissingModuleError (a KeyError) naming a module path the model lacks (nothing is wrapped
-    then), PlanError (a ValueError) for a file that is not a plan, a plan made for another
-    model, or a module that writes its input in place (``inplace=True``:
-    recomputing it from its saved input would fail in backward; ``ckplan
-    solve`` never names one).
+    Args:
+        model: the model; it may be ``torch.compile``d (the plan applies to the module it compiled):
+            apply the plan before its first call.
+        plan: the plan (as ``load_plan`` takes it).
+        optimizer: the job's torch.optim optimizer, checked against the one the plan was priced for
+            (``check_optimizer``, ``check_trainable_optimizer``: warnings when they differ).
+        strict: check the model's parameters against the plan's profile (``check_model``); False
+            skips it, as ``load_state_dict(strict=False)``.
+
+    Returns:
+        The wrapped modules' paths.
+
+    Raises:
+        MissingModuleError: the plan names a module path the model lacks (nothing is wrapped then).
+        PlanError: a file that is not a plan, a plan made for another model, or a module that
+            writes its input in place (``inplace=True``: recomputing it from its saved input would
+            fail in backward; ``ckplan solve`` never names one).
     """
     doc = load_plan(plan)
     if strict:
@@ -180,11 +192,11 @@ def apply_plan(model, plan, optimizer=None, strict=True):
     missing = [p for p in paths if p not in named]
     if missing:
         raise MissingModuleError(f"the plan names module '{missing[0]}', which the model lacks "
-                       f"({len(missing)} of {len(paths)} paths missing)")
+                                 f"({len(missing)} of {len(paths)} paths missing)")
     inplace = [p for p in paths if getattr(named[p], "inplace", False) is True]
     if inplace:
         raise PlanError(f"the plan names module '{inplace[0]}', which writes its input in place (inplace=True): "
-                         "checkpointing it would fail in backward")
+                        "checkpointing it would fail in backward")
     # A container PyTorch never calls (its children are called one by one):
     # wrapping it checkpoints nothing, and the step needs what no
     # checkpointing needs there (README, Known limits).
@@ -199,7 +211,7 @@ def apply_plan(model, plan, optimizer=None, strict=True):
     if sac is not None:
         if not isinstance(sac, list) or not all(isinstance(e, dict) and e.get("module") in paths for e in sac):
             raise PlanError("the plan's 'pytorch.sac' does not name its checkpoint_modules: make the plan again "
-                             "with `ckplan solve --target sac`")
+                            "with `ckplan solve --target sac`")
         policies = {e["module"]: e for e in sac}
     for path in paths:
         module = named[path]
@@ -264,8 +276,16 @@ def _watch_batch(model, doc):
     model.__dict__[_BATCH_HOOK] = model.register_forward_pre_hook(check, with_kwargs=True)
 
 
-def remove_plan(model):
-    """Undoes apply_plan; returns the paths that were unwrapped."""
+def remove_plan(model: torch.nn.Module) -> List[str]:
+    """Undoes ``apply_plan``: each wrapped module's own forward back, the first forward's check
+    removed, and the key-value caches it turned off turned on again.
+
+    Args:
+        model: the model the plan was applied to.
+
+    Returns:
+        The paths that were unwrapped.
+    """
     undone = []
     hook = _eager(model).__dict__.pop(_BATCH_HOOK, None)
     if hook is not None:
@@ -283,17 +303,32 @@ def remove_plan(model):
     return undone
 
 
-def checkpointed_modules(model):
-    """Paths of the modules currently wrapped."""
+def checkpointed_modules(model: torch.nn.Module) -> List[str]:
+    """The modules ``apply_plan`` wrapped.
+
+    Args:
+        model: the model.
+
+    Returns:
+        The paths of the modules currently wrapped.
+    """
     return [path for path, module in _eager(model).named_modules() if _ORIGINAL_FORWARD in module.__dict__]
 
 
-def apply_rank_plan(model, plan, stage=None):
-    """apply_plan for one rank: inside an FSDP2-wrapped model (after
-    ``fully_shard``; checkpointing wraps the modules' forward, FSDP's hooks stay
-    outside it) or on a pipeline stage's submodule (``stage``: its index; module
-    paths are the whole model's, as when a stage keeps its modules' names).
-    Returns the wrapped paths."""
+def apply_rank_plan(model: torch.nn.Module, plan: PlanSource, stage: Optional[int] = None) -> List[str]:
+    """``apply_plan`` for one rank: inside an FSDP2-wrapped model (after ``fully_shard``;
+    checkpointing wraps the modules' forward, FSDP's hooks stay outside it) or on a pipeline
+    stage's submodule (module paths are the whole model's, as when a stage keeps its modules'
+    names). The parameters are not checked (``strict=False``).
+
+    Args:
+        model: the rank's model or stage.
+        plan: the plan (as ``load_plan`` takes it).
+        stage: the pipeline stage's index (``rank_plan``); required for a pipeline plan.
+
+    Returns:
+        The wrapped modules' paths.
+    """
     # A rank holds its shards (FSDP) or its stage's modules (pipeline), not
     # the parameters the whole model's profile listed.
     return apply_plan(model, rank_plan(plan, stage), strict=False)

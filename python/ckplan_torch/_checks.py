@@ -1,18 +1,30 @@
 """Checks of a model and its optimizer against the plan made for them: the parameters the plan's
 profile listed, the trainable ones, the optimizer it was priced for."""
 import warnings
+from typing import Optional
+
+import torch
 
 from ._errors import PlanError
 from ._model import _eager
 from ._optimizer import OptimizerChoice
-from ._plan_file import _describe_bytes, load_plan
+from ._plan_file import PlanSource, _describe_bytes, load_plan
 
 
-def check_model(model, plan):
-    """Raises PlanError (a ValueError) unless ``model`` has the parameters the plan's profile
-    listed (how many tensors, and their bytes, each tensor once): a plan made
-    for another model, or for this one at another size or dtype, predicts
-    nothing for it, even where its module paths happen to exist."""
+def check_model(model: torch.nn.Module, plan: PlanSource) -> None:
+    """Checks that ``model`` has the parameters the plan's profile listed (how many tensors, and
+    their bytes, each tensor once): a plan made for another model, or for this one at another size
+    or dtype, predicts nothing for it, even where its module paths happen to exist. Then warns as
+    ``check_trainable`` does. A rank's plan (pipeline or data-parallel) is not checked: the rank
+    holds its shards or its stage's modules.
+
+    Args:
+        model: the model (``torch.compile``d or not).
+        plan: the plan (as ``load_plan`` takes it).
+
+    Raises:
+        PlanError: the model's parameters are not the plan's, or the plan's ``source`` is malformed.
+    """
     doc = load_plan(plan)
     source = doc.get("source", {})
     if not isinstance(source, dict):
@@ -22,16 +34,16 @@ def check_model(model, plan):
         return  # an older plan, or one made from a chain
     if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (count, nbytes)):
         raise PlanError("the plan's 'source.param_count' and 'source.param_bytes' are not byte counts: "
-                         "make the plan again with `ckplan solve`")
+                        "make the plan again with `ckplan solve`")
     if "pipeline_stage" in doc or "distributed" in doc:
         return  # a rank holds its shards or its stage's modules, not the whole model's parameters
     params = list(_eager(model).parameters())  # each tensor once (tied weights too)
     have_count, have_bytes = len(params), sum(p.numel() * p.element_size() for p in params)
     if (have_count, have_bytes) != (count, nbytes):
         raise PlanError(f"the plan was made for a model with {count} parameter tensors of "
-                         f"{_describe_bytes(nbytes)} ({source.get('model_path', 'its profile')}); this model has "
-                         f"{have_count} of {_describe_bytes(have_bytes)}: profile and solve for this model, or pass "
-                         "strict=False to apply it anyway")
+                        f"{_describe_bytes(nbytes)} ({source.get('model_path', 'its profile')}); this model has "
+                        f"{have_count} of {_describe_bytes(have_bytes)}: profile and solve for this model, or pass "
+                        "strict=False to apply it anyway")
     check_trainable(model, doc)
 
 
@@ -46,12 +58,19 @@ def _trainable(params):
     return count, nbytes
 
 
-def check_trainable(model, plan):
+def check_trainable(model: torch.nn.Module, plan: PlanSource) -> Optional[str]:
     """Warns when ``model`` trains other parameters than the plan was profiled with (its
     ``source.trainable_count`` and ``trainable_bytes``; absent: every parameter): a frozen parameter
     has no gradient, no optimizer state and saves less for backward, so a plan made with the weights
     frozen predicts too little for a job that trains them, and one made with them trained too much.
-    Returns the warning's text, or None when they agree."""
+
+    Args:
+        model: the model, its parameters frozen (``requires_grad_(False)``) as the job freezes them.
+        plan: the plan (as ``load_plan`` takes it).
+
+    Returns:
+        The warning's text, or None when they agree.
+    """
     doc = load_plan(plan)
     source = doc.get("source", {})
     if not isinstance(source, dict) or source.get("param_count") is None or "distributed" in doc:
@@ -68,11 +87,18 @@ def check_trainable(model, plan):
     return text
 
 
-def check_trainable_optimizer(model, optimizer):
+def check_trainable_optimizer(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> Optional[str]:
     """Warns when the job's optimizer does not update exactly the model's trainable parameters
     (those that require grad): parameters it holds that the model does not have or that are frozen
-    get state no plan counts; trainable ones it lacks get gradients that nothing frees. Returns the
-    warning's text, or None when they agree."""
+    get state no plan counts; trainable ones it lacks get gradients that nothing frees.
+
+    Args:
+        model: the model.
+        optimizer: the job's optimizer (anything with torch.optim's ``param_groups``).
+
+    Returns:
+        The warning's text, or None when they agree.
+    """
     trainable = {id(p) for p in _eager(model).parameters() if p.requires_grad}
     everything = {id(p) for p in _eager(model).parameters()}
     held = {id(p) for g in optimizer.param_groups for p in g["params"]}
@@ -95,14 +121,21 @@ def check_trainable_optimizer(model, optimizer):
     return text
 
 
-def check_optimizer(optimizer, plan):
+def check_optimizer(optimizer: torch.optim.Optimizer, plan: PlanSource) -> Optional[str]:
     """Warns when the job's optimizer is not the one the plan was priced for:
     its state and its update's temporaries at the step's end are in the plan's
     prediction (``ckplan solve --optimizer NAME --optimizer-impl IMPL`` and
     the options that change them: ``--weight-decay``, ``--amsgrad``,
     ``--nesterov``), and ``maximize=True`` (a negated gradient per
-    parameter) is priced by none. Returns the warning's text, or None when
-    they agree."""
+    parameter) is priced by none.
+
+    Args:
+        optimizer: the job's optimizer (anything with torch.optim's ``param_groups``).
+        plan: the plan (as ``load_plan`` takes it).
+
+    Returns:
+        The warning's text, or None when they agree (or the plan names no optimizer).
+    """
     fixed = load_plan(plan).get("fixed", {})
     have = OptimizerChoice.from_torch(optimizer)
     maximize = any(g.get("maximize") for g in optimizer.param_groups)

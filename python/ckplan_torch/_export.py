@@ -6,6 +6,7 @@ import inspect
 import json
 import os
 import warnings
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -335,18 +336,41 @@ def _autocast_context(model, args, kwargs, autocast):
     return torch.autocast(device, dtype=autocast)
 
 
-def check_autocast(autocast, argument="autocast"):
-    """``autocast`` as ``torch.autocast`` takes its dtype: torch.bfloat16, torch.float16 or None
-    (fp32, no autocast); anything else a ValueError naming the argument."""
+def check_autocast(autocast: Optional[torch.dtype], argument: str = "autocast") -> Optional[torch.dtype]:
+    """Checks an autocast dtype as ``export`` and ``plan`` take it.
+
+    Args:
+        autocast: ``torch.bfloat16``, ``torch.float16`` or None (fp32, no autocast).
+        argument: the argument's name, for the message.
+
+    Returns:
+        ``autocast`` as ``torch.autocast`` takes its dtype.
+
+    Raises:
+        ValueError: anything else, naming the argument.
+    """
     if autocast is None or autocast in _AUTOCAST_DTYPES:
         return autocast
     raise ValueError(f"{argument}={autocast!r}: torch.bfloat16 or torch.float16 (the dtype torch.autocast runs the "
                      "forward in, the weights kept in theirs), or None for no autocast")
 
 
-def check_loss(loss_fn, targets, argument="loss_fn"):
-    """``targets`` as a tuple of tensors for ``loss_fn`` (a callable, or None with no targets); a
-    TypeError or ValueError naming the argument otherwise."""
+def check_loss(loss_fn: Optional[Callable[..., torch.Tensor]], targets: Union[torch.Tensor, Sequence[torch.Tensor]],
+               argument: str = "loss_fn") -> Tuple[torch.Tensor, ...]:
+    """Checks a loss and its targets as ``export`` and ``plan`` take them.
+
+    Args:
+        loss_fn: a callable ``(output, *targets) -> scalar loss``, or None (then no targets).
+        targets: a tensor or a sequence of tensors.
+        argument: the loss argument's name, for the messages.
+
+    Returns:
+        ``targets`` as a tuple of tensors.
+
+    Raises:
+        TypeError: a loss that is not callable, or targets that are not tensors.
+        ValueError: targets without a loss.
+    """
     if isinstance(targets, torch.Tensor):
         targets = (targets,)
     if not isinstance(targets, (tuple, list)):
@@ -368,46 +392,16 @@ def check_loss(loss_fn, targets, argument="loss_fn"):
     return targets
 
 
-def export(model, args, path, kwargs=None, dynamic_batch=True, dynamic_seq=False, autocast=None, loss_fn=None,
-           targets=()):
-    """Exports ``model`` in train mode for ckplan, with ``torch.export.export``'s
-    arguments in its order: ``args`` (a tuple of tensors, or one tensor) and
-    ``kwargs`` (tensors by forward's parameter names: a Hugging Face model's
-    ``labels``, ``attention_mask``). Non-strict, the training IR (ATen ops
-    with autograd, dropout and batch norm as in training); the first
-    dimension of every input marked dynamic when ``dynamic_batch`` (one file
-    profiles at any batch size), and with ``dynamic_seq`` the second
-    dimension of every integer input too (token ids, labels, masks: one file
-    profiles at any sequence length, ``ckplan solve --seq``); saved with ``torch.export.save`` and loaded
-    back to check the round trip, then renamed to ``path`` (a failure leaves
-    no file). The archive records the inputs' shapes, dtypes and integer
-    ranges, so ``ckplan profile model.pt2`` needs no ``--input`` at the
-    example's shapes. Returns the ExportedProgram.
-
-    ``autocast``: the dtype the job runs its forward (and loss) in under
-    ``torch.autocast`` (``torch.bfloat16``, ``torch.float16``; None: no
-    autocast), the weights in their own dtype: the model is exported under
-    ``torch.autocast(device, dtype=autocast)`` and the archive records it,
-    so that ``ckplan profile`` runs the forward and loss under the same
-    autocast (its casts, its cache of the weights' casts, the ops it keeps in
-    fp32). Regions the model sets itself (``torch.autocast(enabled=False)``
-    around rotary embeddings) are kept in the program and run as they are.
-    A meta model is exported without it (autocast casts on a real device
-    only) and ``ckplan profile --device meta`` applies CUDA's autocast policy
-    op by op.
-
-    ``loss_fn`` and ``targets``: the job's own loss, ``loss_fn(output,
-    *targets)`` (a module such as ``nn.CrossEntropyLoss()`` or a function
-    returning the scalar loss), exported with the model: the archive returns
-    the loss first and the model's outputs after it, so that ``ckplan
-    profile`` back-propagates that loss (what it keeps for backward, a
-    cross-entropy's log-probabilities, counted) and counts the outputs as
-    the training loop holds them to the step's end. ``targets``: the tensors
-    the loss takes beside the output (class indices, a segmentation map),
-    batch first like the inputs; the program takes them after the model's
-    inputs. Without a loss_fn, a model given its ``labels`` trains with its
-    own loss, and any other with ckplan's (the outputs summed, which keeps
-    nothing).
+def export(model: torch.nn.Module, args: Any, path: Union[str, os.PathLike[str]],
+           kwargs: Optional[Dict[str, Any]] = None, dynamic_batch: bool = True, dynamic_seq: bool = False,
+           autocast: Optional[torch.dtype] = None, loss_fn: Optional[Callable[..., torch.Tensor]] = None,
+           targets: Union[torch.Tensor, Sequence[torch.Tensor]] = ()) -> "torch.export.ExportedProgram":
+    """Exports ``model`` in train mode for ``ckplan profile``, with ``torch.export.export``'s
+    arguments in its order. Non-strict, the training IR (ATen ops with autograd, dropout and batch
+    norm as in training); saved with ``torch.export.save`` and loaded back to check the round trip,
+    then renamed to ``path`` (a failure leaves no file). The archive records the inputs' shapes,
+    dtypes and integer ranges, so ``ckplan profile model.pt2`` needs no ``--input`` at the
+    example's shapes.
 
     Hugging Face models as they come: key-value caches are off for the
     export (each config's ``use_cache`` set back after); a model given its
@@ -417,7 +411,44 @@ def export(model, args, path, kwargs=None, dynamic_batch=True, dynamic_seq=False
     A forward returning a namedtuple (torchvision's GoogLeNet in train mode
     with aux_logits) is exported returning a plain tuple of its fields, in
     order, with a warning: torch.export.save cannot save a namedtuple.
-    Raises ExportError with PyTorch's reason and the fix.
+
+    Args:
+        model: the model (on the meta device: exported shapes-only, ``ckplan profile --device
+            meta``).
+        args: the example's positional inputs: a tuple of tensors, or one tensor.
+        path: the ``.pt2`` archive to write.
+        kwargs: tensors by forward's parameter names (a Hugging Face model's ``labels``,
+            ``attention_mask``).
+        dynamic_batch: mark the first dimension of every input dynamic (one file profiles at any
+            batch size).
+        dynamic_seq: mark the second dimension of every integer input dynamic too (token ids,
+            labels, masks: one file profiles at any sequence length, ``ckplan solve --seq``).
+        autocast: the dtype the job runs its forward (and loss) in under ``torch.autocast``
+            (``torch.bfloat16``, ``torch.float16``; None: no autocast), the weights in their own
+            dtype: the model is exported under ``torch.autocast(device, dtype=autocast)`` and the
+            archive records it, so that ``ckplan profile`` runs the forward and loss under the same
+            autocast (its casts, its cache of the weights' casts, the ops it keeps in fp32).
+            Regions the model sets itself (``torch.autocast(enabled=False)`` around rotary
+            embeddings) are kept in the program and run as they are. A meta model is exported
+            without it (autocast casts on a real device only) and ``ckplan profile --device meta``
+            applies CUDA's autocast policy op by op.
+        loss_fn: the job's own loss, ``loss_fn(output, *targets)`` (a module such as
+            ``nn.CrossEntropyLoss()`` or a function returning the scalar loss), exported with the
+            model: the archive returns the loss first and the model's outputs after it, so that
+            ``ckplan profile`` back-propagates that loss (what it keeps for backward, a
+            cross-entropy's log-probabilities, counted) and counts the outputs as the training
+            loop holds them to the step's end. Without it, a model given its ``labels`` trains
+            with its own loss, and any other with ckplan's (the outputs summed, which keeps
+            nothing).
+        targets: the tensors the loss takes beside the output (class indices, a segmentation
+            map), batch first like the inputs; the program takes them after the model's inputs.
+
+    Returns:
+        The ExportedProgram.
+
+    Raises:
+        ExportError: the model does not export, save or load back: PyTorch's reason and the fix.
+        TypeError, ValueError: ``autocast``, ``loss_fn`` or ``targets`` not as described.
     """
     autocast = check_autocast(autocast)
     if isinstance(args, torch.Tensor):

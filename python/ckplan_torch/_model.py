@@ -1,6 +1,7 @@
 """What the package reads from a model and its example inputs: the module a compiled model runs, its
 device, whether it is on the meta device, the example tensors in the order a program takes them."""
 import contextlib
+from typing import Sequence
 
 import torch
 
@@ -18,8 +19,16 @@ def _first_batch(args, kwargs):
     return None
 
 
-def is_meta_model(model, example_inputs=()):
-    """Whether any parameter, buffer or input of ``model`` is on the meta device (no data)."""
+def is_meta_model(model: torch.nn.Module, example_inputs: Sequence[object] = ()) -> bool:
+    """Whether the model is on the meta device (built under ``with torch.device("meta")``, no weights).
+
+    Args:
+        model: the model.
+        example_inputs: its example inputs; values other than tensors are ignored.
+
+    Returns:
+        True when any parameter, buffer or input tensor is on the meta device (no data).
+    """
     tensors = list(model.parameters()) + list(model.buffers()) + [x for x in example_inputs if isinstance(x, torch.Tensor)]
     return any(t.device.type == "meta" for t in tensors)
 

@@ -2,14 +2,28 @@
 autocast, a rank's plan, FSDP units), and writing one."""
 import json
 import os
+from typing import IO, Any, Dict, List, Optional, Union
 
 import torch
 
 from ._errors import PlanError
 
+# A plan as the functions here take it: a path, a file object or the document itself.
+PlanSource = Union[str, os.PathLike[str], IO[str], Dict[str, Any]]
 
-def load_plan(plan):
-    """A plan as a dict, from a path, a file object or a dict."""
+
+def load_plan(plan: PlanSource) -> Dict[str, Any]:
+    """Reads a plan (``ckplan.plan/1``, from ``ckplan solve``) and checks it is one.
+
+    Args:
+        plan: the plan's path, a file object open on it, or the document as a dict.
+
+    Returns:
+        The plan document (the dict itself when given one).
+
+    Raises:
+        PlanError: malformed JSON, not a ckplan plan, or no list of ``checkpoint_modules``.
+    """
     try:
         if isinstance(plan, dict):
             doc = plan
@@ -45,9 +59,16 @@ def _describe_bytes(n, style="decimal"):
     return f"{n} B"
 
 
-def plan_batch(plan):
-    """The batch a plan is for: its ``batch`` (written by ``ckplan solve``),
-    else the first dimension of its profile's first input; None when unknown."""
+def plan_batch(plan: PlanSource) -> Optional[int]:
+    """The batch a plan is for.
+
+    Args:
+        plan: the plan (as ``load_plan`` takes it).
+
+    Returns:
+        Its ``batch`` (written by ``ckplan solve``), else the first dimension of its profile's first
+        input; None when unknown.
+    """
     doc = load_plan(plan)
     if isinstance(doc.get("batch"), int):
         return doc["batch"]
@@ -56,30 +77,55 @@ def plan_batch(plan):
     return shape[0] if isinstance(shape, list) and shape and isinstance(shape[0], int) else None
 
 
-def plan_autocast(plan):
-    """The autocast dtype the plan's profile ran the forward and loss under (``torch.bfloat16``,
-    ``torch.float16``), or None."""
+def plan_autocast(plan: PlanSource) -> Optional[torch.dtype]:
+    """The autocast dtype the plan's profile ran the forward and loss under.
+
+    Args:
+        plan: the plan (as ``load_plan`` takes it).
+
+    Returns:
+        ``torch.bfloat16`` or ``torch.float16``, or None (no autocast).
+    """
     name = (load_plan(plan).get("source") or {}).get("autocast")
     return {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(name) if isinstance(name, str) else None
 
 
-def rank_plan(plan, stage=None):
-    """The plan one rank applies, as a dict. A data-parallel plan is the same
-    on every rank (the whole document); a pipeline plan holds one plan per
-    stage under ``distributed.stages``: ``stage`` picks it (required then)."""
+def rank_plan(plan: PlanSource, stage: Optional[int] = None) -> Dict[str, Any]:
+    """The plan one rank applies (``ckplan solve --data-parallel N --shard MODE``, ``--pipeline P``).
+
+    A data-parallel plan is the same on every rank (the whole document); a pipeline plan holds one
+    plan per stage under ``distributed.stages``.
+
+    Args:
+        plan: the plan (as ``load_plan`` takes it).
+        stage: the pipeline stage's index; required for a pipeline plan.
+
+    Returns:
+        The rank's plan document.
+
+    Raises:
+        PlanError: a pipeline plan without a stage, or one it does not have.
+    """
     doc = load_plan(plan)
     stages = doc.get("distributed", {}).get("stages")
     if stages is None:
         return doc
     if stage is None or not 0 <= stage < len(stages):
         raise PlanError(f"the plan has {len(stages)} pipeline stages: pass stage=0..{len(stages) - 1}"
-                         f" (got {stage!r})")
+                        f" (got {stage!r})")
     return stages[stage]
 
 
-def fsdp_units(plan):
-    """Module paths the plan's memory model takes as FSDP units: call
-    ``fully_shard`` on each (in this order), then on the model itself (the root)."""
+def fsdp_units(plan: PlanSource) -> List[str]:
+    """The module paths the plan's memory model takes as FSDP units.
+
+    Args:
+        plan: the plan (as ``load_plan`` takes it).
+
+    Returns:
+        The paths to call ``fully_shard`` on, in this order, before the model itself (the root);
+        empty for a plan that is not data-parallel.
+    """
     return list(load_plan(plan).get("distributed", {}).get("fsdp_units", []))
 
 

@@ -12,6 +12,7 @@ import json
 import os
 import tempfile
 import warnings
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -34,10 +35,20 @@ AUTO_BUDGET_MARGIN = 0.10
 AUTO_BUDGET_MIN_MARGIN = 1 << 30
 
 
-def auto_budget(device):
-    """``budget="auto"``: for a CUDA ``device``, what this process could hold there (the free memory
-    plus what PyTorch's caching allocator already holds, the model's weights included) less
-    AUTO_BUDGET_MARGIN of the device's memory (at least 1 GiB), in bytes. Elsewhere a ValueError."""
+def auto_budget(device: Union[str, torch.device]) -> int:
+    """The budget ``budget="auto"`` plans for.
+
+    Args:
+        device: a CUDA device.
+
+    Returns:
+        What this process could hold there (the free memory plus what PyTorch's caching allocator
+        already holds, the model's weights included) less AUTO_BUDGET_MARGIN of the device's memory
+        (at least 1 GiB), in bytes.
+
+    Raises:
+        ValueError: a device that is not CUDA, or one with less free memory than the margin.
+    """
     device = torch.device(device)
     if device.type != "cuda":
         raise ValueError(f"budget='auto' needs a model on a CUDA device (this one is on {device.type}): "
@@ -59,9 +70,18 @@ class Plan:
     ``apply``); ``min_budget_bytes``: the smallest budget any plan of this target fits;
     ``strategies``: the strategy table at the budget, one dict per row (``name``, ``peak_bytes``,
     ``time_ms``, ``overhead_pct``, ``fits``); ``doc``: the plan as JSON; ``profile``: the profile.
+
+    Args:
+        doc: the plan document (``ckplan.plan/1``).
+        profile: the profile (``ckplan.profile/1``) it was solved from, if known.
+        ckplan: the ``ckplan`` program that solved it (``report`` runs it; None: find_ckplan).
+        solve_flags: the optimizer's flags (and ``--sac-dispatch-us``) it was solved with, which
+            ``report`` passes on.
+        batches: the batch or sequence table (``ckplan.batches/1``) of a search, if any.
     """
 
-    def __init__(self, doc, profile=None, ckplan=None, solve_flags=(), batches=None):
+    def __init__(self, doc: Dict[str, Any], profile: Optional[Dict[str, Any]] = None, ckplan: Optional[str] = None,
+                 solve_flags: Sequence[str] = (), batches: Optional[Dict[str, Any]] = None):
         self.doc = doc
         self.batches = batches
         self.profile = profile
@@ -69,50 +89,57 @@ class Plan:
         self._solve_flags = list(solve_flags)
 
     @property
-    def batch(self):
+    def batch(self) -> Optional[int]:
         """The batch the plan is for (the micro-batch with ``global_batch``)."""
         return plan_batch(self.doc)
 
     @property
-    def checkpoint_modules(self):
+    def checkpoint_modules(self) -> List[str]:
+        """The module paths to wrap."""
         return list(self.doc["checkpoint_modules"])
 
     @property
-    def budget_bytes(self):
+    def budget_bytes(self) -> int:
+        """The budget the plan was solved for, in bytes."""
         return self.doc["budget_bytes"]
 
     @property
-    def target(self):
+    def target(self) -> str:
+        """What the plan is for: ``"pytorch"``, ``"sac"`` (``apply``) or ``"schedule"`` (``ckplan run``)."""
         return self.doc.get("target", "schedule")
 
     def _predicted(self):
         return self.doc["pytorch"]["predicted"] if self.target in ("pytorch", "sac") else self.doc["predicted"]
 
     @property
-    def peak_bytes(self):
+    def peak_bytes(self) -> int:
+        """The predicted step's peak memory, in bytes."""
         return self._predicted()["peak_bytes"]
 
     @property
-    def time_ms(self):
+    def time_ms(self) -> float:
+        """The predicted step's time, in milliseconds."""
         return self._predicted()["time_ms"]
 
     @property
-    def overhead_pct(self):
+    def overhead_pct(self) -> float:
+        """What the recomputation adds to the step's time without checkpointing, in percent."""
         return self._predicted()["overhead_pct"]
 
     @property
-    def min_budget_bytes(self):
+    def min_budget_bytes(self) -> Optional[int]:
+        """The smallest budget any plan of this target fits, in bytes (None where not written)."""
         return self.doc.get("min_budget_bytes")
 
     @property
-    def saved_ops(self):
+    def saved_ops(self) -> Dict[str, List[Tuple[str, int, str]]]:
         """For the sac target: per wrapped module, the ops its policy saves, as
         ``(family, occurrence, kind)``; empty for the others."""
         return {e["module"]: [(s["family"], s["occurrence"], s["kind"]) for s in e["save"]]
                 for e in self.doc.get("pytorch", {}).get("sac") or []}
 
     @property
-    def loss(self):
+    def loss(self) -> Optional[str]:
         """The loss the plan was profiled with: ``"loss_fn"`` (the job's, exported with the model),
         ``"model"`` (the model's own, given its labels), ``"outputs"`` (ckplan's: the outputs summed,
         which keeps nothing for backward); None when the profile does not say."""
@@ -124,26 +151,60 @@ class Plan:
         return sum(tensors[i].get("nbytes", tensors[i].get("bytes", 0)) for i in ids if 0 <= i < len(tensors))
 
     @property
-    def strategies(self):
+    def strategies(self) -> List[Dict[str, Any]]:
+        """The strategy table at the budget, one dict per row (``name``, ``peak_bytes``, ``time_ms``,
+        ``overhead_pct``, ``fits``)."""
         return [dict(row) for row in self.doc.get("strategies", [])]
 
-    def apply(self, model, optimizer=None, strict=True):
-        """``apply_plan(model, self, optimizer, strict)``: wraps the plan's modules; returns their paths."""
+    def apply(self, model: torch.nn.Module, optimizer: Optional[torch.optim.Optimizer] = None,
+              strict: bool = True) -> List[str]:
+        """Wraps the plan's modules of ``model``: ``apply_plan(model, self, optimizer, strict)``.
+
+        Args:
+            model: the model the plan was made for.
+            optimizer: the job's torch.optim optimizer, checked against the plan's.
+            strict: check the model's parameters against the plan's profile.
+
+        Returns:
+            The wrapped modules' paths.
+        """
         return apply_plan(model, self.doc, optimizer=optimizer, strict=strict)
 
-    def save(self, path):
-        """Writes the plan (``ckplan.plan/1``) to ``path``, for ``apply_plan(model, path)`` or ``ckplan run``."""
+    def save(self, path: Union[str, os.PathLike[str]]) -> None:
+        """Writes the plan (``ckplan.plan/1``), for ``apply_plan(model, path)`` or ``ckplan run``.
+
+        Args:
+            path: the file to write (written beside and renamed: a failure leaves none).
+        """
         _write_json(path, self.doc)
 
-    def save_profile(self, path):
-        """Writes the profile the plan was solved from (``ckplan.profile/1``) to ``path``."""
+    def save_profile(self, path: Union[str, os.PathLike[str]]) -> None:
+        """Writes the profile the plan was solved from (``ckplan.profile/1``).
+
+        Args:
+            path: the file to write.
+
+        Raises:
+            PlanError: the plan was made without its profile.
+        """
         if self.profile is None:
             raise PlanError("this plan was loaded without its profile")
         _write_json(path, self.profile)
 
-    def report(self, path):
-        """Writes ``ckplan report`` of the profile at the plan's budget and optimizer to ``path``
-        (``.html``, ``.md`` or ``.json``): the memory/time trade-off and the strategies compared."""
+    def report(self, path: Union[str, os.PathLike[str]]) -> Union[str, os.PathLike[str]]:
+        """Writes ``ckplan report`` of the profile at the plan's budget and optimizer: the
+        memory/time trade-off and the strategies compared.
+
+        Args:
+            path: the report to write, ``.html``, ``.md`` or ``.json``.
+
+        Returns:
+            ``path``.
+
+        Raises:
+            PlanError: the plan was made without its profile.
+            CkplanError: ``ckplan report`` failed.
+        """
         if self.profile is None:
             raise PlanError("this plan was loaded without its profile: run `ckplan report PROFILE` instead")
         with tempfile.TemporaryDirectory(prefix="ckplan-") as work:
@@ -184,61 +245,80 @@ class Plan:
         return "\n".join(lines)
 
 
-def plan(model, example_inputs, budget, kwargs=None, gpu=None, optimizer="adamw", target="pytorch",
-         optimizer_impl="auto", ckplan=None, workdir=None, batch=None, max_batch=None, global_batch=None,
-         seq=None, max_seq=None, sac_dispatch_us=None, autocast=None, loss_fn=None, targets=()):
-    """Plans checkpointing for ``model`` under a memory ``budget``, in one call; returns a Plan.
+def plan(model: torch.nn.Module, example_inputs: Union[torch.Tensor, Sequence[Any]], budget: Union[int, str],
+         kwargs: Optional[Dict[str, Any]] = None, gpu: Optional[str] = None,
+         optimizer: Union[str, torch.optim.Optimizer] = "adamw", target: str = "pytorch", optimizer_impl: str = "auto",
+         ckplan: Optional[str] = None, workdir: Union[str, os.PathLike[str], None] = None,
+         batch: Union[int, str, None] = None, max_batch: Optional[int] = None, global_batch: Optional[int] = None,
+         seq: Union[int, str, None] = None, max_seq: Optional[int] = None, sac_dispatch_us: Optional[float] = None,
+         autocast: Optional[torch.dtype] = None, loss_fn: Optional[Callable[..., torch.Tensor]] = None,
+         targets: Union[torch.Tensor, Sequence[torch.Tensor]] = ()) -> Plan:
+    """Plans checkpointing for ``model`` under a memory ``budget``, in one call.
 
-    ``example_inputs`` and ``kwargs``: as ``torch.export.export`` takes them (a tuple of tensors, and
-    tensors by forward's parameter names, a Hugging Face model's ``labels`` and ``attention_mask``),
-    at the shapes the job trains with. The model is exported (``export``: train mode, caches off,
-    shapes-only when it is on the meta device), profiled (``ckplan profile``: on its device, CPU or
-    CUDA; a meta model on meta tensors with times from ``gpu``'s cost model) and solved (``ckplan
-    solve``).
+    The model is exported (``export``: train mode, caches off, shapes-only when it is on the meta
+    device), profiled (``ckplan profile``: on its device, CPU or CUDA; a meta model on meta tensors
+    with times from ``gpu``'s cost model) and solved (``ckplan solve``). Frozen parameters
+    (``requires_grad_(False)``: LoRA's base weights, a frozen backbone) are read from the model as it
+    is: no gradient, no optimizer state, and what autograd saves with them frozen.
 
-    ``budget``: the whole training step's memory (weights, gradients, optimizer state, activations):
-    bytes, or text as ``ckplan solve --budget`` takes it (``"24GB"``, ``"24GiB"``), or ``"auto"`` on a
-    CUDA device (auto_budget: its free memory less a margin). ``gpu``: a cost model's device
-    (``"h100-sxm-80gb"``, ...; ``ckplan profile --help``) for the op times instead of measured ones.
-    ``optimizer``: the job's torch.optim optimizer itself, or its name (``"adamw"``, ``"adam"``,
-    ``"sgd"``, ``"momentum"``, ``"none"``) with ``optimizer_impl`` (``"auto"``, ``"for-loop"``,
-    ``"foreach"``, ``"fused"``). ``target``: ``"pytorch"`` (modules to wrap, what ``Plan.apply``
-    does), ``"sac"`` (the same, and inside each the ops whose outputs a selective-checkpointing
-    policy saves: ``Plan.apply`` builds it) or ``"schedule"`` (for ``ckplan run``). ``sac_dispatch_us``
-    (``"sac"``): what the policy costs per op of a wrapped forward, in microseconds (None: measured in
-    this Python, ``measure_sac_dispatch_us()``; 0 where the GPU's kernels hide it). ``workdir``: keep the archive,
-    profile and plan there (default: a temporary folder, removed). ``ckplan``: the program's path
-    (find_ckplan).
+    Args:
+        model: the model, on the device it trains on (or the meta device).
+        example_inputs: as ``torch.export.export`` takes them (a tuple of tensors, or one tensor), at
+            the shapes the job trains with; the first dimension of every input is the batch.
+        budget: the whole training step's memory (weights, gradients, optimizer state, activations):
+            bytes, or text as ``ckplan solve --budget`` takes it (``"24GB"``, ``"24GiB"``), or
+            ``"auto"`` on a CUDA device (auto_budget: its free memory less a margin).
+        kwargs: tensors by forward's parameter names (a Hugging Face model's ``labels`` and
+            ``attention_mask``).
+        gpu: a cost model's device (``"h100-sxm-80gb"``, ...; ``ckplan profile --help``) for the op
+            times instead of measured ones.
+        optimizer: the job's torch.optim optimizer itself (checked to hold exactly the trainable
+            parameters), or its name (``"adamw"``, ``"adam"``, ``"sgd"``, ``"momentum"``,
+            ``"none"``).
+        target: ``"pytorch"`` (modules to wrap, what ``Plan.apply`` does), ``"sac"`` (the same, and
+            inside each the ops whose outputs a selective-checkpointing policy saves:
+            ``Plan.apply`` builds it) or ``"schedule"`` (for ``ckplan run``).
+        optimizer_impl: with an optimizer's name, its implementation (``"auto"``, ``"for-loop"``,
+            ``"foreach"``, ``"fused"``).
+        ckplan: the program's path (find_ckplan).
+        workdir: keep the archive, profile and plan there (default: a temporary folder, removed).
+        batch: None plans the example inputs' batch. ``"auto"`` profiles the model at the batches
+            needed to find the largest that fits the budget, with and without checkpointing, and
+            plans the batch that trains the most samples per second (``ckplan solve MODEL --batch
+            auto``); ``"largest"`` the largest that fits; a number that batch. ``Plan.batch`` is the
+            batch planned, ``Plan.batches`` the table (``ckplan.batches/1``).
+        max_batch: caps the search of ``batch="auto"`` or ``"largest"`` (default 4096).
+        global_batch: samples per optimizer step, reached by accumulating micro-batches that divide
+            it; without ``batch``, micro-batches of the example's batch, which must divide it.
+        seq: ``"auto"``, ``"largest"`` or a number: searches the sequence length instead, at the
+            example's batch (the model exported with a dynamic sequence: the second dimension of
+            its integer inputs), in tokens per second.
+        max_seq: caps the search of ``seq``.
+        sac_dispatch_us: for ``"sac"``, what the policy costs per op of a wrapped forward, in
+            microseconds (None: measured in this Python, ``measure_sac_dispatch_us()``; 0 where the
+            GPU's kernels hide it).
+        autocast: the dtype the job's forward and loss run in under ``torch.autocast`` (mixed
+            precision: ``torch.bfloat16``, as transformers' Trainer with ``bf16=True``, or
+            ``torch.float16``, with ``torch.amp.GradScaler``), the weights kept in their own dtype;
+            None (fp32) for none. The profile runs them so (``ckplan profile --autocast``);
+            ``Plan.apply`` warns when the job's forward runs otherwise.
+        loss_fn: the job's loss, ``loss_fn(output, *targets)`` (``nn.CrossEntropyLoss()``, ``lambda
+            out, y: F.mse_loss(out, y)``), exported and profiled with the model (``export``): what
+            it keeps for backward is counted (a cross-entropy's log-probabilities, the size of the
+            output), and the output is held as the loop holds it through ``optimizer.step()``.
+            Without it, a model given its labels in ``kwargs`` trains with its own loss, and any
+            other is planned with ckplan's (the output summed, which keeps nothing): ``Plan.loss``
+            says which, and ``print(plan)`` what a loss that keeps its input would add.
+        targets: the tensors ``loss_fn`` takes beside the output, batch first.
 
-    ``loss_fn`` and ``targets``: the job's loss, ``loss_fn(output, *targets)`` (``nn.CrossEntropyLoss()``,
-    ``lambda out, y: F.mse_loss(out, y)``), exported and profiled with the model (``export``): what it
-    keeps for backward is counted (a cross-entropy's log-probabilities, the size of the output), and the
-    output is held as the loop holds it through ``optimizer.step()``. Without it, a model given its
-    labels in ``kwargs`` trains with its own loss, and any other is planned with ckplan's (the output
-    summed, which keeps nothing): ``Plan.loss`` says which, and ``print(plan)`` what a loss that keeps
-    its input would add.
+    Returns:
+        The Plan, with the profile it was solved from.
 
-    ``autocast``: the dtype the job's forward and loss run in under ``torch.autocast`` (mixed
-    precision: ``torch.bfloat16``, as transformers' Trainer with ``bf16=True``, or ``torch.float16``,
-    with ``torch.amp.GradScaler``), the weights kept in their own dtype; None (fp32) for none. The
-    profile runs them so (``ckplan profile --autocast``); ``Plan.apply`` warns when the job's forward
-    runs otherwise. Frozen parameters (``requires_grad_(False)``: LoRA's base weights, a frozen
-    backbone) are read from the model as it is: no gradient, no optimizer state, and what autograd
-    saves with them frozen; a torch.optim ``optimizer`` is checked to hold exactly the trainable ones.
-
-    ``batch``: None plans the example inputs' batch. ``"auto"`` profiles the model at the batches
-    needed to find the largest that fits the budget, with and without checkpointing, and plans the
-    batch that trains the most samples per second (``ckplan solve MODEL --batch auto``);
-    ``"largest"`` the largest that fits; a number that batch. The first dimension of every input is
-    the batch. ``max_batch`` caps the search (default 4096); ``global_batch``: samples per optimizer
-    step, reached by accumulating micro-batches that divide it. ``global_batch`` without ``batch`` accumulates micro-batches of the example's batch, which must
-    divide it. ``Plan.batch`` is the batch planned,
-    ``Plan.batches`` the table (``ckplan.batches/1``). ``seq`` (``"auto"``, ``"largest"`` or a number)
-    searches the sequence length instead, at the example's batch (the model exported with a dynamic
-    sequence: the second dimension of its integer inputs), in tokens per second; ``max_seq`` caps it.
-
-    Raises CkplanError with ckplan's one-line message (``exit_code`` 3: the budget is below the
-    smallest that fits; the message gives it), ExportError when the model does not export.
+    Raises:
+        CkplanError: ckplan's one-line message (``exit_code`` 3: the budget is below the smallest
+            that fits; the message gives it).
+        ExportError: the model does not export.
+        TypeError, ValueError: an argument not as described.
     """
     program = find_ckplan(ckplan)
     if isinstance(example_inputs, torch.Tensor):
@@ -331,9 +411,27 @@ def plan(model, example_inputs, budget, kwargs=None, gpu=None, optimizer="adamw"
     return Plan(plan_doc, profile_doc, ckplan=program, solve_flags=solve_flags, batches=batches)
 
 
-def enable(model, example_inputs, budget, kwargs=None, optimizer="adamw", **options):
-    """The one-line analogue of ``model.gradient_checkpointing_enable()``: plans (``plan``, the same
-    arguments) and applies the plan to ``model``; returns the Plan. ``remove_plan(model)`` undoes it."""
+def enable(model: torch.nn.Module, example_inputs: Union[torch.Tensor, Sequence[Any]], budget: Union[int, str],
+           kwargs: Optional[Dict[str, Any]] = None, optimizer: Union[str, torch.optim.Optimizer] = "adamw",
+           **options: Any) -> Plan:
+    """The one-line analogue of ``model.gradient_checkpointing_enable()``: plans and applies the plan
+    to ``model``. ``remove_plan(model)`` undoes it.
+
+    Args:
+        model: the model.
+        example_inputs: as ``plan`` takes them.
+        budget: as ``plan`` takes it.
+        kwargs: as ``plan`` takes them.
+        optimizer: as ``plan`` takes it; a torch.optim optimizer is also checked as ``apply_plan``
+            checks it.
+        **options: ``plan``'s other arguments.
+
+    Returns:
+        The Plan, applied.
+
+    Raises:
+        CkplanError, ExportError, TypeError, ValueError: as ``plan`` raises them.
+    """
     solved = plan(model, example_inputs, budget, kwargs=kwargs, optimizer=optimizer, **options)
     solved.apply(model, optimizer=optimizer if isinstance(optimizer, torch.optim.Optimizer) else None)
     return solved

@@ -3,13 +3,25 @@ import os
 import shutil
 import subprocess
 import sysconfig
+from typing import Optional
 
 from ._errors import CkplanError
 
 
-def find_ckplan(path=None):
-    """The ``ckplan`` program: ``path``, else ``$CKPLAN``, else the one installed in this Python
-    environment (``pip install``), else on ``PATH``, else a source checkout's ``build/ckplan``."""
+def find_ckplan(path: Optional[str] = None) -> str:
+    """Finds the ``ckplan`` program.
+
+    Args:
+        path: the program's path; None: ``$CKPLAN``, else the one installed in this Python
+            environment (``pip install``), else on ``PATH``, else a source checkout's
+            ``build/ckplan``.
+
+    Returns:
+        The program's absolute path.
+
+    Raises:
+        CkplanError: no program at ``path``, or none found.
+    """
     if path:
         if os.path.isfile(path) and os.access(path, os.X_OK):
             return os.path.abspath(path)

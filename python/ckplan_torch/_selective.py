@@ -97,14 +97,22 @@ class DispatchCounter(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def measure_sac_dispatch_us(layers=10, reps=9):
-    """What a selective-checkpointing policy costs per op of a wrapped module in this Python, in
-    microseconds: PyTorch runs the module's forward, and its recomputation in backward, under dispatch
-    modes that call into Python for every op. Measured on a stack of `layers` tiny transformer-like
-    layers (layer_norm, linear, gelu, dropout, softmax, mul, add: the op mix of the layers people wrap)
-    checkpointed with a policy that saves nothing, against the same without it: the median forward and
-    backward over `reps` rounds, per op the forward dispatches. ``plan(target="sac")`` passes it to
-    ``ckplan solve --sac-dispatch-us``; about 0.2 s (1 s on the first call, which imports)."""
+def measure_sac_dispatch_us(layers: int = 10, reps: int = 9) -> float:
+    """Measures what a selective-checkpointing policy costs per op of a wrapped module in this
+    Python: PyTorch runs the module's forward, and its recomputation in backward, under dispatch
+    modes that call into Python for every op. Measured on a stack of tiny transformer-like layers
+    (layer_norm, linear, gelu, dropout, softmax, mul, add: the op mix of the layers people wrap)
+    checkpointed with a policy that saves nothing, against the same without it: the median forward
+    and backward, per op the forward dispatches. ``plan(target="sac")`` passes it to ``ckplan solve
+    --sac-dispatch-us``; about 0.2 s (1 s on the first call, which imports).
+
+    Args:
+        layers: how many tiny layers the measured forward runs.
+        reps: the rounds timed (after one that warms up).
+
+    Returns:
+        The cost per dispatched op, in microseconds (0 or more).
+    """
     import torch.nn.functional as F
     import torch.utils.checkpoint as tuc
 
