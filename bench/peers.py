@@ -343,7 +343,7 @@ def run_compiled(model, forward, budgets, rounds, plans=()):
 def ckplan_at(program, profile, budget, target):
     """The plan `ckplan solve` makes at `budget` (None where nothing fits), the sac target's with this
     Python's dispatch-mode cost, as ckplan_torch.plan passes it."""
-    extra = ["--sac-dispatch-us", f"{ckplan_torch.sac_dispatch_us():.2f}"] if target == "sac" else []
+    extra = ["--sac-dispatch-us", f"{ckplan_torch.measure_sac_dispatch_us():.2f}"] if target == "sac" else []
     result = subprocess.run([program, "solve", profile, "--budget", str(budget), "--target", target,
                              "--optimizer", "adamw", *extra, "-o", "-"], capture_output=True, text=True)
     if result.returncode == 3:

@@ -61,7 +61,7 @@ def dispatched_ops(model, inputs, paths):
     counts, handles = {}, []
     for path in paths:
         def pre(module, args, path=path):
-            counts[path] = ckplan_torch.planning.DispatchCounter()
+            counts[path] = ckplan_torch._selective.DispatchCounter()
             counts[path].__enter__()
 
         def post(module, args, output, path=path):
@@ -141,8 +141,7 @@ def test_sac_training_step_within_budget(ckplan, models_dir, tmp_path, name, mak
     the budget and within 2% of the prediction."""
     profile, _ = profile_of(ckplan, models_dir, name, str(tmp_path))
     optimizer = make_optimizer([torch.nn.Parameter(torch.zeros(1))])
-    kind, impl = ckplan_torch._optimizer_of(optimizer)
-    options = ckplan_torch._solve_flags(kind, impl, ckplan_torch._optimizer_options_of(optimizer, kind))
+    options = ckplan_torch._optimizer.OptimizerChoice.of(optimizer).solve_flags()
     loose = solve(ckplan, profile, "1TB", "sac", *options)
     budget = (loose["min_budget_bytes"] + loose["predicted"]["peak_bytes"]) // 2
     plan = solve(ckplan, profile, budget, "sac", *options)
