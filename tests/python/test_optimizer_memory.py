@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """The optimizer's memory as torch.optim holds it, against what a plan prices.
 
 For each test model here (profiled with `ckplan profile`), and each of
@@ -11,27 +10,28 @@ both to the byte, measured with torch.profiler's memory timeline on the
 eager model. And `--optimizer-impl auto` on a CPU profile is for-loop, what
 torch picks there.
 
-    test_optimizer_memory.py --ckplan BUILD/ckplan --models BUILD/test_models [names]
+A model is profiled and its gradients made once (a module-scoped fixture, one model at a time), each
+optimizer measured once; the tests are one per model, optimizer, implementation and check
+(`-k "gpt and adam-amsgrad"`).
+
+    pytest tests/python/test_optimizer_memory.py --ckplan BUILD/ckplan --models BUILD/test_models
 """
-import argparse
 import gc
 import json
 import os
 import subprocess
-import sys
-import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "models"))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+import pytest
+import torch
+from torch.profiler import ProfilerActivity, profile
+from torch.profiler._memory_profiler import Action
 
-import torch  # noqa: E402
-from torch.profiler import ProfilerActivity, profile  # noqa: E402
-from torch.profiler._memory_profiler import Action  # noqa: E402
+import ckplan_torch
+import make_models
 
-import ckplan_torch  # noqa: E402
-import make_models  # noqa: E402
-from checks import check, finish  # noqa: E402
+# float32 convolutions with batch norm buffers; a decoder with tied embeddings; bfloat16 (other scalars);
+# a Hugging Face model.
+NAMES = ["resnet18", "gpt", "bf16_decoder", "llama"]
 
 IMPLS = {"for-loop": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}
 OPTIMIZERS = {
@@ -61,10 +61,12 @@ OPTIMIZERS = {
 }
 
 
-def ckplan(binary, *args):
+CASES = [pytest.param(optimizer, impl, id=f"{optimizer}-{impl}") for optimizer in OPTIMIZERS for impl in IMPLS]
+
+
+def ckplan_out(binary, *args):
     result = subprocess.run([binary, *args], capture_output=True, text=True)
-    if result.returncode != 0:
-        raise RuntimeError(f"ckplan {' '.join(args)} failed ({result.returncode}): {result.stderr}")
+    assert result.returncode == 0, f"ckplan {' '.join(args)} failed ({result.returncode}): {result.stderr}"
     return result.stdout
 
 
@@ -98,59 +100,114 @@ def with_gradients(name):
     return model
 
 
-def run_model(args, name, workdir):
-    profile_path = os.path.join(workdir, name + ".profile.json")
-    _, input_texts = make_models.MODELS[name]
-    ckplan(args.ckplan, "profile", os.path.join(args.models, name + ".pt"),
-           *[a for t in input_texts for a in ("--input", t)], "--reps", "1", "-o", profile_path)
-    auto = json.loads(ckplan(args.ckplan, "solve", profile_path, "--budget", "1TB", "-o", "-"))
-    check(auto["fixed"]["optimizer"] == "adam" and auto["fixed"]["optimizer_impl"] == "for-loop",
-          f"{name}: the default is adam as torch runs it on the CPU (for-loop)")
-    model = with_gradients(name)
-    params = [p for p in model.parameters() if p.grad is not None]
-    for optimizer, (options, make) in OPTIMIZERS.items():
-        for impl, flags in IMPLS.items():
-            plan = json.loads(ckplan(args.ckplan, "solve", profile_path, "--budget", "1TB", *options,
-                                     "--optimizer-impl", impl, "-o", "-"))
-            fixed = plan["fixed"]
-            opt = make(params, flags)
+class Measured:
+    """One test model: its profile, the default plan, and each optimizer's plan and measurement, made once
+    when a test first asks."""
+
+    def __init__(self, name, ckplan, models_dir, workdir):
+        self.name = name
+        self.ckplan = ckplan
+        model_path = os.path.join(models_dir, name + ".pt")
+        assert os.path.exists(model_path), f"{model_path} is missing: make_models.py makes the test models"
+        self.profile_path = os.path.join(workdir, name + ".profile.json")
+        _, input_texts = make_models.MODELS[name]
+        ckplan_out(ckplan, "profile", model_path, *[a for t in input_texts for a in ("--input", t)], "--reps", "1",
+                   "-o", self.profile_path)
+        self.auto = json.loads(ckplan_out(ckplan, "solve", self.profile_path, "--budget", "1TB", "-o", "-"))
+        self._params = None
+        self._measured = {}
+
+    def params(self):
+        """The eager model's parameters that have gradients."""
+        if self._params is None:
+            self._params = [p for p in with_gradients(self.name).parameters() if p.grad is not None]
+            assert self._params, f"{self.name}: no parameter has a gradient"
+        return self._params
+
+    def measure(self, optimizer, impl):
+        """The plan with `optimizer` in `impl` and what torch.optim makes: {"plan", "state_bytes" (the first
+        step's), "update_peak" and "left" (a later step's), "warning" (check_optimizer's)}."""
+        key = (optimizer, impl)
+        if key not in self._measured:
+            options, make = OPTIMIZERS[optimizer]
+            plan = json.loads(ckplan_out(self.ckplan, "solve", self.profile_path, "--budget", "1TB", *options,
+                                         "--optimizer-impl", impl, "-o", "-"))
+            params = self.params()
+            opt = make(params, IMPLS[impl])
             saved = [p.detach().clone() for p in params]
             _, state_bytes = timeline_growth(opt.step)  # the first step makes the state
             update_peak, left = timeline_growth(opt.step)
             with torch.no_grad():
                 for p, s in zip(params, saved):
                     p.copy_(s)
-            what = f"{name}, {optimizer} ({impl})"
-            print(f"{what}: state {state_bytes} B (plan {fixed['optimizer_bytes']}), "
-                  f"update {update_peak} B (plan {fixed.get('update_tmp_bytes', 0)})")
-            check(state_bytes == fixed["optimizer_bytes"], f"{what}: the plan's optimizer state is torch.optim's, to the byte")
-            check(left == 0, f"{what}: a later step leaves nothing allocated")
-            check(update_peak == fixed.get("update_tmp_bytes", 0),
-                  f"{what}: the plan's update temporary is what optimizer.step() allocates, to the byte")
-            check(fixed["optimizer_impl"] == impl, f"{what}: the plan records the implementation")
-            check(ckplan_torch.check_optimizer(opt, plan) is None,
-                  f"{what}: apply_plan finds the job's optimizer the plan's (no warning)")
+            self._measured[key] = {"plan": plan, "state_bytes": state_bytes, "update_peak": update_peak,
+                                   "left": left, "warning": ckplan_torch.check_optimizer(opt, plan)}
+        return self._measured[key]
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--ckplan", required=True)
-    parser.add_argument("--models", required=True)
-    # float32 convolutions with batch norm buffers; a decoder with tied
-    # embeddings; bfloat16 (other scalars); a Hugging Face model.
-    parser.add_argument("names", nargs="*", default=["resnet18", "gpt", "bf16_decoder", "llama"])
-    args = parser.parse_args(argv)
+@pytest.fixture(scope="module", autouse=True)
+def single_thread():
+    """One thread for the whole module, as ckplan profiles on the CPU: more threads hold per-thread
+    buffers in the update."""
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    with tempfile.TemporaryDirectory() as workdir:
-        for name in args.names:
-            run_model(args, name, workdir)
-    return finish()
+    yield
+    torch.set_num_threads(threads)
 
 
-def test_optimizer_memory(run_script):
-    """Under pytest (ctest runs this file so): every check above, one test."""
-    assert run_script(main, "--ckplan", "--models") == 0
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("optimizer_memory"))
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+@pytest.fixture(scope="module", params=NAMES)
+def model(request, ckplan, models_dir, workdir):
+    """One of NAMES, profiled (pytest runs every test of one model before the next)."""
+    return Measured(request.param, ckplan, models_dir, workdir)
+
+
+def test_default_is_for_loop_adam(model):
+    """With no --optimizer, the plan prices adam as torch runs it on the CPU (for-loop)."""
+    fixed = model.auto["fixed"]
+    assert (fixed["optimizer"], fixed["optimizer_impl"]) == ("adam", "for-loop"), \
+        f"{model.name}: the default is {fixed['optimizer']} ({fixed['optimizer_impl']}), expected adam (for-loop)"
+
+
+@pytest.mark.parametrize("optimizer, impl", CASES)
+def test_state_to_the_byte(model, optimizer, impl):
+    """The plan's fixed.optimizer_bytes is the state torch.optim makes on its first step, to the byte."""
+    m = model.measure(optimizer, impl)
+    planned = m["plan"]["fixed"]["optimizer_bytes"]
+    assert m["state_bytes"] == planned, f"{model.name}, {optimizer} ({impl}): torch.optim's state " \
+                                        f"{m['state_bytes']} B, the plan's {planned} B"
+
+
+@pytest.mark.parametrize("optimizer, impl", CASES)
+def test_later_step_leaves_nothing(model, optimizer, impl):
+    """A later optimizer.step() leaves nothing allocated once it returns."""
+    m = model.measure(optimizer, impl)
+    assert m["left"] == 0, f"{model.name}, {optimizer} ({impl}): a later step leaves {m['left']} B allocated"
+
+
+@pytest.mark.parametrize("optimizer, impl", CASES)
+def test_update_temporaries_to_the_byte(model, optimizer, impl):
+    """The plan's fixed.update_tmp_bytes is what a later optimizer.step() allocates at its highest, to the
+    byte."""
+    m = model.measure(optimizer, impl)
+    planned = m["plan"]["fixed"].get("update_tmp_bytes", 0)
+    assert m["update_peak"] == planned, f"{model.name}, {optimizer} ({impl}): optimizer.step() allocates " \
+                                        f"{m['update_peak']} B at its highest, the plan's update temporary {planned} B"
+
+
+@pytest.mark.parametrize("optimizer, impl", CASES)
+def test_plan_records_the_implementation(model, optimizer, impl):
+    """The plan's fixed.optimizer_impl is the --optimizer-impl it was solved with."""
+    recorded = model.measure(optimizer, impl)["plan"]["fixed"]["optimizer_impl"]
+    assert recorded == impl, f"{model.name}, {optimizer} ({impl}): the plan records {recorded}"
+
+
+@pytest.mark.parametrize("optimizer, impl", CASES)
+def test_check_optimizer_finds_the_plans(model, optimizer, impl):
+    """check_optimizer (what apply_plan warns with) finds the job's optimizer the plan's: no warning."""
+    warning = model.measure(optimizer, impl)["warning"]
+    assert warning is None, f"{model.name}, {optimizer} ({impl}): check_optimizer warns: {warning}"
