@@ -14,6 +14,7 @@
 #include "planner/base/units.h"
 #include "planner/contracts/fixed_memory.h"
 #include "planner/plan/planner_input.h"
+#include "planner/plan/solve.h"  // BatchPlans
 
 namespace CLI {
 class App;
@@ -46,18 +47,6 @@ struct BatchOptions {
   BatchOptions Normalized() const;
 };
 
-/// What `solve` finds at one batch's profile under the budget.
-struct BatchPlans {
-  bool plan_fits = false;
-  int64_t plan_peak_bytes = 0;
-  int64_t min_budget_bytes = 0;
-  double plan_ms = 0;
-  double plan_overhead_pct = 0;
-  std::string plan_what;        ///< `wrap 3 modules`, `no checkpointing`
-  int64_t none_peak_bytes = 0;
-  double none_ms = 0;
-  double optimizer_ms = 0;      ///< the update, once per global batch with accumulation
-};
 using SolveAtBatch = std::function<BatchPlans(const PlannerInput&)>;
 
 void AddBatchOptions(CLI::App* cmd, BatchOptions* options);

@@ -1,25 +1,18 @@
 // `ckplan solve`: a checkpoint plan for a chain or a profile under a budget.
 
-#include <cmath>
 #include <cstdio>
-#include <iostream>
 #include <optional>
-#include <set>
-#include <utility>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include "planner/base/error.h"
-#include "planner/cost/gpu_table.h"
-#include "planner/plan/planner_input.h"
 #include "planner/base/json_io.h"
-#include "planner/plan/plan.h"
+#include "planner/cost/gpu_table.h"
+#include "planner/plan/distributed_plan.h"
 #include "planner/plan/plan_to_document.h"
-#include "planner/solvers/recurrence.h"
-#include "planner/solvers/modules.h"
-#include "planner/cost/sac_candidates.h"
-#include "planner/contracts/sweep_document.h"
+#include "planner/plan/planner_input.h"
+#include "planner/plan/solve.h"
 #include "cli/batch_solve.h"
 #include "cli/commands.h"
 #include "cli/distributed_solve.h"
@@ -44,7 +37,8 @@ struct SolveOptions {
   bool show_stages = false;
   std::string chain_out;
   std::string target;  // "pytorch" (default for a profile) or "schedule"
-  DistributedOptions distributed;  // --data-parallel, --shard, --pipeline, ... (cmd_distributed.cc)
+  DistributedJob distributed;  // --data-parallel, --shard, --pipeline, ... (cmd_distributed.cc)
+  bool distributed_given = false;  // any of them on the command line
   std::string gpu;  ///< --gpu: what --budget gpu means
   BatchOptions batch;  ///< --batch and what goes with it (cli/batch_solve.h)
   double sac_dispatch_us = kDefaultSacDispatchUs;  ///< --sac-dispatch-us
@@ -81,48 +75,12 @@ void PrintStages(const PlannerInput& in, UnitStyle style) {
               FormatTable(rows, {true, false, true, true, true, true, true, true, true}).c_str());
 }
 
-std::string DescribeFixed(const FixedMemory& fixed, UnitStyle style) {
-  auto bytes = [style](int64_t value) { return FormatBytes(value, style); };
-  const int64_t whole_step_grads = fixed.grad_bytes - fixed.backward_grad_bytes;
-  std::string text = Format("parameters %s + buffers %s + ", bytes(fixed.param_bytes).c_str(), bytes(fixed.buffer_bytes).c_str());
-  if (whole_step_grads > 0 || fixed.backward_grad_bytes == 0) text += "gradients " + bytes(whole_step_grads) + " + ";
-  text += Format("%s state %s = %s", fixed.optimizer.c_str(), bytes(fixed.optimizer_bytes).c_str(), bytes(fixed.total()).c_str());
-  // One memory model: gradients appear during backward, stage by stage.
-  if (fixed.backward_grad_bytes > 0) text += "; gradients " + bytes(fixed.backward_grad_bytes) + " counted as they appear in backward";
-  return text;
-}
-
-// The minimum budget as the user would type it, rounded up and checked so
-// that the printed value itself is feasible.
-std::string PrintableMinimum(int64_t minimum, const ByteQuantity& budget, const std::function<bool(int64_t)>& feasible) {
-  if (WrittenInBytes(budget)) return std::to_string(minimum);  // exact: the smallest feasible budget
-  const UnitStyle style = budget.style;
-  std::string text = FormatBytesCompact(minimum, style);
-  for (int attempt = 0; attempt < 20; ++attempt) {
-    int64_t value = ParseBytes(text).bytes;
-    if (value >= minimum && feasible(value)) return text;
-    minimum = value + std::max<int64_t>(1, value / 500);
-    text = FormatBytesCompact(minimum, style);
-  }
-  return text;
-}
-
-// The target a solve plans for: --target, else pytorch for a profile and
-// schedule for a chain.
-std::string TargetOf(const SolveOptions& o, bool from_profile) {
-  const std::string target = o.target.empty() ? (from_profile ? "pytorch" : "schedule") : o.target;
-  if (target != "pytorch" && target != "schedule" && target != "sac") {
-    throw BadInput("invalid --target '" + o.target + "': use pytorch, sac or schedule");
-  }
-  return target;
-}
-
-// The distributed options with the target a rank plans for: a profile's
+// The distributed job with the target a rank plans for: a profile's
 // default is the PyTorch target (what apply_rank_plan applies), a chain's the
 // schedule; sac is refused.
-DistributedOptions DistributedFor(const SolveOptions& o, const PlannerInput& in) {
-  DistributedOptions d = o.distributed;
-  d.target = TargetOf(o, in.from_profile);
+DistributedJob DistributedFor(const SolveOptions& o, const PlannerInput& in) {
+  DistributedJob d = o.distributed;
+  d.target = ResolveTarget(o.target, in.from_profile);
   if (d.target == "sac") {
     throw BadInput("--target sac is not available with --data-parallel, --shard or --pipeline: use --target pytorch "
                    "(modules each rank wraps) or schedule");
@@ -130,63 +88,34 @@ DistributedOptions DistributedFor(const SolveOptions& o, const PlannerInput& in)
   return d;
 }
 
-// The modules the pytorch and sac targets choose among (empty for the
-// schedule target): `modules` with the sac target's save sets, `plain`
-// without them (the hand-written policies' rows start from those).
-struct TargetModules {
-  std::vector<WrappableModule> modules, plain;
-};
-TargetModules ModulesFor(const SolveOptions& o, const PlannerInput& in, const std::string& target) {
-  TargetModules t;
-  if (target != "pytorch" && target != "sac") return t;
-  t.modules = WrappableModules(in.chain, in.from_profile ? &in.profile : nullptr);
-  if (!in.from_profile && t.modules.empty()) {
-    throw BadInput(o.input + ": --target pytorch needs module paths (a profile, or a chain whose stages name modules)");
-  }
-  if (target == "sac") {
-    if (!in.from_profile) throw BadInput(o.input + ": --target sac needs a profile (it saves ops inside modules)");
-    t.plain = t.modules;
-    AddSacCandidates(in.profile, in.chain, &t.modules, o.sac_dispatch_us);
-  }
-  return t;
+// What the planner is asked, from the options (Solve, PlanAtBatch).
+SolveRequest RequestOf(const SolveOptions& o, const ByteQuantity& budget) {
+  SolveRequest r;
+  r.algorithm = ParseAlgorithm(o.algorithm);
+  if (o.every_n > 0 && o.algorithm == "optimal") r.algorithm = Algorithm::kEveryN;
+  if (r.algorithm == Algorithm::kEveryN && o.every_n < 1) throw BadInput("--algo every-n needs --every N");
+  r.every_n = o.every_n;
+  r.budget = budget;
+  r.slots = o.slots;
+  r.threads = o.threads;
+  r.sweep = !o.sweep_path.empty();
+  r.target = o.target;
+  r.sac_dispatch_us = o.sac_dispatch_us;
+  r.global_batch = o.batch.global_batch;
+  return r;
 }
 
 // One batch's profile under the budget (--batch): the best plan of the
 // target, and no checkpointing, priced as `solve` prices them.
 BatchPlans SolveAtBudget(const SolveOptions& o, const PlannerInput& in, const ByteQuantity& budget) {
-  if (o.distributed.given) return DistributedBatchPlans(DistributedFor(o, in), in, budget, o.slots, in.fixed.optimizer);
-  const std::string target = TargetOf(o, in.from_profile);
-  PlanRequest request;
-  request.algorithm = Algorithm::kOptimal;
+  if (o.distributed_given) return DistributedPlanAtBatch(DistributedFor(o, in), in, budget, o.slots);
+  SolveRequest request;
   request.budget = budget;
   request.slots = o.slots;
   request.threads = o.threads;
-  TargetModules modules = ModulesFor(o, in, target);
-  if (target != "schedule") request.pytorch_modules = &modules.modules;
-  const Plan best = MakePlan(in.chain, in.fixed, request);
-  request.algorithm = Algorithm::kNone;
-  const Plan none = MakePlan(in.chain, in.fixed, request);
-  BatchPlans out;
-  out.plan_fits = best.feasible && !best.budget_below_fixed;
-  out.plan_peak_bytes = best.peak_bytes;
-  out.min_budget_bytes = best.min_budget_bytes;
-  out.plan_ms = best.time_ms;
-  out.plan_overhead_pct = best.overhead_pct();
-  if (best.checkpointed_stages.empty()) {
-    out.plan_what = "no checkpointing";
-  } else if (target == "schedule") {
-    out.plan_what = Format("recompute %zu stage%s", best.checkpointed_stages.size(), best.checkpointed_stages.size() == 1 ? "" : "s");
-  } else {
-    size_t saved = 0;
-    for (const WrappableModule& m : best.pytorch.wrapped) saved += m.sac_saved.size();
-    const size_t wrapped = best.pytorch.checkpoint_modules.size();
-    out.plan_what = Format("wrap %zu module%s", wrapped, wrapped == 1 ? "" : "s");
-    if (target == "sac") out.plan_what += Format(", save %zu ops", saved);
-  }
-  out.none_peak_bytes = none.peak_bytes;
-  out.none_ms = none.time_ms;
-  out.optimizer_ms = in.fixed.optimizer_step_ms;
-  return out;
+  request.target = o.target;
+  request.sac_dispatch_us = o.sac_dispatch_us;
+  return PlanAtBatch(in, request);
 }
 
 int RunSolve(const SolveOptions& o) {
@@ -197,11 +126,11 @@ int RunSolve(const SolveOptions& o) {
   // Each solver thread is started up front: thousands would fail to start.
   if (o.threads < 1 || o.threads > 256) throw BadInput("invalid --threads " + std::to_string(o.threads) + ": use 1..256");
   for (const std::string* path : {&o.output, &o.sweep_path, &o.chain_out}) CheckOutputPath(*path);
-  CheckDistributedOptions(o.distributed);
+  CheckDistributedJob(o.distributed);
   CheckBatchOptions(o.batch);
   if (o.batch.given()) {
     if (!budget_option) throw BadInput("--batch needs --budget (for example --budget 24GB)");
-    if (o.distributed.given && o.batch.global_batch > 0) {
+    if (o.distributed_given && o.batch.global_batch > 0) {
       throw BadInput("--global-batch is not available with --data-parallel, --shard or --pipeline: give the "
                      "pipeline's --microbatches, or plan each rank's micro-batch");
     }
@@ -211,7 +140,7 @@ int RunSolve(const SolveOptions& o) {
   }
   const OptimizerChoice optimizer = OptimizerChoiceOf(o.optimizer, o.gpu);
   BatchOptions batch = o.batch.Normalized();
-  if (o.distributed.given) {
+  if (o.distributed_given) {
     batch.scope = o.distributed.pipeline > 1
                       ? Format("per pipeline (%d stages, %d microbatches of the batch)", o.distributed.pipeline,
                                o.distributed.microbatches)
@@ -233,72 +162,22 @@ int RunSolve(const SolveOptions& o) {
   }
   if (!budget_option) throw BadInput("--budget is required (for example --budget 24GB)");
   const ByteQuantity& budget = *budget_option;
-  if (o.distributed.given) {
+  if (o.distributed_given) {
     if (o.algorithm != "optimal" || o.every_given || !o.sweep_path.empty()) {
       throw BadInput("--algo, --every and --sweep are not available with --data-parallel, --shard or --pipeline");
     }
-    return RunDistributedSolve(DistributedFor(o, in), in, budget, o.slots, in.fixed.optimizer, o.output);
+    return RunDistributedSolve(DistributedFor(o, in), in, budget, o.slots, o.output);
   }
-  PlanRequest request;
-  request.algorithm = ParseAlgorithm(o.algorithm);
-  if (o.every_n > 0 && o.algorithm == "optimal") request.algorithm = Algorithm::kEveryN;
-  if (request.algorithm == Algorithm::kEveryN && o.every_n < 1) throw BadInput("--algo every-n needs --every N");
-  request.budget = budget;
-  request.slots = o.slots;
-  request.every_n = o.every_n;
-  request.threads = o.threads;
-  request.sweep = !o.sweep_path.empty();
-  // The PyTorch target: optimal over the sets of modules apply_plan can wrap.
-  const std::string target = TargetOf(o, in.from_profile);
-  // Every algorithm for the PyTorch target is priced, applied and run as
-  // that target: a baseline wraps the modules its stages are.
-  TargetModules target_modules = ModulesFor(o, in, target);
-  std::vector<WrappableModule>& modules = target_modules.modules;
-  const std::vector<WrappableModule>& plain_modules = target_modules.plain;
-  // Gradients: the chain's, as every target counts them.
-  if (target == "pytorch" || target == "sac") request.pytorch_modules = &modules;
-
+  SolveRequest request = RequestOf(o, budget);
   const bool json_to_stdout = o.output == "-";
   FILE* human = json_to_stdout ? stderr : stdout;
-  Plan plan;
+  SolveResult solved;
   {
     ProgressBar bar(Format("solving %d stages", in.chain.length()), StderrIsTerminal(), ProgressDelaySeconds());
     request.progress = [&bar](double fraction) { bar.Update(fraction); };
-    plan = MakePlan(in.chain, in.fixed, request);
-    request.progress = nullptr;
+    solved = Solve(in, request);
   }
-  if (plan.budget_below_fixed) {
-    throw Error(ExitCode::kInfeasible,
-                Format("budget %s is below the fixed part of the step (%s); the minimum for this %s is %s",
-                       budget.text.c_str(), DescribeFixed(in.fixed, budget.style).c_str(), what.c_str(),
-                       FormatLikeBudget(plan.min_budget_bytes, budget).c_str()));
-  }
-  if (!plan.feasible) {
-    std::string minimum = PrintableMinimum(plan.min_budget_bytes, budget, [&](int64_t value) {
-      if (request.algorithm == Algorithm::kOptimal && request.pytorch_modules == nullptr) {
-        return OptimalBudgetFeasible(in.chain, in.fixed, value, o.slots);
-      }
-      PlanRequest check = request;
-      check.budget.bytes = value;
-      check.sweep = false;
-      return MakePlan(in.chain, in.fixed, check).feasible;
-    });
-    std::string algo = request.algorithm == Algorithm::kOptimal ? Format("optimal, %d slots", o.slots)
-                                                                : AlgorithmName(request.algorithm);
-    if (request.pytorch_modules != nullptr) {
-      // Where wrapping modules cannot reach the budget but the nested schedule can, say how much each needs.
-      const int64_t schedule_minimum = MinimumOptimalBudget(in.chain, in.fixed, o.slots);
-      algo = Format("optimal, pytorch target: %zu wrappable modules; the nested schedule (--target schedule) needs %s",
-                    modules.size(), FormatBytes(schedule_minimum, budget.style, true).c_str());
-    }
-    std::string banded;
-    if (request.algorithm == Algorithm::kOptimal && plan.min_budget_lower_bytes < plan.min_budget_bytes) {
-      banded = Format("; that is the banded solver's minimum (%d stages): the exact one is at least %s",
-                      in.chain.length(), FormatBytes(plan.min_budget_lower_bytes, budget.style, true).c_str());
-    }
-    throw Error(ExitCode::kInfeasible, Format("budget %s is below the minimum %s for this %s (%s)%s", budget.text.c_str(),
-                                              minimum.c_str(), what.c_str(), algo.c_str(), banded.c_str()));
-  }
+  const Plan& plan = solved.plan;
 
   // What a person reads.
   std::fprintf(human, "%s: %s with %d stages, budget %s\n", o.input.c_str(), what.c_str(), in.chain.length(),
@@ -362,61 +241,21 @@ int RunSolve(const SolveOptions& o) {
                  FormatBytes(plan.min_budget_lower_bytes, budget.style, true).c_str());
   }
   std::fprintf(human, "\n");
+  std::fprintf(human, "\n%s", StrategyTableText(solved.strategies, budget.style).c_str());
 
-  std::vector<StrategyPoint> rows;
-  auto add_row = [&](const std::string& name, const Plan& p) { rows.push_back(StrategyPointOf(name, p, budget.bytes)); };
-  for (Algorithm a : {Algorithm::kNone, Algorithm::kEvery, Algorithm::kSqrt}) {
-    PlanRequest r = request;
-    r.algorithm = a;
-    r.sweep = false;
-    Plan p = MakePlan(in.chain, in.fixed, r);
-    std::string name = a == Algorithm::kSqrt ? Format("sqrt (n=%d)", p.every_n) : AlgorithmName(a);
-    add_row(name, p);
-  }
-  if (request.algorithm == Algorithm::kEveryN) add_row(Format("every-n (n=%d)", plan.every_n), plan);
-  if (request.algorithm == Algorithm::kOptimal) {
-    add_row(plan.target == "schedule" ? "optimal" : "optimal (" + plan.target + ")", plan);
-  }
-  if (request.algorithm == Algorithm::kOptimal && plan.target == "sac") {
-    for (const auto& [name, p] : SacComparisons(in, modules, plain_modules, request)) add_row(name, p);
-  }
-  if (request.algorithm == Algorithm::kOptimal && plan.target != "schedule") {
-    PlanRequest r = request;
-    r.pytorch_modules = nullptr;
-    r.sweep = false;
-    Plan nested = MakePlan(in.chain, in.fixed, r);
-    if (nested.feasible) add_row("optimal (schedule)", nested);
-  }
-  std::fprintf(human, "\n%s", StrategyTableText(rows, budget.style).c_str());
-
-  if (!o.sweep_path.empty()) {
-    const SweepDocument sweep = MakeSweepDocument(plan, in.source);
-    EmitOutput(o.sweep_path, SweepToJson(sweep).dump(2) + "\n", human);
+  if (solved.sweep) {
+    EmitOutput(o.sweep_path, SweepToJson(*solved.sweep).dump(2) + "\n", human);
     // A readable digest: where the optimal step time changes, about 12 rows.
     std::vector<std::vector<std::string>> curve_rows = {{"budget", "step", "overhead"}};
-    double last_time = -1;
-    size_t stride = std::max<size_t>(1, sweep.points.size() / 12);
-    for (size_t k = 0; k < sweep.points.size(); ++k) {
-      const SweepPoint& point = sweep.points[k];
-      bool changes = point.time_ms != last_time;
-      if ((k % stride == 0 && changes) || k + 1 == sweep.points.size()) {
-        curve_rows.push_back({FormatBytes(point.budget_bytes, budget.style), FormatMs(point.time_ms),
-                              FormatPct(point.overhead_pct)});
-        last_time = point.time_ms;
-      }
+    for (const SweepPoint& point : SweepDigest(*solved.sweep)) {
+      curve_rows.push_back({FormatBytes(point.budget_bytes, budget.style), FormatMs(point.time_ms),
+                            FormatPct(point.overhead_pct)});
     }
-    std::fprintf(human, "\nmemory/time curve (%zu budgets%s):\n%s", sweep.points.size(),
+    std::fprintf(human, "\nmemory/time curve (%zu budgets%s):\n%s", solved.sweep->points.size(),
                  o.sweep_path == "-" ? "" : (", all in " + o.sweep_path).c_str(),
                  FormatTable(curve_rows, {true, true, true}).c_str());
   }
-
-  PlanDocument document = MakePlanDocument(plan, in.chain, in.source);
-  document.strategies = rows;
-  if (o.batch.global_batch > 0 && document.batch) {
-    document.global_batch = o.batch.global_batch;
-    document.accumulation_steps = o.batch.global_batch / *document.batch;
-  }
-  EmitOutput(o.output, PlanToJson(document).dump(2) + "\n", human);
+  EmitOutput(o.output, PlanToJson(solved.document).dump(2) + "\n", human);
   return 0;
 }
 
@@ -467,7 +306,7 @@ void AddSolveCommand(CLI::App& app, Action* action) {
   AddBatchOptions(cmd, &options->batch);
   cmd->callback([options, action, every, cmd] {
     options->every_given = every->count() > 0;
-    FinishDistributedOptions(cmd, &options->distributed);
+    options->distributed_given = DistributedOptionsGiven(cmd);
     *action = [options] { return RunSolve(*options); };
   });
 }

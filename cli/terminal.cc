@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <unistd.h>
@@ -33,15 +32,6 @@ std::string FormatTable(const std::vector<std::vector<std::string>>& rows,
     out += line + "\n";
   }
   return out;
-}
-
-std::string Format(const char* format, ...) {
-  char buffer[1024];
-  va_list args;
-  va_start(args, format);
-  std::vsnprintf(buffer, sizeof(buffer), format, args);
-  va_end(args);
-  return buffer;
 }
 
 std::string FormatPct(double pct) { return Format("%+.1f%%", std::fabs(pct) < 0.05 ? 0.0 : pct); }

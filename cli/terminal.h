@@ -6,15 +6,14 @@
 #include <string>
 #include <vector>
 
+#include "planner/base/format.h"  // Format
+
 namespace ckplan {
 
 /// A plain text table: columns padded to the widest cell; the first row is
 /// the header. Numbers right-aligned when `right_align[i]`.
 std::string FormatTable(const std::vector<std::vector<std::string>>& rows,
                         const std::vector<bool>& right_align);
-
-/// printf into a std::string.
-std::string Format(const char* format, ...) __attribute__((format(printf, 1, 2)));
 
 /// A percentage (an overhead, an error) as every output prints it: `+3.5%`,
 /// and `+0.0%` for anything that rounds to zero (never `-0.0%`).

@@ -5,9 +5,7 @@
 #include "planner/base/error.h"
 #include "planner/base/json_io.h"
 #include "cli/terminal.h"
-#include "planner/cost/wrappable_modules.h"
-#include "planner/cost/sac_candidates.h"
-#include "cli/strategy_table.h"
+#include "planner/plan/strategies.h"
 
 namespace ckplan {
 namespace {
@@ -31,21 +29,16 @@ Report MakeReport(const PlannerInput& input, const std::string& source, int64_t 
   const int64_t huge = int64_t{1} << 60;
   // A profile's plans are for the PyTorch target, as `ckplan solve` makes
   // them by default (the modules apply_plan wraps, priced as PyTorch runs
-  // them); the nested schedule (`ckplan run`'s) is shown beside, labelled.
-  // A chain has the schedule only.
-  std::vector<WrappableModule> modules;
+  // them), compared with selective checkpointing; the nested schedule
+  // (`ckplan run`'s) is shown beside, labelled. A chain has the schedule only.
   const bool pytorch = input.from_profile;
-  if (pytorch) modules = WrappableModules(input.chain, &input.profile);
   r.target = pytorch ? "pytorch" : "schedule";
-  auto baseline = [&](Algorithm a, int n) {
-    PlanRequest request;
-    request.algorithm = a;
-    request.budget.bytes = huge;
-    request.every_n = n;
-    if (pytorch) request.pytorch_modules = &modules;
-    return MakePlan(input.chain, input.fixed, request);
-  };
-  Plan none = baseline(Algorithm::kNone, 0);
+  const TargetModules modules = ModulesForTarget(input, r.target, /*with_selective=*/true);
+  PlanRequest none_request;
+  none_request.algorithm = Algorithm::kNone;
+  none_request.budget.bytes = huge;
+  if (pytorch) none_request.pytorch_modules = &modules.plain;
+  const Plan none = MakePlan(input.chain, input.fixed, none_request);
   r.no_recompute_ms = none.no_recompute_ms;  // the optimizer's update included
   // One DP at the largest budget of interest gives the whole optimal curve,
   // and its plan says the smallest feasible budget.
@@ -58,7 +51,7 @@ Report MakeReport(const PlannerInput& input, const std::string& source, int64_t 
   Plan top = MakePlan(input.chain, input.fixed, sweep);
   PlanRequest loose;
   loose.budget.bytes = huge;
-  loose.pytorch_modules = &modules;
+  loose.pytorch_modules = &modules.plain;
   const int64_t minimum = pytorch ? MakePlan(input.chain, input.fixed, loose).min_budget_bytes : top.min_budget_bytes;
   // Without a budget: halfway between the smallest feasible one and no
   // checkpointing, and never below the smallest.
@@ -71,21 +64,10 @@ Report MakeReport(const PlannerInput& input, const std::string& source, int64_t 
   for (const CurvePoint& p : top.curve) {
     if (p.budget_bytes >= top.min_budget_bytes) r.optimal_curve.push_back(p);
   }
-  auto add = [&](const std::string& name, const Plan& p) {
-    r.strategies.push_back(StrategyPointOf(name, p, r.budget_bytes));
-  };
-  add("none", none);
-  add("every", baseline(Algorithm::kEvery, 1));
-  for (int n : every_n) {
-    if (n > 1 && n < input.chain.length()) add(Format("every-%d", n), baseline(Algorithm::kEveryN, n));
-  }
-  Plan sqrt_plan = baseline(Algorithm::kSqrt, 0);
-  add(Format("sqrt (n=%d)", sqrt_plan.every_n), sqrt_plan);
-
   PlanRequest chosen;
   chosen.budget.bytes = r.budget_bytes;
   chosen.slots = slots;
-  if (pytorch) chosen.pytorch_modules = &modules;
+  if (pytorch) chosen.pytorch_modules = &modules.plain;
   if (progress) chosen.progress = [&progress](double f) { progress(0.5 + 0.5 * f); };
   r.chosen = MakePlan(input.chain, input.fixed, chosen);
   // Sizes round up to slots of budget/slots: a budget the report chose may
@@ -99,28 +81,7 @@ Report MakeReport(const PlannerInput& input, const std::string& source, int64_t 
     throw Error(ExitCode::kInfeasible, Format("no optimal plan at the budget %s with %d slots; try a larger budget or more --slots",
                                               FormatBytes(r.budget_bytes, style).c_str(), slots));
   }
-  for (auto& strategy : r.strategies) strategy.fits = strategy.peak_bytes <= r.budget_bytes;
-  add("optimal", r.chosen);
-  if (pytorch) {
-    // Selective checkpointing beside it (`--target sac`): the best, and the
-    // policies people write by hand, at the same budget.
-    std::vector<WrappableModule> selective = modules;
-    AddSacCandidates(input.profile, input.chain, &selective);
-    PlanRequest sac = chosen;
-    sac.pytorch_modules = &selective;
-    sac.progress = nullptr;
-    const Plan best = MakePlan(input.chain, input.fixed, sac);
-    if (best.feasible) add("optimal (sac)", best);
-    const auto compared = SacComparisons(input, selective, modules, sac);
-    for (size_t k = 1; k < compared.size(); ++k) add(compared[k].first, compared[k].second);
-  }
-  if (pytorch) {
-    PlanRequest schedule = chosen;
-    schedule.pytorch_modules = nullptr;
-    schedule.progress = nullptr;
-    const Plan nested = MakePlan(input.chain, input.fixed, schedule);
-    if (nested.feasible) add("optimal (schedule)", nested);
-  }
+  r.strategies = StrategyTable(input, modules, chosen, r.chosen, "optimal", every_n);
   return r;
 }
 

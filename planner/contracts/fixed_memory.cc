@@ -1,6 +1,7 @@
 #include "planner/contracts/fixed_memory.h"
 
 #include "planner/base/error.h"
+#include "planner/base/format.h"
 
 namespace ckplan {
 
@@ -48,6 +49,27 @@ bool FixedMemory::operator==(const FixedMemory& o) const {
          optimizer_step_ms == o.optimizer_step_ms && backward_grad_bytes == o.backward_grad_bytes &&
          shard == o.shard && data_parallel == o.data_parallel && gathered_bytes == o.gathered_bytes &&
          reduce_bytes == o.reduce_bytes && units == o.units;
+}
+
+std::string DescribeFixed(const FixedMemory& fixed, UnitStyle style) {
+  auto bytes = [style](int64_t value) { return FormatBytes(value, style); };
+  const int64_t whole_step_grads = fixed.grad_bytes - fixed.backward_grad_bytes;
+  std::string text = Format("parameters %s + buffers %s + ", bytes(fixed.param_bytes).c_str(), bytes(fixed.buffer_bytes).c_str());
+  if (whole_step_grads > 0 || fixed.backward_grad_bytes == 0) text += "gradients " + bytes(whole_step_grads) + " + ";
+  text += Format("%s state %s = %s", fixed.optimizer.c_str(), bytes(fixed.optimizer_bytes).c_str(), bytes(fixed.total()).c_str());
+  // One memory model: gradients appear during backward, stage by stage.
+  if (fixed.backward_grad_bytes > 0) text += "; gradients " + bytes(fixed.backward_grad_bytes) + " counted as they appear in backward";
+  return text;
+}
+
+std::string DescribeRankFixed(const FixedMemory& m, UnitStyle style) {
+  auto b = [style](int64_t v) { return FormatBytes(v, style); };
+  std::string text = Format("parameters %s + buffers %s + gradients %s + %s state %s", b(m.param_bytes).c_str(),
+                            b(m.buffer_bytes).c_str(), b(m.grad_bytes).c_str(), m.optimizer.c_str(),
+                            b(m.optimizer_bytes).c_str());
+  if (m.gathered_bytes > 0) text += " + gathered " + b(m.gathered_bytes);
+  if (m.reduce_bytes > 0) text += " + reduce-scatter " + b(m.reduce_bytes);
+  return text + " = " + b(m.total());
 }
 
 }  // namespace ckplan

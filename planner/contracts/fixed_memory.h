@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "planner/base/units.h"
+
 namespace ckplan {
 
 /// What data parallelism shards: `none` (DDP: everything replicated),
@@ -111,5 +113,14 @@ struct FixedMemory {
   }
   bool operator==(const FixedMemory& o) const;
 };
+
+/// The fixed part in words, in `style`: `parameters 1.00 GiB + buffers 0 B +
+/// gradients ... + adam state ... = total`, and the gradients counted as
+/// they appear in backward where some are.
+std::string DescribeFixed(const FixedMemory& fixed, UnitStyle style);
+
+/// A data-parallel or pipeline rank's fixed part in words, with what
+/// sharding adds (`gathered`, `reduce-scatter`) where some.
+std::string DescribeRankFixed(const FixedMemory& rank, UnitStyle style);
 
 }  // namespace ckplan
