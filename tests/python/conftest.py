@@ -37,26 +37,6 @@ def models_dir(request):
 
 
 @pytest.fixture
-def run_script(request, ckplan):
-    """Runs a check script's main(argv) with the named options from pytest's command line; returns its
-    exit code (main may return it or sys.exit with it). A test whose option is not given is skipped
-    (ctest gives them all)."""
-    def run(main, *names):
-        argv = []
-        for name in names:
-            value = ckplan if name == "--ckplan" else request.config.getoption(name)
-            if value is None:
-                pytest.skip(f"needs {name} (ctest passes it)")
-            argv += [name, value]
-        try:
-            code = main(argv)
-        except SystemExit as done:
-            code = done.code
-        return code or 0
-    return run
-
-
-@pytest.fixture
 def one_thread():
     """One thread for a test that measures a step's memory, as ckplan profiles on the CPU: more threads
     hold per-thread buffers."""
