@@ -227,18 +227,18 @@ int RunSolve(const SolveOptions& o) {
     }
     std::fprintf(human, "under torch.compile: %s\n", UnderTorchCompile().c_str());
   }
-  if (plan.algorithm == Algorithm::kOptimal && !plan.proven_optimal) {
+  if (plan.algorithm == Algorithm::kOptimal && !plan.solver.proven_optimal) {
     std::fprintf(human,
                  "banded solver (%d stages, band %d): within %.3f%% of the optimum (proven lower bound %s)\n",
-                 in.chain.length(), plan.band, plan.gap_bound_pct(), FormatMs(plan.lower_bound_ms).c_str());
-  } else if (plan.algorithm == Algorithm::kOptimal && plan.band > 0) {
-    std::fprintf(human, "banded solver (%d stages, band %d): proven optimal\n", in.chain.length(), plan.band);
+                 in.chain.length(), plan.solver.band, plan.gap_bound_pct(), FormatMs(plan.solver.lower_bound_ms).c_str());
+  } else if (plan.algorithm == Algorithm::kOptimal && plan.solver.band > 0) {
+    std::fprintf(human, "banded solver (%d stages, band %d): proven optimal\n", in.chain.length(), plan.solver.band);
   }
   std::fprintf(human, "smallest feasible budget (%s): %s", AlgorithmName(plan.algorithm),
                FormatBytes(plan.min_budget_bytes, budget.style, true).c_str());
-  if (plan.algorithm == Algorithm::kOptimal && plan.min_budget_lower_bytes < plan.min_budget_bytes) {
+  if (plan.algorithm == Algorithm::kOptimal && plan.solver.min_budget_lower_bytes < plan.min_budget_bytes) {
     std::fprintf(human, " (banded solver; the exact one is at least %s)",
-                 FormatBytes(plan.min_budget_lower_bytes, budget.style, true).c_str());
+                 FormatBytes(plan.solver.min_budget_lower_bytes, budget.style, true).c_str());
   }
   std::fprintf(human, "\n");
   std::fprintf(human, "\n%s", StrategyTableText(solved.strategies, budget.style).c_str());

@@ -58,8 +58,7 @@ bool PlanPredicted::operator==(const PlanPredicted& o) const {
 }
 
 bool PlanPyTorch::operator==(const PlanPyTorch& o) const {
-  return checkpoint_modules == o.checkpoint_modules && skipped_stages == o.skipped_stages &&
-         use_reentrant == o.use_reentrant && preserve_rng_state == o.preserve_rng_state && peak_bytes == o.peak_bytes &&
+  return skipped_stages == o.skipped_stages && use_reentrant == o.use_reentrant && preserve_rng_state == o.preserve_rng_state && peak_bytes == o.peak_bytes &&
          held_at_loss_bytes == o.held_at_loss_bytes && time_ms == o.time_ms && overhead_pct == o.overhead_pct &&
          fits_budget == o.fits_budget && under_torch_compile == o.under_torch_compile && sac == o.sac;
 }
@@ -74,11 +73,6 @@ bool PlanSacModule::operator==(const PlanSacModule& o) const {
          dispatch_ms == o.dispatch_ms;
 }
 
-bool PlanSolver::operator==(const PlanSolver& o) const {
-  return method == o.method && proven_optimal == o.proven_optimal && band == o.band &&
-         lower_bound_ms == o.lower_bound_ms && gap_bound_pct == o.gap_bound_pct &&
-         min_budget_lower_bytes == o.min_budget_lower_bytes;
-}
 
 bool PlanRank::operator==(const PlanRank& o) const {
   return fixed == o.fixed && activation_budget_bytes == o.activation_budget_bytes && peak_bytes == o.peak_bytes &&
@@ -269,7 +263,7 @@ nlohmann::json PlanToJson(const PlanDocument& p) {
   doc["timeline"] = {{"peak_during_bytes", p.timeline_peak_during_bytes},
                      {"stored_after_bytes", p.timeline_stored_after_bytes}};
   const PlanPyTorch& e = p.pytorch;
-  doc["pytorch"] = {{"checkpoint_modules", e.checkpoint_modules},
+  doc["pytorch"] = {{"checkpoint_modules", p.checkpoint_modules},
                     {"skipped_stages", e.skipped_stages},
                     {"settings", {{"use_reentrant", e.use_reentrant}, {"preserve_rng_state", e.preserve_rng_state}}},
                     {"predicted",
@@ -497,7 +491,9 @@ PlanDocument ReadPlan(const JsonReader& root) {
   }
   if (root.Has("pytorch")) {
     JsonReader e = root.Field("pytorch");
-    p.pytorch.checkpoint_modules = Strings(e.Field("checkpoint_modules"));
+    // Written in both places: the top level's, where present, is the one.
+    const std::vector<std::string> modules = Strings(e.Field("checkpoint_modules"));
+    if (!root.Has("checkpoint_modules")) p.checkpoint_modules = modules;
     if (e.Has("skipped_stages")) p.pytorch.skipped_stages = Strings(e.Field("skipped_stages"));
     if (e.Has("settings")) {
       JsonReader settings = e.Field("settings");

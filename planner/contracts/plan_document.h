@@ -13,6 +13,7 @@
 
 #include "planner/contracts/chain.h"
 #include "planner/contracts/fixed_memory.h"
+#include "planner/contracts/plan_solver.h"  // `solver`: written for optimal plans, its band fields where band > 0
 #include "planner/contracts/schedule.h"
 
 namespace ckplan {
@@ -106,9 +107,9 @@ struct PlanSacModule {
   bool operator==(const PlanSacModule& o) const;
 };
 
-/// `pytorch`: the modules apply_plan wraps, and what that predicts.
+/// `pytorch`: what wrapping the modules predicts (the modules themselves
+/// are the document's checkpoint_modules, written in both places).
 struct PlanPyTorch {
-  std::vector<std::string> checkpoint_modules;
   std::vector<std::string> skipped_stages;
   bool use_reentrant = false;
   bool preserve_rng_state = true;
@@ -123,18 +124,6 @@ struct PlanPyTorch {
   /// order; absent for plain checkpointing.
   std::optional<std::vector<PlanSacModule>> sac;
   bool operator==(const PlanPyTorch& o) const;
-};
-
-/// `solver` (optimal plans): `exact`, `banded` or `modules`.
-struct PlanSolver {
-  std::string method;
-  bool proven_optimal = true;
-  /// Banded only (written when band > 0).
-  int band = 0;
-  double lower_bound_ms = 0;
-  double gap_bound_pct = 0;
-  int64_t min_budget_lower_bytes = 0;
-  bool operator==(const PlanSolver& o) const;
 };
 
 struct PlanDocument;
@@ -218,6 +207,9 @@ struct PlanDocument {
   std::optional<int64_t> min_budget_bytes;  ///< absent in a pipeline stage's document
   std::vector<int64_t> timeline_peak_during_bytes;  ///< `timeline`, per schedule operation, fixed part included
   std::vector<int64_t> timeline_stored_after_bytes;
+  /// The modules apply_plan wraps: `checkpoint_modules`, and again as
+  /// `pytorch.checkpoint_modules` (a pipeline plan's top level: every
+  /// stage's, and no `pytorch`).
   std::vector<std::string> checkpoint_modules;
   PlanPyTorch pytorch;
   std::optional<int> slots;                 ///< optimal plans

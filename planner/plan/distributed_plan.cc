@@ -199,7 +199,7 @@ PipelineJobPlan PlanPipelineJob(const DistributedJob& job, const PlannerInput& i
     p.slots = slots;
     p.slot_bytes = sp.slot_bytes;
     p.peak_bytes = sp.peak_bytes;  // its microbatches in flight included
-    p.solver = "in-flight";
+    p.solver.method = "in-flight";
     PlanDocument doc = MakePlanDocument(p, sub, in.source);
     doc.min_budget_bytes.reset();
     PlanPipelineStage& stage = doc.pipeline_stage.emplace();

@@ -32,7 +32,7 @@ Algorithm ParseAlgorithm(const std::string& name) {
 }
 
 // The gap is the plan's overhead over the proven lower bound: the one formula.
-double Plan::gap_bound_pct() const { return proven_optimal ? 0 : OverheadPct(time_ms, lower_bound_ms); }
+double Plan::gap_bound_pct() const { return solver.proven_optimal ? 0 : OverheadPct(time_ms, solver.lower_bound_ms); }
 
 double OverheadPct(double time_ms, double baseline_ms) {
   if (!(baseline_ms > 0)) return 0;
@@ -136,11 +136,10 @@ Plan MakePlan(const Chain& chain, const FixedMemory& fixed, const PlanRequest& r
     plan.slot_bytes = solution.slot_bytes;
   }
   plan.min_budget_bytes = fixed_bytes + solution.min_budget_bytes;
-  plan.min_budget_lower_bytes = fixed_bytes + solution.min_budget_lower_bytes;
-  plan.solver = solution.method;
-  plan.band = solution.band;
-  plan.proven_optimal = solution.proven_optimal;
-  if (solution.method == "exact" || solution.method == "banded") plan.lower_bound_ms = solution.lower_bound_ms + step;
+  plan.solver = solution.solver;
+  plan.solver.min_budget_lower_bytes += fixed_bytes;
+  const bool optimal = solution.solver.method == "exact" || solution.solver.method == "banded";
+  plan.solver.lower_bound_ms = optimal ? solution.solver.lower_bound_ms + step : 0;
   for (const CurvePoint& point : solution.curve) {
     plan.curve.push_back({fixed_bytes + point.budget_bytes, point.time_ms + step});
   }

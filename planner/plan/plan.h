@@ -76,16 +76,10 @@ struct Plan {
   /// stays stored after it.
   std::vector<int64_t> timeline_peak_during_bytes, timeline_stored_after_bytes;
   std::vector<CurvePoint> curve;       ///< optimal with sweep: finite points
-  /// Optimal only: "exact" (the whole table) or "banded" (long chains); for
-  /// banded, a proven lower bound on the optimum and whether the plan is it.
-  std::string solver;
-  int band = 0;
-  double lower_bound_ms = 0;
-  /// Banded: a proven lower bound on the smallest budget of the exact
-  /// recurrence (min_budget_bytes is the banded solver's own); else equal
-  /// to min_budget_bytes.
-  int64_t min_budget_lower_bytes = 0;
-  bool proven_optimal = true;
+  /// The solver's method and bounds (plan_solver.h), the whole step's:
+  /// lower_bound_ms with the optimizer's update, min_budget_lower_bytes
+  /// with the fixed part.
+  PlanSolver solver;
   /// How much slower than the optimum the plan can be, at most, in percent
   /// of the lower bound: 0 when proven optimal.
   double gap_bound_pct() const;

@@ -51,7 +51,6 @@ PlanDocument MakePlanDocument(const Plan& plan, const Chain& chain, const PlanSo
   // For PyTorch training jobs: the modules to wrap, and what that predicts.
   const ModuleExport& e = plan.pytorch;
   doc.checkpoint_modules = e.checkpoint_modules;
-  doc.pytorch.checkpoint_modules = e.checkpoint_modules;
   doc.pytorch.skipped_stages = e.skipped_stages;
   doc.pytorch.use_reentrant = false;
   doc.pytorch.preserve_rng_state = true;
@@ -84,16 +83,12 @@ PlanDocument MakePlanDocument(const Plan& plan, const Chain& chain, const PlanSo
   if (plan.algorithm == Algorithm::kOptimal) {
     doc.slots = plan.slots;
     doc.slot_bytes = plan.slot_bytes;
-    PlanSolver solver;
-    solver.method = plan.solver;
-    solver.proven_optimal = plan.proven_optimal;
-    if (plan.band > 0) {
-      solver.band = plan.band;
-      solver.lower_bound_ms = plan.lower_bound_ms;
-      solver.gap_bound_pct = plan.gap_bound_pct();
-      solver.min_budget_lower_bytes = plan.min_budget_lower_bytes;
-    }
-    doc.solver = solver;
+    // The band's fields are written for the banded solver only.
+    const bool banded = plan.solver.band > 0;
+    PlanSolver& solver = doc.solver.emplace(banded ? plan.solver : PlanSolver());
+    solver.method = plan.solver.method;
+    solver.proven_optimal = plan.solver.proven_optimal;
+    if (banded) solver.gap_bound_pct = plan.gap_bound_pct();
   }
   if (plan.every_n > 0) doc.every_n = plan.every_n;
   return doc;

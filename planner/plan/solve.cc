@@ -62,9 +62,9 @@ std::string PrintableMinimum(int64_t minimum, const ByteQuantity& budget, const 
                   request.pytorch_modules->size(), FormatBytes(schedule_minimum, budget.style, true).c_str());
   }
   std::string banded;
-  if (request.algorithm == Algorithm::kOptimal && plan.min_budget_lower_bytes < plan.min_budget_bytes) {
+  if (request.algorithm == Algorithm::kOptimal && plan.solver.min_budget_lower_bytes < plan.min_budget_bytes) {
     banded = Format("; that is the banded solver's minimum (%d stages): the exact one is at least %s",
-                    in.chain.length(), FormatBytes(plan.min_budget_lower_bytes, budget.style, true).c_str());
+                    in.chain.length(), FormatBytes(plan.solver.min_budget_lower_bytes, budget.style, true).c_str());
   }
   throw Error(ExitCode::kInfeasible, Format("budget %s is below the minimum %s for this %s (%s)%s", budget.text.c_str(),
                                             minimum.c_str(), what.c_str(), algo.c_str(), banded.c_str()));

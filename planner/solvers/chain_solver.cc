@@ -24,7 +24,7 @@ class FixedSolver : public ChainSolver {
     const SimulationResult simulation = Simulate(chain, out.schedule);
     out.time_ms = simulation.time_ms;
     out.peak_bytes = simulation.peak_bytes;
-    out.min_budget_bytes = out.min_budget_lower_bytes = out.peak_bytes;
+    out.min_budget_bytes = out.solver.min_budget_lower_bytes = out.peak_bytes;
     out.feasible = simulation.peak_bytes <= budget_bytes;
     if (!out.feasible) out.schedule.clear();
     return out;
@@ -50,10 +50,10 @@ class Optimal : public ChainSolver {
     // Refuse a table that cannot fit before any other work (throws BadInput).
     if (grid.memory_slots >= 0) CheckSolverFits(discrete, grid.memory_slots);
     out.min_budget_bytes = MinimumOptimalChainBudget(chain, slots);
-    out.min_budget_lower_bytes = out.min_budget_bytes;
+    out.solver.min_budget_lower_bytes = out.min_budget_bytes;
     if (ChooseSolver(chain.length(), slots) == SolverMethod::kBanded) {
       // Sizes in bytes: rounding to slots only adds.
-      out.min_budget_lower_bytes = std::min(out.min_budget_bytes, MinimumMemoryLowerBound(Discretize(chain, 1)));
+      out.solver.min_budget_lower_bytes = std::min(out.min_budget_bytes, MinimumMemoryLowerBound(Discretize(chain, 1)));
     }
     if (grid.memory_slots < 0) return out;
     SolverOptions solver_options;
@@ -63,10 +63,10 @@ class Optimal : public ChainSolver {
     RefineSlots(chain, budget_bytes, slots, options_.threads, &grid, &solution);
     out.memory_slots = static_cast<int>(grid.memory_slots);
     out.slot_bytes = grid.slot_bytes;
-    out.method = solution.band > 0 ? "banded" : "exact";
-    out.band = solution.band;
-    out.proven_optimal = solution.proven_optimal;
-    out.lower_bound_ms = solution.lower_bound_ms;
+    out.solver.method = solution.band > 0 ? "banded" : "exact";
+    out.solver.band = solution.band;
+    out.solver.proven_optimal = solution.proven_optimal;
+    out.solver.lower_bound_ms = solution.lower_bound_ms;
     if (options_.curve) {
       for (size_t m = 0; m < solution.curve_ms.size(); ++m) {
         if (solution.curve_ms[m] < kInfinity) {
@@ -83,7 +83,7 @@ class Optimal : public ChainSolver {
     if (take_baseline) {
       out.schedule = std::move(baseline->schedule);
       out.time_ms = baseline->time_ms;
-      if (out.band > 0) out.proven_optimal = solution.lower_bound_ms >= out.time_ms * (1 - 1e-12);
+      if (out.solver.band > 0) out.solver.proven_optimal = solution.lower_bound_ms >= out.time_ms * (1 - 1e-12);
     } else {
       out.schedule = std::move(solution.schedule);
       out.time_ms = solution.time_ms;
@@ -125,9 +125,9 @@ class Modules : public ChainSolver {
   ChainSolution Solve(const Chain& chain, int64_t budget_bytes) const override {
     CheckStageCount(chain);
     ChainSolution out;
-    out.method = "modules";
+    out.solver.method = "modules";
     out.module_target = true;
-    out.min_budget_bytes = out.min_budget_lower_bytes =
+    out.min_budget_bytes = out.solver.min_budget_lower_bytes =
         MinimumModulesMemory(chain, modules_, ModuleAccounting::kPyTorch);
     if (budget_bytes <= 0) return out;
     const ModuleSolution solution = SolveModules(chain, modules_, budget_bytes, ModuleAccounting::kPyTorch);
@@ -149,7 +149,7 @@ class Modules : public ChainSolver {
 ChainSolution FixedModulesSolution(const ModuleSolution& solution, int64_t budget_bytes) {
   ChainSolution out;
   out.module_target = true;
-  out.min_budget_bytes = out.min_budget_lower_bytes = solution.peak_bytes;
+  out.min_budget_bytes = out.solver.min_budget_lower_bytes = solution.peak_bytes;
   if (solution.peak_bytes <= budget_bytes) {
     AddModules(solution, &out);
   } else {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "planner/contracts/chain.h"
+#include "planner/contracts/plan_solver.h"
 #include "planner/contracts/sweep_document.h"
 #include "planner/contracts/schedule.h"
 #include "planner/solvers/modules.h"
@@ -31,22 +32,15 @@ struct ChainSolution {
   /// schedule does not fit; a search that found none leaves them 0.
   double time_ms = 0;
   int64_t peak_bytes = 0;
-  /// The smallest budget for which the strategy is feasible; for the
-  /// banded solver, `min_budget_lower_bytes` is a proven lower bound on the
-  /// exact recurrence's (else equal).
+  /// The smallest budget for which the strategy is feasible.
   int64_t min_budget_bytes = 0;
-  int64_t min_budget_lower_bytes = 0;
-  /// The optimal solver: `exact` or `banded` once it solved (empty when the
-  /// budget left nothing to solve), its grid (`memory_slots` slots of
-  /// `slot_bytes`), band, proven lower bound on the time (0 unless solved)
+  /// Its method and bounds, of the chain (plan_solver.h).
+  PlanSolver solver;
+  /// The optimal solver: its grid (`memory_slots` slots of `slot_bytes`)
   /// and `curve` (with OptimalOptions::curve: every budget's optimum up to
-  /// this one, finite points). The modules target: `modules`.
-  std::string method;
+  /// this one, finite points).
   int memory_slots = 0;
   int64_t slot_bytes = 0;
-  int band = 0;
-  double lower_bound_ms = 0;
-  bool proven_optimal = true;
   std::vector<CurvePoint> curve;
   /// Counted as the PyTorch target counts (the modules solver and its
   /// baselines): `wrapped` is what apply_plan wraps and
