@@ -4,10 +4,12 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <optional>
 #include <set>
 
 #include "planner/base/error.h"
+#include "libtorch/executor/module_step.h"
 #include "libtorch/executor/optimizer_step.h"
 #include "libtorch/runtime/timing.h"
 #include "libtorch/runtime/tracking_allocator.h"
@@ -143,6 +145,24 @@ Measure ScheduleRunner::RunPlainStep(const std::vector<at::Tensor>& inputs, bool
     program.FreeDeadAfter(n, env);
   }
   EndNodeStep(env, m, [] {});
+  m.ms = timer.Ms();
+  m.peak_bytes = StepPeak(m);
+  return m;
+}
+
+Measure ScheduleRunner::RunModules(const std::vector<at::Tensor>& inputs,
+                                   const std::vector<std::pair<size_t, size_t>>& wrapped) {
+  Measure m = BeginStep(inputs);
+  const StepTimer timer(device_.cuda());  // thread CPU time on the CPU (timing.h)
+  if (!wrapped.empty() && !static_tensors_known_) {
+    staged_.program().StaticTensors(&static_tensors_);
+    static_tensors_known_ = true;
+  }
+  // What the wrapped modules hold for their recomputations: alive until the step's backward is over.
+  auto forward = std::make_unique<CheckpointedForward>(staged_, params_, static_tensors_, DefaultGenerator(device_));
+  Environment env;
+  forward->Run(inputs, wrapped, env);
+  EndNodeStep(env, m, [&forward] { forward.reset(); });
   m.ms = timer.Ms();
   m.peak_bytes = StepPeak(m);
   return m;

@@ -52,10 +52,10 @@ class ScheduleRunner {
   // A step running `schedule` (the plan's, or the one without recomputation).
   Measure RunSchedule(const std::vector<at::Tensor>& inputs, const Schedule& schedule);
 
-  // A step of a PyTorch-target plan as PyTorch runs it (module_step.cc):
-  // node by node with eager semantics, the stages first..last of each of
-  // `wrapped` run as torch.utils.checkpoint runs a wrapped module. With
-  // nothing wrapped, the plain step.
+  // A step of a PyTorch-target plan as PyTorch runs it (CheckpointedForward,
+  // module_step.h): node by node with eager semantics, the stages
+  // first..last of each of `wrapped` run as torch.utils.checkpoint runs a
+  // wrapped module. With nothing wrapped, the plain step.
   Measure RunModules(const std::vector<at::Tensor>& inputs, const std::vector<std::pair<size_t, size_t>>& wrapped);
 
   // As `optimizer.zero_grad()` (set_to_none, PyTorch's default): gradients

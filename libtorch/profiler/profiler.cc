@@ -20,6 +20,7 @@
 #include "libtorch/profiler/calibration.h"
 #include "libtorch/runtime/timing.h"
 #include "libtorch/runtime/graph_program.h"
+#include "libtorch/runtime/pt2_model.h"
 #include "libtorch/runtime/tracking_allocator.h"
 
 namespace ckplan {
