@@ -189,8 +189,8 @@ std::vector<c10::IValue> ScheduleRunner::RunStage(size_t s, const std::vector<c1
   // gradient check's step); later steps copy the generator's state only
   // for the stages that do (a copy and a comparison per stage cost about
   // as much as a small stage).
-  if (draws_random_.size() < staged_.stages()) draws_random_.resize(staged_.stages(), -1);
-  const bool keep_rng = draws_random_[s] != 0;
+  if (draws_random_.size() < staged_.stages()) draws_random_.resize(staged_.stages());
+  const bool keep_rng = draws_random_[s].value_or(true);
   // Which buffers a stage writes is learnt on its first run too (the
   // graph writes the same ones each step).
   if (mutated_buffers_.size() < staged_.stages()) mutated_buffers_.resize(staged_.stages());
@@ -259,8 +259,8 @@ std::vector<c10::IValue> ScheduleRunner::RunStage(size_t s, const std::vector<c1
   if (first_time) {
     // Keep the random state only for stages that drew random numbers.
     std::lock_guard<std::mutex> lock(gen.mutex());
-    if (keep_rng && draws_random_[s] < 0) draws_random_[s] = at::equal(rng_before, gen.get_state()) ? 0 : 1;
-    if (keep_rng && draws_random_[s] == 1) rng_state_[s] = rng_before;
+    if (keep_rng && !draws_random_[s]) draws_random_[s] = !at::equal(rng_before, gen.get_state());
+    if (keep_rng && *draws_random_[s]) rng_state_[s] = rng_before;
   } else {
     torch::NoGradGuard guard;
     for (size_t b : mutated_buffers_[s]) buffers_[b].copy_(buffer_snapshots_[b]);

@@ -94,8 +94,9 @@ void ValidateChain(const Chain& chain, const std::string& file, const std::strin
                                               chain.update_tmp_bytes),
                                 chain.output_held_bytes);
   total = SaturatingAdd(total, chain.output_kept_bytes);
-  if (chain.output_kept_stage < -1 || chain.output_kept_stage >= static_cast<int>(chain.stages.size()) ||
-      (chain.output_kept_bytes > 0) != (chain.output_kept_stage >= 0)) {
+  if ((chain.output_kept_stage &&
+       (*chain.output_kept_stage < 0 || *chain.output_kept_stage >= static_cast<int>(chain.stages.size()))) ||
+      (chain.output_kept_bytes > 0) != chain.output_kept_stage.has_value()) {
     fail("output_kept", "a stage of the chain with bytes above 0, or neither");
   }
   for (const auto& entry : chain.input_storages) total = SaturatingAdd(total, entry.second);
@@ -326,7 +327,7 @@ nlohmann::json ChainToJson(const Chain& chain) {
   if (chain.update_tmp_bytes > 0) doc["update_tmp_bytes"] = chain.update_tmp_bytes;
   if (chain.output_held_bytes > 0) doc["output_held_bytes"] = chain.output_held_bytes;
   if (chain.output_kept_bytes > 0) {
-    doc["output_kept"] = {{"bytes", chain.output_kept_bytes}, {"stage", chain.output_kept_stage}};
+    doc["output_kept"] = {{"bytes", chain.output_kept_bytes}, {"stage", *chain.output_kept_stage}};
   }
   if (chain.pytorch.checkpoint_state_bytes > 0) doc["checkpoint_state_bytes"] = chain.pytorch.checkpoint_state_bytes;
   if (chain.module_loss_bwd_ms) doc["loss"]["module_bwd_ms"] = *chain.module_loss_bwd_ms;

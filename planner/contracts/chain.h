@@ -131,9 +131,9 @@ struct Chain {
   /// other outputs the loop holds) that an op does save: counted in the
   /// stage that keeps them until that stage's backward releases them, then
   /// held by the loop to the step's end. `output_kept_stage` is the last
-  /// stage whose ops make or read them (-1 when none).
+  /// stage whose ops make or read them (unset when none).
   int64_t output_kept_bytes = 0;
-  int output_kept_stage = -1;
+  std::optional<int> output_kept_stage;
   /// Optional, for the PyTorch target: the loss's part of a step run
   /// eagerly, nothing wrapped (what the step leaves beyond its stages'
   /// forward and backward, negative where their ops timed one by one take

@@ -26,9 +26,9 @@ void AttachGradients(const Profile& profile, const Liveness& liveness, Chain* ch
     Stage& s = chain->stages[i];
     s.param_grad_bytes = grads.bytes[i];
     s.param_grad_bwd_bytes = std::min(grads.held_at_bwd_peak_bytes[i], grads.bytes[i]);
-    // -1 where the stage's backward could not be replayed.
-    if (grads.pytorch_bwd_peak_bytes[i] >= 0) s.pytorch_bwd_peak_bytes = grads.pytorch_bwd_peak_bytes[i];
-    if (grads.executor_bwd_peak_bytes[i] >= 0) s.executor_bwd_peak_bytes = grads.executor_bwd_peak_bytes[i];
+    // Unset where the stage's backward could not be replayed.
+    s.pytorch_bwd_peak_bytes = grads.pytorch_bwd_peak_bytes[i];
+    s.executor_bwd_peak_bytes = grads.executor_bwd_peak_bytes[i];
   }
   chain->pytorch.checkpoint_state_bytes = grads.checkpoint_state_bytes;
 }

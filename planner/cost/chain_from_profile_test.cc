@@ -302,7 +302,7 @@ TEST_CASE("a profile's chain: beside a model's own loss, the loop holds its othe
   CHECK(held.output_kept_bytes == 800);
   CHECK(held.output_kept_stage == 2);
   CHECK(plain.output_kept_bytes == 0);
-  CHECK(plain.output_kept_stage == -1);
+  CHECK(!plain.output_kept_stage);
   const Chain back = ChainFromJson(ChainToJson(held), "held_chain.json");
   CHECK(back.output_kept_bytes == 800);
   CHECK(back.output_kept_stage == 2);

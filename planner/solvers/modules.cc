@@ -284,8 +284,8 @@ FrontierSteps FrontierStepsOf(const Chain& chain, const std::vector<WrappableMod
   // released them: through the backward of every stage before it, and
   // beside their recomputed copy where that stage is wrapped.
   auto loop_kept = [&](int k, bool wrapped) -> int64_t {
-    if (accounting != ModuleAccounting::kPyTorch || chain.output_kept_stage < 0) return 0;
-    return k < chain.output_kept_stage || (wrapped && k == chain.output_kept_stage) ? chain.output_kept_bytes : 0;
+    if (accounting != ModuleAccounting::kPyTorch || !chain.output_kept_stage) return 0;
+    return k < *chain.output_kept_stage || (wrapped && k == *chain.output_kept_stage) ? chain.output_kept_bytes : 0;
   };
   auto backward = [&](int k, bool wrapped) {
     const size_t at = static_cast<size_t>(k);

@@ -478,7 +478,7 @@ TEST_CASE("the PyTorch target: the loop holds the output an op saved once that o
   held.update_tmp_bytes = 1 << 20;
   Chain none = held;
   none.output_kept_bytes = 0;
-  none.output_kept_stage = -1;
+  none.output_kept_stage.reset();
   CHECK(EvaluateModules(held, {}, ModuleAccounting::kPyTorch).peak_bytes ==
         EvaluateModules(none, {}, ModuleAccounting::kPyTorch).peak_bytes + 800);
   // The simulator's accounting (ckplan's executor frees it with the stage) is unchanged.

@@ -319,9 +319,9 @@ Chain SubChain(const Chain& chain, int first, int last) {
     sub.loss_bwd_tmp_bytes = chain.loss_bwd_tmp_bytes;
     sub.module_loss_bwd_ms = chain.module_loss_bwd_ms;
     sub.output_held_bytes = chain.output_held_bytes;  // the training loop holds the model's output
-    if (chain.output_kept_stage >= first) {
+    if (chain.output_kept_stage && *chain.output_kept_stage >= first) {
       sub.output_kept_bytes = chain.output_kept_bytes;
-      sub.output_kept_stage = chain.output_kept_stage - first;
+      sub.output_kept_stage = *chain.output_kept_stage - first;
     }
   }
   // What the PyTorch target reads of a wrapped module, all of it (its
