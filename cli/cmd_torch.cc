@@ -27,15 +27,12 @@
 namespace ckplan {
 namespace {
 
+// `ckplan profile`'s options: the profiler's own, with their defaults
+// (profiler.h), and what the command adds around them.
 struct ProfileCommandOptions {
-  std::string model;
-  std::vector<std::string> inputs;
+  ProfileOptions profile;           ///< MODEL, --reps, --threads, --device, --dtype, --autocast
+  std::vector<std::string> inputs;  ///< --input as written, parsed into profile.inputs
   std::string output;
-  int reps = 3;
-  int threads = 1;
-  std::string device = "cpu";
-  std::string dtype;
-  std::string autocast;
   std::string gpu;
   int top = 10;
 };
@@ -94,29 +91,23 @@ void PrintProfileSummary(const Profile& p, FILE* out, int top) {
 
 int RunProfile(const ProfileCommandOptions& o) {
   CheckOutputPath(o.output);  // a missing folder is said before the work, not after
-  ProfileOptions options;
-  options.model_path = o.model;
+  ProfileOptions options = o.profile;
   for (const std::string& text : o.inputs) options.inputs.push_back(ParseInputSpec(text));
-  options.reps = o.reps;
-  options.threads = o.threads;
-  options.device = o.device;
-  options.dtype = o.dtype;
-  options.autocast = o.autocast;
-  if (o.threads < 1) throw BadInput("invalid --threads " + std::to_string(o.threads) + ": must be at least 1");
+  if (options.threads < 1) throw BadInput("invalid --threads " + std::to_string(options.threads) + ": must be at least 1");
   const bool json_to_stdout = o.output == "-";
   FILE* human = json_to_stdout ? stderr : stdout;
   std::optional<GpuSpec> gpu;
   if (!o.gpu.empty() && o.gpu != "cpu") gpu = FindGpu(o.gpu);  // an unknown name fails before any work
-  if (o.device == "meta" && o.gpu.empty()) {
+  if (options.device == "meta" && o.gpu.empty()) {
     throw BadInput("--device meta measures no time: give --gpu NAME for the cost model's times (" + KnownGpuNames() +
                    ")");
   }
-  if (o.device == "meta") options.reps = 1;  // nothing to time: one warm-up, one recorded step
+  if (options.device == "meta") options.reps = 1;  // nothing to time: one warm-up, one recorded step
   std::vector<std::string> warnings;
   Profile profile;
   {
     // On a terminal only; erased before the summary prints.
-    ProgressBar bar("profiling " + o.model, StderrIsTerminal(), ProgressDelaySeconds());
+    ProgressBar bar("profiling " + options.model_path, StderrIsTerminal(), ProgressDelaySeconds());
     options.progress = [&bar](int done, int total) { bar.Update(static_cast<double>(done) / total); };
     profile = ProfileModel(options, &warnings);
   }
@@ -124,7 +115,7 @@ int RunProfile(const ProfileCommandOptions& o) {
   if (o.gpu == "cpu") {
     const auto start = std::chrono::steady_clock::now();
     const std::clock_t cpu_start = std::clock();
-    gpu = MeasureCpuPeak(o.threads);
+    gpu = MeasureCpuPeak(options.threads);
     MeasureCpuOpCosts(profile, &*gpu);
     calibration_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     calibration_cpu_s = static_cast<double>(std::clock() - cpu_start) / CLOCKS_PER_SEC;
@@ -154,7 +145,7 @@ void AddProfileCommand(CLI::App& app, Action* action) {
       "(or a GPU with --device cuda).\n"
       "MODEL is a .pt2 from torch.export (ckplan_torch.export(model, inputs, \"model.pt2\"): train mode,\n"
       "dynamic batch) or a TorchScript file from torch.jit.trace(model, example).save(path) in train mode.");
-  cmd->add_option("model", o->model, "model file: .pt2 (torch.export) or TorchScript")->required();
+  cmd->add_option("model", o->profile.model_path, "model file: .pt2 (torch.export) or TorchScript")->required();
   cmd->add_option("-i,--input", o->inputs,
                   "one per model input, in order: SHAPE[:DTYPE[:LO..HI]], e.g. 8x3x224x224 or 4x1024:int64:0..50257\n"
                   "(float inputs ~ normal(0,1); integers uniform in [LO, HI), default: an embedding's vocabulary\n"
@@ -162,16 +153,16 @@ void AddProfileCommand(CLI::App& app, Action* action) {
                   "and integer ranges a .pt2 from ckplan_torch.export records (keyword inputs such as labels after\n"
                   "the positional ones, in the order given)");
   cmd->add_option("-o,--output", o->output, "write the profile JSON here (ckplan.profile/1); - for stdout");
-  cmd->add_option("--reps", o->reps, "measured repetitions after one warm-up; times are medians")->capture_default_str();
-  cmd->add_option("--threads", o->threads, "LibTorch threads")->capture_default_str();
-  cmd->add_option("--device", o->device,
+  cmd->add_option("--reps", o->profile.reps, "measured repetitions after one warm-up; times are medians")->capture_default_str();
+  cmd->add_option("--threads", o->profile.threads, "LibTorch threads")->capture_default_str();
+  cmd->add_option("--device", o->profile.device,
                   "cpu, or cuda[:N]: GPU memory from the CUDA caching allocator, kernel time from CUPTI\n"
                   "(needs a build whose LibTorch has CUDA, as the torch wheel's has, and a GPU),\n"
                   "or meta: the same graph and autograd on meta tensors (shapes only, no data, no time:\n"
                   "exact bytes for models bigger than this machine; times from --gpu's cost model)")
       ->capture_default_str();
-  cmd->add_option("--dtype", o->dtype, "bf16, fp16 or fp32: cast the parameters and float inputs for the profile");
-  cmd->add_option("--autocast", o->autocast,
+  cmd->add_option("--dtype", o->profile.dtype, "bf16, fp16 or fp32: cast the parameters and float inputs for the profile");
+  cmd->add_option("--autocast", o->profile.autocast,
                   "bf16, fp16 or off: the forward and the loss under torch.autocast with that dtype, the weights\n"
                   "in their own (mixed precision as Trainer(bf16=True) runs it; --dtype casts the weights: another\n"
                   "job). Default: as the .pt2 was exported (ckplan_torch.export(..., autocast=torch.bfloat16)),\n"
@@ -183,51 +174,39 @@ void AddProfileCommand(CLI::App& app, Action* action) {
   cmd->callback([o, action] { *action = [o] { return RunProfile(*o); }; });
 }
 
+// `ckplan run`'s options: the executor's own, with their defaults
+// (executor.h), and where the report goes.
 struct RunCommandOptions {
-  std::string model;
-  std::string plan;
+  RunOptions run;  ///< MODEL, --plan, --steps, --loss, --force, --threads, --device, --autocast
   std::string output;
-  int steps = 3;
-  std::string loss = "sum";
-  bool force = false;
-  int threads = 1;
-  std::string device = "cpu";
-  std::string autocast;
 };
 
 int RunRunCommand(const RunCommandOptions& o) {
   CheckOutputPath(o.output);
-  nlohmann::json plan = ReadJsonFile(o.plan);
-  // The plan through its one reader (the executor reads it so again): bytes
-  // print in the unit style its budget was written in (binary when absent).
-  const PlanDocument document = PlanFromJson(plan, o.plan);
+  const std::string& model = o.run.model_path;
+  const std::string& plan = o.run.plan_path;
+  // The plan through its one reader, for the executor and for the summary:
+  // bytes print in the unit style its budget was written in (binary when absent).
+  const PlanDocument document = PlanFromJson(ReadJsonFile(plan), plan);
   if (document.target == "sac") {
-    throw BadInput(o.plan + ": a selective-checkpointing plan (--target sac) runs in PyTorch only: apply it with "
+    throw BadInput(plan + ": a selective-checkpointing plan (--target sac) runs in PyTorch only: apply it with "
                    "ckplan_torch.apply_plan(model, plan) in the training job (ckplan run checks --target pytorch "
                    "and schedule plans)");
   }
   const UnitStyle style = *UnitStyleFromName(document.unit_style.value_or("binary"));
   auto bytes = [style](int64_t value) { return FormatBytes(value, style); };
-  RunOptions options;
-  options.model_path = o.model;
-  options.plan_path = o.plan;
-  options.steps = o.steps;
-  options.loss = o.loss;
-  options.force = o.force;
-  options.threads = o.threads;
-  options.device = o.device;
-  options.autocast = o.autocast;
+  RunOptions options = o.run;
   RunReport r;
   {
     // On a terminal only; erased before the results print.
-    ProgressBar bar("running " + o.model + " under " + o.plan, StderrIsTerminal(), ProgressDelaySeconds());
+    ProgressBar bar("running " + model + " under " + plan, StderrIsTerminal(), ProgressDelaySeconds());
     options.progress = [&bar](const std::string&, double fraction) { bar.Update(fraction); };
-    r = RunPlan(options, plan);
+    r = RunPlan(options, document);
   }
   const bool json_to_stdout = o.output == "-";
   FILE* out = json_to_stdout ? stderr : stdout;
   std::fprintf(out, "%s under %s (%s, budget %s, %s optimizer): median of %d steps after a warm-up\n",
-               o.model.c_str(), o.plan.c_str(), r.algorithm.c_str(), bytes(r.budget_bytes).c_str(),
+               model.c_str(), plan.c_str(), r.algorithm.c_str(), bytes(r.budget_bytes).c_str(),
                r.optimizer.c_str(), r.steps);
   std::vector<std::vector<std::string>> rows = {{"", "peak", "live after forward", "step", "overhead"}};
   rows.push_back({"predicted", bytes(r.predicted_peak_bytes), "", FormatMs(r.predicted_time_ms),
@@ -264,20 +243,20 @@ void AddRunCommand(CLI::App& app, Action* action) {
       "stages recomputed in backward) and without checkpointing, with the plan's optimizer, and compare\n"
       "measured peak memory, time and gradients with the prediction. Exit code 4 unless the verdict is ok\n"
       "(peak within budget, gradients equal, predicted peak within 5%).");
-  cmd->add_option("model", o->model, "the model (.pt2 or TorchScript) the plan was made for")->required();
-  cmd->add_option("-p,--plan", o->plan, "plan JSON from `ckplan solve` on this model's profile")->required();
+  cmd->add_option("model", o->run.model_path, "the model (.pt2 or TorchScript) the plan was made for")->required();
+  cmd->add_option("-p,--plan", o->run.plan_path, "plan JSON from `ckplan solve` on this model's profile")->required();
   cmd->add_option("-o,--output", o->output, "write the run report JSON here; - for stdout");
-  cmd->add_option("--steps", o->steps, "measured steps per mode, after a warm-up")->capture_default_str();
-  cmd->add_option("--loss", o->loss, "sum, mean, or mse against a fixed random target")
+  cmd->add_option("--steps", o->run.steps, "measured steps per mode, after a warm-up")->capture_default_str();
+  cmd->add_option("--loss", o->run.loss, "sum, mean, or mse against a fixed random target")
       ->check(CLI::IsMember({"sum", "mean", "mse"}))
       ->capture_default_str();
-  cmd->add_flag("--force", o->force, "run a plan made for another model file");
-  cmd->add_option("--threads", o->threads, "LibTorch threads")->capture_default_str();
-  cmd->add_option("--device", o->device,
+  cmd->add_flag("--force", o->run.force, "run a plan made for another model file");
+  cmd->add_option("--threads", o->run.threads, "LibTorch threads")->capture_default_str();
+  cmd->add_option("--device", o->run.device,
                   "cpu, or cuda[:N]: GPU memory from the CUDA caching allocator, kernel time from CUPTI\n"
                   "(needs a build whose LibTorch has CUDA, as the torch wheel's has, and a GPU)")
       ->capture_default_str();
-  cmd->add_option("--autocast", o->autocast,
+  cmd->add_option("--autocast", o->run.autocast,
                   "bf16, fp16 or off: the forward and the loss under torch.autocast; default: as the plan's\n"
                   "profile ran them (its source.autocast)");
   cmd->callback([o, action] { *action = [o] { return RunRunCommand(*o); }; });

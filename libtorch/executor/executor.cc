@@ -72,7 +72,7 @@ std::vector<std::string> ParameterNames(const torch::jit::Module& module, const 
 
 class Executor {
  public:
-  Executor(const RunOptions& options, const nlohmann::json& plan)
+  Executor(const RunOptions& options, const PlanDocument& plan)
       : options_(options), plan_(plan), tracker_(TrackingAllocator::Instance()) {}
 
   RunReport Run() {
@@ -139,47 +139,52 @@ class Executor {
     if (options_.progress) options_.progress(what, done / (1.0 + 2.0 * (options_.steps + 1)));
   }
 
-  // The plan through its contract (plan_document.h); what a run needs
+  // An error naming a field of the plan file, as PlanFromJson's do.
+  [[noreturn]] void FailField(const std::string& field, const std::string& why) const {
+    throw BadInput(options_.plan_path + ": field '" + field + "': " + why);
+  }
+
+  // The plan as its contract read it (plan_document.h); what a run needs
   // beyond it (a profile's source, op ranges, a schedule) is checked here.
   void ReadPlan() {
-    const PlanDocument doc = PlanFromJson(plan_, options_.plan_path);
-    JsonReader root(plan_, options_.plan_path);  // names the fields in this function's errors
+    const PlanDocument& doc = plan_;
     if (doc.is_pipeline) {
-      root.Field("distributed").Fail("a pipeline plan has no schedule of its own: each of distributed.stages is the "
-                                     "plan of one pipeline stage");
+      FailField("distributed", "a pipeline plan has no schedule of its own: each of distributed.stages is the plan of "
+                               "one pipeline stage");
     }
-    JsonReader source = root.Field("source");
     if (doc.source.kind != "profile") {
-      source.Field("kind").Fail("the plan was made from a chain file; `ckplan run` needs a plan made from a profile of the model");
+      FailField("source.kind", "the plan was made from a chain file; `ckplan run` needs a plan made from a profile of "
+                               "the model");
     }
-    if (!doc.source.model_sha256) source.Field("model_sha256");  // throws: missing
+    if (!doc.source.model_sha256) FailField("source.model_sha256", "missing");
     sha256_ = *doc.source.model_sha256;
     autocast_ = doc.source.autocast;  // what the profile ran under; none when absent
     // The profile's model.inputs, passed through (plan_document.h): each input's text.
-    JsonReader inputs = source.Field("inputs");
+    if (!doc.source.inputs) FailField("source.inputs", "missing");
+    JsonReader inputs(*doc.source.inputs, options_.plan_path, "source.inputs");
     for (size_t i = 0; i < inputs.ArraySize(); ++i) {
       input_specs_.push_back(ParseInputSpec(inputs.Item(i).Field("text").String()));
     }
     int next = 0;
     for (size_t s = 0; s < doc.stages.size(); ++s) {
       const PlanStage& stage = doc.stages[s];
-      JsonReader field = root.Field("stages").Item(s);
-      if (!stage.ops) field.Field("first_op");  // throws: missing
+      const std::string field = "stages[" + std::to_string(s) + "]";
+      if (!stage.ops) FailField(field + ".first_op", "missing");
       if (stage.ops->first != next || stage.ops->last < stage.ops->first) {
-        field.Fail("op ranges must follow one another from op 0");
+        FailField(field, "op ranges must follow one another from op 0");
       }
       op_ranges_.push_back({stage.ops->first, stage.ops->last});
       stage_modules_.push_back(stage.modules);
       stage_names_.push_back(stage.name);
       next = stage.ops->last + 1;
     }
-    if (op_ranges_.empty()) root.Field("stages").Fail("no stages");
+    if (op_ranges_.empty()) FailField("stages", "no stages");
     num_ops_ = next;
     schedule_ = doc.schedule;
-    if (schedule_.empty()) root.Field("schedule").Fail("empty: the plan has no schedule");
+    if (schedule_.empty()) FailField("schedule", "empty: the plan has no schedule");
     for (const ScheduleStep& op : schedule_) {
       int max_stage = static_cast<int>(op_ranges_.size()) - (op.kind == StepKind::kLoss ? 0 : 1);
-      if (op.stage > max_stage) root.Field("schedule").Fail("names stage " + std::to_string(op.stage) + ", out of range");
+      if (op.stage > max_stage) FailField("schedule", "names stage " + std::to_string(op.stage) + ", out of range");
     }
     modules_ = doc.target == "pytorch" && WrappedModules(schedule_, static_cast<int>(op_ranges_.size()), &wrapped_);
     optimizer_ = doc.fixed.optimizer;
@@ -325,7 +330,7 @@ class Executor {
   }
 
   const RunOptions& options_;
-  const nlohmann::json& plan_;
+  const PlanDocument& plan_;
   TrackingAllocator& tracker_;
   DeviceInfo device_;
   std::string sha256_, optimizer_, algorithm_;
@@ -349,6 +354,6 @@ class Executor {
 
 }  // namespace
 
-RunReport RunPlan(const RunOptions& options, const nlohmann::json& plan) { return Executor(options, plan).Run(); }
+RunReport RunPlan(const RunOptions& options, const PlanDocument& plan) { return Executor(options, plan).Run(); }
 
 }  // namespace ckplan

@@ -7,12 +7,12 @@
 #include <functional>
 #include <string>
 
-#include <nlohmann/json.hpp>
-
+#include "planner/contracts/plan_document.h"
 #include "planner/contracts/run_report.h"
 
 namespace ckplan {
 
+/// `ckplan run`'s options (cli/cmd_torch.cc binds its flags to them).
 struct RunOptions {
   std::string model_path;
   std::string plan_path;       ///< for messages
@@ -28,10 +28,13 @@ struct RunOptions {
   std::function<void(const std::string& what, double fraction)> progress;
 };
 
-/// Runs the plan (a parsed `ckplan.plan/1` made from a profile of the model).
-/// Throws BadInput (exit 2) for a plan whose schema, stages or module paths
-/// do not match the model, or made for another model or inputs without
-/// `force`; an op failing during recompute names the stage and op.
-RunReport RunPlan(const RunOptions& options, const nlohmann::json& plan);
+/// Runs the plan (`ckplan.plan/1` as PlanFromJson read it from
+/// options.plan_path, made from a profile of the model). Throws BadInput
+/// (exit 2), naming the plan's field as PlanFromJson does, for a plan that
+/// is no schedule (a pipeline's top level), not made from a profile, or
+/// whose stages or module paths do not match the model, or made for
+/// another model or inputs without `force`; an op failing during recompute
+/// names the stage and op.
+RunReport RunPlan(const RunOptions& options, const PlanDocument& plan);
 
 }  // namespace ckplan

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "planner/base/error.h"
+#include "planner/contracts/plan_document.h"
 #include "planner/plan/planner_input.h"
 #include "planner/plan/plan.h"
 #include "planner/plan/plan_to_document.h"
@@ -63,12 +64,17 @@ nlohmann::json PlanFor(const Prepared& p, Algorithm algorithm, int64_t budget) {
   return PlanToJson(plan, p.chain, p.source);
 }
 
+// The plan as `ckplan run` reads it: through its contract, then run.
+RunReport RunPlanJson(const RunOptions& options, const nlohmann::json& plan) {
+  return RunPlan(options, PlanFromJson(plan, options.plan_path));
+}
+
 RunReport Run(const std::string& name, const nlohmann::json& plan) {
   RunOptions options;
   options.model_path = ModelPath(name);
   options.plan_path = name + ".plan.json";
   options.steps = 1;
-  return RunPlan(options, plan);
+  return RunPlanJson(options, plan);
 }
 
 int64_t NonePeak(const Prepared& p) {
@@ -402,18 +408,18 @@ TEST_CASE("run: plans for another model, or that do not match it, are refused") 
   options.model_path = ModelPath("unet");
   options.plan_path = "mlp.plan.json";
   options.steps = 1;
-  CHECK_THROWS_WITH_AS(RunPlan(options, plan), doctest::Contains("made for another model"), Error);
+  CHECK_THROWS_WITH_AS(RunPlanJson(options, plan), doctest::Contains("made for another model"), Error);
   options.force = true;  // the op ranges still do not fit
-  CHECK_THROWS_WITH_AS(RunPlan(options, plan), doctest::Contains("it was made for another model"), Error);
+  CHECK_THROWS_WITH_AS(RunPlanJson(options, plan), doctest::Contains("it was made for another model"), Error);
   options.model_path = ModelPath("mlp_chain");
   options.force = false;
   nlohmann::json wrong = plan;
   wrong["schema"] = "ckplan.plan/9";
-  CHECK_THROWS_WITH_AS(RunPlan(options, wrong), doctest::Contains("field 'schema'"), Error);
+  CHECK_THROWS_WITH_AS(RunPlanJson(options, wrong), doctest::Contains("field 'schema'"), Error);
   wrong = plan;
   wrong["stages"][3]["modules"] = {"blocks.99"};
-  CHECK_THROWS_WITH_AS(RunPlan(options, wrong), doctest::Contains("names module 'blocks.99'"), Error);
+  CHECK_THROWS_WITH_AS(RunPlanJson(options, wrong), doctest::Contains("names module 'blocks.99'"), Error);
   wrong = plan;
   wrong["stages"][2]["first_op"] = 7;
-  CHECK_THROWS_WITH_AS(RunPlan(options, wrong), doctest::Contains("op ranges must follow one another"), Error);
+  CHECK_THROWS_WITH_AS(RunPlanJson(options, wrong), doctest::Contains("op ranges must follow one another"), Error);
 }

@@ -1,9 +1,4 @@
-// A step of a PyTorch-target plan as PyTorch runs it: the forward node by
-// node with eager semantics (each value freed at its last use, one autograd
-// graph), each wrapped module's stages run as torch.utils.checkpoint runs a
-// module: without autograd, holding its inputs and the random state; in
-// backward, when the gradient reaches it, run again with autograd from its
-// inputs and back-propagated at once.
+#include "libtorch/executor/module_step.h"
 
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -14,12 +9,8 @@
 #include <unordered_set>
 
 #include "planner/base/error.h"
-#include "libtorch/executor/schedule_runner.h"
-#include "libtorch/runtime/timing.h"
-#include "libtorch/runtime/tracking_allocator.h"
 
 namespace ckplan {
-namespace {
 
 using torch::jit::Value;
 
@@ -46,6 +37,8 @@ struct WrappedRun {
   at::Generator generator;
   at::Tensor rng_state;                         // the random state its forward started from
 };
+
+namespace {
 
 // The tensors of `value` replaced, in order, by `tensors` from `*next`.
 c10::IValue Rebuild(const c10::IValue& value, const std::vector<at::Tensor>& tensors, size_t* next) {
@@ -237,20 +230,19 @@ bool ReachesCheckpoint(const torch::autograd::edge_list& edges) {
 
 }  // namespace
 
-Measure ScheduleRunner::RunModules(const std::vector<at::Tensor>& inputs,
-                                   const std::vector<std::pair<size_t, size_t>>& wrapped) {
+CheckpointedForward::CheckpointedForward(StagedProgram& staged, const std::vector<at::Tensor>& params,
+                                         const std::unordered_set<const c10::TensorImpl*>& static_tensors,
+                                         at::Generator generator)
+    : staged_(staged), params_(params), static_tensors_(static_tensors), generator_(std::move(generator)) {}
+
+CheckpointedForward::~CheckpointedForward() = default;
+
+void CheckpointedForward::Run(const std::vector<at::Tensor>& inputs,
+                              const std::vector<std::pair<size_t, size_t>>& wrapped, Environment& env) {
   GraphProgram& program = staged_.program();
-  Measure m = BeginStep(inputs);
-  const StepTimer timer(device_.cuda());  // thread CPU time on the CPU (timing.h)
   // Wrapped modules by their first node: their first and last stages.
   std::unordered_map<size_t, std::pair<size_t, size_t>> starts;
   for (const auto& range : wrapped) starts[staged_.begin(range.first)] = range;
-  std::vector<std::unique_ptr<WrappedRun>> runs;  // alive until the step's backward is over
-  if (!wrapped.empty() && !static_tensors_known_) {
-    program.StaticTensors(&static_tensors_);
-    static_tensors_known_ = true;
-  }
-  Environment env;
   program.BindInputs(env, inputs);
   for (size_t n = 0; n < program.nodes().size();) {
     auto start = starts.find(n);
@@ -266,7 +258,7 @@ Measure ScheduleRunner::RunModules(const std::vector<at::Tensor>& inputs,
     run->model_inputs = &inputs;
     run->begin = n;
     run->end = end;
-    run->generator = DefaultGenerator(device_);
+    run->generator = generator_;
     // Its inputs: what its nodes read that was made before it; its outputs:
     // what it makes that is read after it.
     std::unordered_set<const Value*> made, read;
@@ -316,13 +308,9 @@ Measure ScheduleRunner::RunModules(const std::vector<at::Tensor>& inputs,
     }
     flat.clear();
     for (size_t k = n; k <= end; ++k) program.FreeDeadAfter(k, env);
-    runs.push_back(std::move(run));
+    runs_.push_back(std::move(run));
     n = end + 1;
   }
-  EndNodeStep(env, m, [&runs] { runs.clear(); });
-  m.ms = timer.Ms();
-  m.peak_bytes = StepPeak(m);
-  return m;
 }
 
 }  // namespace ckplan

@@ -4,10 +4,12 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <optional>
 #include <set>
 
 #include "planner/base/error.h"
+#include "libtorch/executor/module_step.h"
 #include "libtorch/executor/optimizer_step.h"
 #include "libtorch/runtime/timing.h"
 #include "libtorch/runtime/tracking_allocator.h"
@@ -148,6 +150,24 @@ Measure ScheduleRunner::RunPlainStep(const std::vector<at::Tensor>& inputs, bool
   return m;
 }
 
+Measure ScheduleRunner::RunModules(const std::vector<at::Tensor>& inputs,
+                                   const std::vector<std::pair<size_t, size_t>>& wrapped) {
+  Measure m = BeginStep(inputs);
+  const StepTimer timer(device_.cuda());  // thread CPU time on the CPU (timing.h)
+  if (!wrapped.empty() && !static_tensors_known_) {
+    staged_.program().StaticTensors(&static_tensors_);
+    static_tensors_known_ = true;
+  }
+  // What the wrapped modules hold for their recomputations: alive until the step's backward is over.
+  auto forward = std::make_unique<CheckpointedForward>(staged_, params_, static_tensors_, DefaultGenerator(device_));
+  Environment env;
+  forward->Run(inputs, wrapped, env);
+  EndNodeStep(env, m, [&forward] { forward.reset(); });
+  m.ms = timer.Ms();
+  m.peak_bytes = StepPeak(m);
+  return m;
+}
+
 // The step's peak: the CUDA caching allocator's statistics on a GPU, the
 // tracking ledger on the CPU.
 int64_t ScheduleRunner::StepPeak(const Measure& m) const {
@@ -169,8 +189,8 @@ std::vector<c10::IValue> ScheduleRunner::RunStage(size_t s, const std::vector<c1
   // gradient check's step); later steps copy the generator's state only
   // for the stages that do (a copy and a comparison per stage cost about
   // as much as a small stage).
-  if (draws_random_.size() < staged_.stages()) draws_random_.resize(staged_.stages(), -1);
-  const bool keep_rng = draws_random_[s] != 0;
+  if (draws_random_.size() < staged_.stages()) draws_random_.resize(staged_.stages());
+  const bool keep_rng = draws_random_[s].value_or(true);
   // Which buffers a stage writes is learnt on its first run too (the
   // graph writes the same ones each step).
   if (mutated_buffers_.size() < staged_.stages()) mutated_buffers_.resize(staged_.stages());
@@ -239,8 +259,8 @@ std::vector<c10::IValue> ScheduleRunner::RunStage(size_t s, const std::vector<c1
   if (first_time) {
     // Keep the random state only for stages that drew random numbers.
     std::lock_guard<std::mutex> lock(gen.mutex());
-    if (keep_rng && draws_random_[s] < 0) draws_random_[s] = at::equal(rng_before, gen.get_state()) ? 0 : 1;
-    if (keep_rng && draws_random_[s] == 1) rng_state_[s] = rng_before;
+    if (keep_rng && !draws_random_[s]) draws_random_[s] = !at::equal(rng_before, gen.get_state());
+    if (keep_rng && *draws_random_[s]) rng_state_[s] = rng_before;
   } else {
     torch::NoGradGuard guard;
     for (size_t b : mutated_buffers_[s]) buffers_[b].copy_(buffer_snapshots_[b]);

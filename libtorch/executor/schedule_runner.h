@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -28,7 +29,7 @@ struct Measure {
   int64_t peak_bytes = 0;
   int64_t live_after_forward_bytes = 0;
   double ms = 0;
-  int64_t device_base = -1;  // bytes allocated on the GPU at the reset
+  std::optional<int64_t> device_base;  // bytes allocated on the GPU at the reset; none on the CPU
   int64_t ledger_kept = 0;   // the ledger's live bytes at the reset that are the model's
 };
 
@@ -52,10 +53,10 @@ class ScheduleRunner {
   // A step running `schedule` (the plan's, or the one without recomputation).
   Measure RunSchedule(const std::vector<at::Tensor>& inputs, const Schedule& schedule);
 
-  // A step of a PyTorch-target plan as PyTorch runs it (module_step.cc):
-  // node by node with eager semantics, the stages first..last of each of
-  // `wrapped` run as torch.utils.checkpoint runs a wrapped module. With
-  // nothing wrapped, the plain step.
+  // A step of a PyTorch-target plan as PyTorch runs it (CheckpointedForward,
+  // module_step.h): node by node with eager semantics, the stages
+  // first..last of each of `wrapped` run as torch.utils.checkpoint runs a
+  // wrapped module. With nothing wrapped, the plain step.
   Measure RunModules(const std::vector<at::Tensor>& inputs, const std::vector<std::pair<size_t, size_t>>& wrapped);
 
   // As `optimizer.zero_grad()` (set_to_none, PyTorch's default): gradients
@@ -117,7 +118,7 @@ class ScheduleRunner {
   std::vector<at::Tensor> params_, buffers_;
   std::unordered_map<const torch::jit::Value*, bool> requires_grad_;
   std::vector<at::Tensor> rng_state_;
-  std::vector<int> draws_random_;  // per stage: -1 not known yet, 0 no, 1 yes
+  std::vector<std::optional<bool>> draws_random_;  // per stage: whether it draws random numbers (unset: not known yet)
   std::vector<std::vector<size_t>> mutated_buffers_;  // per stage: the buffers its forward writes
   std::vector<bool> mutated_known_;                    // per stage: mutated_buffers_ learnt
   std::vector<at::Tensor> buffer_snapshots_;           // per buffer: its values before a recomputation

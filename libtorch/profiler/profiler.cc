@@ -20,6 +20,7 @@
 #include "libtorch/profiler/calibration.h"
 #include "libtorch/runtime/timing.h"
 #include "libtorch/runtime/graph_program.h"
+#include "libtorch/runtime/pt2_model.h"
 #include "libtorch/runtime/tracking_allocator.h"
 
 namespace ckplan {
@@ -557,7 +558,7 @@ class Profiler {
     for (const at::Tensor& t : inputs) other -= StorageBytes(t);
     tracker_.ResetPeak();
     const int64_t ledger_kept = tracker_.live_bytes() - other;
-    const int64_t device_base = ResetDevicePeak(device_);
+    const std::optional<int64_t> device_base = ResetDevicePeak(device_);
     std::unique_ptr<GpuOpTimer> gpu_timer = MakeGpuOpTimer(device_, &timer_line_);
     recorder->gpu_timer = gpu_timer.get();
     Environment env;

@@ -355,7 +355,7 @@ TEST_CASE("the profile JSON round-trips and records identity, inputs and edges")
   CHECK(back.calibration.module_step_ms == p.calibration.module_step_ms);
   CHECK(back.calibration.module_nograd_scale == p.calibration.module_nograd_scale);
   CHECK(back.calibration.checkpoint_call_ms == p.calibration.checkpoint_call_ms);
-  CHECK(chain.checkpoint_call_ms == p.calibration.checkpoint_call_ms);
+  CHECK(chain.pytorch.checkpoint_call_ms == p.calibration.checkpoint_call_ms);
   for (const Stage& s : chain.stages) {
     double ops_ms = 0;
     for (int k = s.ops->first; k <= s.ops->last; ++k) ops_ms += *p.ops[static_cast<size_t>(k)].fwd_nograd_ms;

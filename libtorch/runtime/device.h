@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,15 +41,16 @@ int UsableCudaDevices();
 /// tracking ledger (installed once). CPU: nothing to do.
 void TrackDeviceMemory(const DeviceInfo& device);
 /// CUDA: resets the allocator's peak statistics and returns the bytes
-/// allocated on the device now; CPU: -1.
-int64_t ResetDevicePeak(const DeviceInfo& device);
-/// CUDA: peak allocated bytes since the last reset; CPU: -1 (use the ledger).
-int64_t DevicePeakBytes(const DeviceInfo& device);
+/// allocated on the device now; CPU: nullopt.
+std::optional<int64_t> ResetDevicePeak(const DeviceInfo& device);
+/// CUDA: peak allocated bytes since the last reset; CPU: nullopt (use the ledger).
+std::optional<int64_t> DevicePeakBytes(const DeviceInfo& device);
 /// A step's peak: on a GPU the allocator's peak less what was allocated at
 /// the reset and is not the model's (`device_base` from ResetDevicePeak,
 /// `ledger_kept` the ledger's live bytes at the reset that are the model's
 /// state and inputs); on the CPU, `ledger_peak`.
-int64_t StepPeakBytes(const DeviceInfo& device, int64_t device_base, int64_t ledger_kept, int64_t ledger_peak);
+int64_t StepPeakBytes(const DeviceInfo& device, std::optional<int64_t> device_base, int64_t ledger_kept,
+                      int64_t ledger_peak);
 void SynchronizeDevice(const DeviceInfo& device);
 /// The generator that random ops (dropout) on this device draw from.
 at::Generator DefaultGenerator(const DeviceInfo& device);

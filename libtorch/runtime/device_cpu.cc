@@ -23,9 +23,9 @@ DeviceInfo OpenDevice(const std::string& text) {
 }
 
 void TrackDeviceMemory(const DeviceInfo&) {}
-int64_t ResetDevicePeak(const DeviceInfo&) { return -1; }
-int64_t DevicePeakBytes(const DeviceInfo&) { return -1; }
-int64_t StepPeakBytes(const DeviceInfo&, int64_t, int64_t, int64_t ledger_peak) { return ledger_peak; }
+std::optional<int64_t> ResetDevicePeak(const DeviceInfo&) { return std::nullopt; }
+std::optional<int64_t> DevicePeakBytes(const DeviceInfo&) { return std::nullopt; }
+int64_t StepPeakBytes(const DeviceInfo&, std::optional<int64_t>, int64_t, int64_t ledger_peak) { return ledger_peak; }
 void SynchronizeDevice(const DeviceInfo&) {}
 at::Generator DefaultGenerator(const DeviceInfo&) { return at::detail::getDefaultCPUGenerator(); }
 std::unique_ptr<GpuOpTimer> MakeGpuOpTimer(const DeviceInfo&, std::string*) { return nullptr; }

@@ -150,25 +150,26 @@ c10::CachingAllocator::Stat AllocatedBytes(const DeviceInfo& device) {
 }
 }  // namespace
 
-int64_t ResetDevicePeak(const DeviceInfo& device) {
-  if (!device.cuda()) return -1;
+std::optional<int64_t> ResetDevicePeak(const DeviceInfo& device) {
+  if (!device.cuda()) return std::nullopt;
   c10::cuda::device_synchronize();
   c10::cuda::CUDACachingAllocator::resetPeakStats(Index(device));
   return AllocatedBytes(device).current;
 }
 
-int64_t DevicePeakBytes(const DeviceInfo& device) {
-  if (!device.cuda()) return -1;
+std::optional<int64_t> DevicePeakBytes(const DeviceInfo& device) {
+  if (!device.cuda()) return std::nullopt;
   c10::cuda::device_synchronize();
   return AllocatedBytes(device).peak;
 }
 
-int64_t StepPeakBytes(const DeviceInfo& device, int64_t device_base, int64_t ledger_kept, int64_t ledger_peak) {
+int64_t StepPeakBytes(const DeviceInfo& device, std::optional<int64_t> device_base, int64_t ledger_kept,
+                      int64_t ledger_peak) {
   if (!device.cuda()) return ledger_peak;
   // What the device held at the reset that is not the model's state or
   // inputs (another step's leftovers, cached workspaces) is not the step's.
-  const int64_t not_ours = std::max<int64_t>(0, device_base - ledger_kept);
-  return DevicePeakBytes(device) - not_ours;
+  const int64_t not_ours = std::max<int64_t>(0, device_base.value_or(0) - ledger_kept);
+  return *DevicePeakBytes(device) - not_ours;
 }
 
 void SynchronizeDevice(const DeviceInfo& device) {

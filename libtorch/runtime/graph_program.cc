@@ -17,6 +17,7 @@
 
 #include "planner/base/error.h"
 #include "planner/base/units.h"
+#include "libtorch/runtime/pt2_model.h"
 
 namespace ckplan {
 namespace {

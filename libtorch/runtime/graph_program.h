@@ -5,7 +5,6 @@
 #include <torch/script.h>
 
 #include <cstdint>
-#include <map>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -167,21 +166,6 @@ void CollectTensors(const c10::IValue& value, std::vector<at::Tensor>* out);
 /// PyTorch (with both versions).
 torch::jit::Module LoadModel(const std::string& path);
 
-/// Whether `path` is a torch.export archive (`.pt2`, from torch.export.save).
-bool IsExportArchive(const std::string& path);
-/// A torch.export archive as a module whose forward graph holds its ATen
-/// ops, each tagged with its module path (libtorch/runtime/pt2_model.cc).
-torch::jit::Module LoadExportedProgram(const std::string& path);
-/// The module path a node of an exported program was tagged with, or "".
-std::string ExportModulePath(const torch::jit::Node* node);
-/// The autocast region a node of an exported program runs in, as
-/// ProgramNode::autocast: kAutocastOuter unless inside a region the model
-/// set itself.
-int ExportAutocast(const torch::jit::Node* node);
-/// The autocast an exported program was exported under
-/// (ckplan_torch.export(autocast=...), extra/ckplan.json `autocast`):
-/// `bfloat16` or `float16`; nullopt when none or not a .pt2.
-std::optional<std::string> ExportAutocastDtype(const std::string& path);
 /// `--autocast`'s values (bf16, bfloat16, fp16, float16, off, none) as a
 /// dtype (nullopt: off). Throws BadInput naming the value.
 std::optional<c10::ScalarType> ParseAutocast(const std::string& text);
@@ -190,22 +174,6 @@ std::optional<c10::ScalarType> ParseAutocast(const std::string& text);
 std::optional<c10::ScalarType> ResolveAutocast(const std::string& flag, const std::optional<std::string>& recorded);
 /// A dtype's name as torch names it: `bfloat16`, `float16`.
 std::string TorchDtypeName(c10::ScalarType type);
-/// The modules an exported program's node's outputs were passed to, as the
-/// program's module call signatures record them: (module path, output).
-std::vector<std::pair<std::string, const torch::jit::Value*>> ModuleCallInputs(const torch::jit::Node* node);
-/// The bytes of Python numbers eager PyTorch's autograd node of an exported
-/// program's node keeps (mul and div by a number: a 0-dim host tensor), or 0.
-int64_t ExportWrappedNumberBytes(const torch::jit::Node* node);
-/// Per module path, the most bytes its forward held at once in eager PyTorch
-/// beyond what it was called with, as ckplan_torch.export measured it on its
-/// example inputs (extra/ckplan.json); empty unless `path` is a .pt2 with
-/// that record and `inputs` have the example's shapes and element sizes.
-std::map<std::string, int64_t> ExportEagerModulePeaks(const std::string& path, const std::vector<at::Tensor>& inputs);
-/// The `--input` texts of the example inputs ckplan_torch.export recorded in
-/// a .pt2 (extra/ckplan.json `inputs`), in the program's order; empty when
-/// it recorded none.
-std::vector<std::string> ExportInputSpecs(const std::string& path);
-
 /// Inputs from specs: float ones from a normal distribution (or uniform in
 /// LO..HI), integer ones uniform in [LO, HI). Seeded: the same every run.
 std::vector<at::Tensor> MakeInputs(const std::vector<InputSpec>& specs, uint64_t seed);

@@ -6,6 +6,7 @@
 
 #include "planner/base/error.h"
 #include "libtorch/runtime/graph_program.h"
+#include "libtorch/runtime/meta_kernels.h"
 #include "libtorch/runtime/tracking_allocator.h"
 
 namespace ckplan {

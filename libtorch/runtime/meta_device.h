@@ -20,9 +20,6 @@ namespace ckplan {
 
 class GraphProgram;
 
-/// Meta kernels LibTorch's C++ lacks, for the common ops (meta_kernels.cc).
-void RegisterMetaKernels();
-
 /// The meta device, counted by the tracking ledger from now on; the missing
 /// meta kernels registered.
 DeviceInfo OpenMetaDevice();

@@ -5,6 +5,8 @@
 // `--device meta` is first used (a registration at load time would warn
 // about the one kernel replaced, _fused_sdp_choice's).
 
+#include "libtorch/runtime/meta_kernels.h"
+
 #include <ATen/ATen.h>
 #include <ATen/OpMathType.h>
 #include <ATen/ops/_fused_sdp_choice_native.h>

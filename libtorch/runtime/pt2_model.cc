@@ -9,6 +9,8 @@
 // storages in `data/weights/`, described by `<name>_weights_config.json`;
 // constants likewise in `data/constants/`.
 
+#include "libtorch/runtime/pt2_model.h"
+
 #include <caffe2/serialize/inline_container.h>
 #include <torch/csrc/jit/api/module.h>
 #include <torch/csrc/jit/ir/ir.h>

@@ -94,8 +94,9 @@ void ValidateChain(const Chain& chain, const std::string& file, const std::strin
                                               chain.update_tmp_bytes),
                                 chain.output_held_bytes);
   total = SaturatingAdd(total, chain.output_kept_bytes);
-  if (chain.output_kept_stage < -1 || chain.output_kept_stage >= static_cast<int>(chain.stages.size()) ||
-      (chain.output_kept_bytes > 0) != (chain.output_kept_stage >= 0)) {
+  if ((chain.output_kept_stage &&
+       (*chain.output_kept_stage < 0 || *chain.output_kept_stage >= static_cast<int>(chain.stages.size()))) ||
+      (chain.output_kept_bytes > 0) != chain.output_kept_stage.has_value()) {
     fail("output_kept", "a stage of the chain with bytes above 0, or neither");
   }
   for (const auto& entry : chain.input_storages) total = SaturatingAdd(total, entry.second);
@@ -106,14 +107,14 @@ void ValidateChain(const Chain& chain, const std::string& file, const std::strin
     }
     for (const auto& entry : s.out_storages) total = SaturatingAdd(total, entry.second);
   }
-  for (const auto& [path, storages] : chain.module_call_storages) {
+  for (const auto& [path, storages] : chain.pytorch.module_call_storages) {
     for (const auto& entry : storages) total = SaturatingAdd(total, entry.second);
   }
-  for (const auto& [path, bytes] : chain.module_held_bytes) {
+  for (const auto& [path, bytes] : chain.pytorch.module_held_bytes) {
     if (bytes < 0) fail("module_held_bytes", "'" + path + "' holds " + std::to_string(bytes) + " B: must be at least 0");
     total = SaturatingAdd(total, bytes);
   }
-  for (const auto& [path, bytes] : chain.module_eager_peak_bytes) {
+  for (const auto& [path, bytes] : chain.pytorch.module_eager_peak_bytes) {
     if (bytes < 0 || bytes > kMaxTotalBytes) {
       fail("module_eager_peak_bytes", "'" + path + "' holds " + std::to_string(bytes) + " B: must be 0 to " +
                                           LimitText(kMaxTotalBytes));
@@ -243,7 +244,7 @@ Chain ChainFromJson(const nlohmann::json& doc, const std::string& file) {
       loss.Field("module_bwd_ms").Fail("the step without recomputation it leaves is negative");
     }
   }
-  if (root.Has("checkpoint_call_ms")) chain.checkpoint_call_ms = root.Field("checkpoint_call_ms").NonNegativeNumber();
+  if (root.Has("checkpoint_call_ms")) chain.pytorch.checkpoint_call_ms = root.Field("checkpoint_call_ms").NonNegativeNumber();
   if (root.Has("update_tmp_bytes")) chain.update_tmp_bytes = root.Field("update_tmp_bytes").NonNegativeBytes();
   if (root.Has("output_held_bytes")) chain.output_held_bytes = root.Field("output_held_bytes").NonNegativeBytes();
   if (root.Has("output_kept")) {
@@ -252,7 +253,7 @@ Chain ChainFromJson(const nlohmann::json& doc, const std::string& file) {
     chain.output_kept_stage = kept.Field("stage").IntegerIn(0, 1 << 30);
   }
   if (root.Has("checkpoint_state_bytes")) {
-    chain.checkpoint_state_bytes = root.Field("checkpoint_state_bytes").NonNegativeBytes();
+    chain.pytorch.checkpoint_state_bytes = root.Field("checkpoint_state_bytes").NonNegativeBytes();
   }
   if (root.Has("input_storages")) {
     JsonReader list = root.Field("input_storages");
@@ -263,7 +264,7 @@ Chain ChainFromJson(const nlohmann::json& doc, const std::string& file) {
     modules.ExpectObject();
     for (const auto& item : modules.node().items()) {
       const JsonReader list = modules.Field(item.key());
-      auto& storages = chain.module_call_storages[item.key()];
+      auto& storages = chain.pytorch.module_call_storages[item.key()];
       for (size_t k = 0; k < list.ArraySize(); ++k) storages.push_back(ReadStorage(list.Item(k)));
     }
   }
@@ -271,14 +272,14 @@ Chain ChainFromJson(const nlohmann::json& doc, const std::string& file) {
     const JsonReader modules = root.Field("module_held_bytes");
     modules.ExpectObject();
     for (const auto& item : modules.node().items()) {
-      chain.module_held_bytes[item.key()] = modules.Field(item.key()).NonNegativeBytes();
+      chain.pytorch.module_held_bytes[item.key()] = modules.Field(item.key()).NonNegativeBytes();
     }
   }
   if (root.Has("module_eager_peak_bytes")) {
     const JsonReader modules = root.Field("module_eager_peak_bytes");
     modules.ExpectObject();
     for (const auto& item : modules.node().items()) {
-      chain.module_eager_peak_bytes[item.key()] = modules.Field(item.key()).NonNegativeBytes();
+      chain.pytorch.module_eager_peak_bytes[item.key()] = modules.Field(item.key()).NonNegativeBytes();
     }
   }
   ValidateChain(chain, file, "");
@@ -320,17 +321,17 @@ nlohmann::json ChainToJson(const Chain& chain) {
                         {"stages", std::move(stages)},
                         {"loss", {{"bwd_ms", chain.loss_bwd_ms}, {"bwd_tmp_bytes", chain.loss_bwd_tmp_bytes}}}};
   if (!chain.input_storages.empty()) doc["input_storages"] = chain.input_storages;
-  if (!chain.module_call_storages.empty()) doc["module_call_storages"] = chain.module_call_storages;
-  if (!chain.module_held_bytes.empty()) doc["module_held_bytes"] = chain.module_held_bytes;
-  if (!chain.module_eager_peak_bytes.empty()) doc["module_eager_peak_bytes"] = chain.module_eager_peak_bytes;
+  if (!chain.pytorch.module_call_storages.empty()) doc["module_call_storages"] = chain.pytorch.module_call_storages;
+  if (!chain.pytorch.module_held_bytes.empty()) doc["module_held_bytes"] = chain.pytorch.module_held_bytes;
+  if (!chain.pytorch.module_eager_peak_bytes.empty()) doc["module_eager_peak_bytes"] = chain.pytorch.module_eager_peak_bytes;
   if (chain.update_tmp_bytes > 0) doc["update_tmp_bytes"] = chain.update_tmp_bytes;
   if (chain.output_held_bytes > 0) doc["output_held_bytes"] = chain.output_held_bytes;
   if (chain.output_kept_bytes > 0) {
-    doc["output_kept"] = {{"bytes", chain.output_kept_bytes}, {"stage", chain.output_kept_stage}};
+    doc["output_kept"] = {{"bytes", chain.output_kept_bytes}, {"stage", *chain.output_kept_stage}};
   }
-  if (chain.checkpoint_state_bytes > 0) doc["checkpoint_state_bytes"] = chain.checkpoint_state_bytes;
+  if (chain.pytorch.checkpoint_state_bytes > 0) doc["checkpoint_state_bytes"] = chain.pytorch.checkpoint_state_bytes;
   if (chain.module_loss_bwd_ms) doc["loss"]["module_bwd_ms"] = *chain.module_loss_bwd_ms;
-  if (chain.checkpoint_call_ms > 0) doc["checkpoint_call_ms"] = chain.checkpoint_call_ms;
+  if (chain.pytorch.checkpoint_call_ms > 0) doc["checkpoint_call_ms"] = chain.pytorch.checkpoint_call_ms;
   return doc;
 }
 

@@ -36,7 +36,7 @@ struct Stage {
   double NoGradFwdMs() const { return fwd_nograd_ms.value_or(fwd_ms); }
   /// Optional, for the PyTorch target: the stage's forward without autograd
   /// inside a module wrapped in torch.utils.checkpoint, as `ckplan run` runs
-  /// it eagerly (Chain::checkpoint_call_ms aside); NoGradFwdMs() stands for
+  /// it eagerly (PyTorchModuleCosts::checkpoint_call_ms aside); NoGradFwdMs() stands for
   /// it when unknown.
   std::optional<double> module_fwd_nograd_ms;
   double ModuleNoGradFwdMs() const { return module_fwd_nograd_ms.value_or(NoGradFwdMs()); }
@@ -80,6 +80,39 @@ struct Stage {
   std::optional<int64_t> executor_bwd_peak_bytes;
 };
 
+/// What the PyTorch target reads of the modules it wraps in
+/// torch.utils.checkpoint, by module path where it depends on the module:
+/// the model's, whatever stages a chain (or a pipeline stage's part of it,
+/// SubChain) holds. All optional: 0 or empty when not counted.
+struct PyTorchModuleCosts {
+  /// What torch.utils.checkpoint keeps per wrapped module beyond tensors
+  /// (StageGradients::checkpoint_state_bytes).
+  int64_t checkpoint_state_bytes = 0;
+  /// What each wrapped module costs a step beyond its stages' forward
+  /// without autograd and their rerun with it (the autograd function, its
+  /// nested backward).
+  double checkpoint_call_ms = 0;
+  /// Per module path, the storages (id, bytes, ids as in
+  /// Stage::out_storages) of the tensors it is called with, model inputs,
+  /// weights and storages some op saves aside (Profile::module_inputs):
+  /// torch.utils.checkpoint holds each of them for a wrapped module, those
+  /// its ops never read (a decoder layer's position ids) and so cross no cut
+  /// included.
+  std::map<std::string, std::vector<std::pair<int64_t, int64_t>>> module_call_storages;
+  /// Per module path, the bytes its ops' autograd nodes keep that
+  /// torch.utils.checkpoint cannot drop (the Python numbers mul and div
+  /// save, Profile's OpRecord::wrapped_number_bytes): held by a wrapped
+  /// module from its forward to its backward, as its inputs are. Their
+  /// stages' saved_bytes count them too (run normally, they are saved as
+  /// the rest).
+  std::map<std::string, int64_t> module_held_bytes;
+  /// Per module path, the most bytes its forward holds at once in eager
+  /// PyTorch beyond what it was called with (the profile's
+  /// module_eager_peak_bytes): a wrapped module's recomputation holds at
+  /// least this.
+  std::map<std::string, int64_t> module_eager_peak_bytes;
+};
+
 struct Chain {
   int64_t input_bytes = 0;      ///< x_0, the chain input
   std::vector<Stage> stages;
@@ -98,16 +131,9 @@ struct Chain {
   /// other outputs the loop holds) that an op does save: counted in the
   /// stage that keeps them until that stage's backward releases them, then
   /// held by the loop to the step's end. `output_kept_stage` is the last
-  /// stage whose ops make or read them (-1 when none).
+  /// stage whose ops make or read them (unset when none).
   int64_t output_kept_bytes = 0;
-  int output_kept_stage = -1;
-  /// Optional: what torch.utils.checkpoint keeps per wrapped module beyond
-  /// tensors (StageGradients::checkpoint_state_bytes); 0 when not counted.
-  int64_t checkpoint_state_bytes = 0;
-  /// Optional, for the PyTorch target: what each wrapped module costs a
-  /// step beyond its stages' forward without autograd and their rerun with
-  /// it (the autograd function, its nested backward); 0 when unknown.
-  double checkpoint_call_ms = 0;
+  std::optional<int> output_kept_stage;
   /// Optional, for the PyTorch target: the loss's part of a step run
   /// eagerly, nothing wrapped (what the step leaves beyond its stages'
   /// forward and backward, negative where their ops timed one by one take
@@ -117,26 +143,9 @@ struct Chain {
   double ModuleLossBwdMs() const { return module_loss_bwd_ms ? *module_loss_bwd_ms : loss_bwd_ms; }
   /// Optional: the storages of the chain input (see Stage::out_storages).
   std::vector<std::pair<int64_t, int64_t>> input_storages;
-  /// Optional, for the PyTorch target: per module path, the storages (id,
-  /// bytes, ids as in Stage::out_storages) of the tensors it is called with,
-  /// model inputs, weights and storages some op saves aside
-  /// (Profile::module_inputs):
-  /// torch.utils.checkpoint holds each of them for a wrapped module, those
-  /// its ops never read (a decoder layer's position ids) and so cross no cut
-  /// included. Empty when unknown.
-  std::map<std::string, std::vector<std::pair<int64_t, int64_t>>> module_call_storages;
-  /// Optional, for the PyTorch target: per module path, the bytes its ops'
-  /// autograd nodes keep that torch.utils.checkpoint cannot drop (the Python
-  /// numbers mul and div save, Profile's OpRecord::wrapped_number_bytes):
-  /// held by a wrapped module from its forward to its backward, as its
-  /// inputs are. Their stages' saved_bytes count them too (run normally,
-  /// they are saved as the rest). Empty when unknown or none.
-  std::map<std::string, int64_t> module_held_bytes;
-  /// For the PyTorch target: per module path, the most bytes its forward
-  /// holds at once in eager PyTorch beyond what it was called with (the
-  /// profile's module_eager_peak_bytes): a wrapped module's recomputation
-  /// holds at least this. Empty when unknown.
-  std::map<std::string, int64_t> module_eager_peak_bytes;
+  /// Optional: what the PyTorch target reads of the modules it wraps (the
+  /// chain file's checkpoint_state_bytes, checkpoint_call_ms and module_*).
+  PyTorchModuleCosts pytorch;
 
   /// True when every stage knows its storages: the simulator shares them.
   bool has_storages() const;

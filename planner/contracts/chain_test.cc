@@ -38,9 +38,9 @@ TEST_CASE("chains, plain and cut from a profile with storages, round-trip both w
   const Chain plain = testing::RandomChain(12, 3);
   Chain cut = LoadPlannerInput(std::string(CKPLAN_SOURCE_DIR) + "/data/example.profile.json", "adam").chain;
   REQUIRE(cut.has_storages());
-  cut.module_call_storages["layers.0"] = {{7, 512}, {9, 64}};
-  cut.module_held_bytes["layers.0"] = 16;
-  cut.module_eager_peak_bytes["layers.0"] = 854016;
+  cut.pytorch.module_call_storages["layers.0"] = {{7, 512}, {9, 64}};
+  cut.pytorch.module_held_bytes["layers.0"] = 16;
+  cut.pytorch.module_eager_peak_bytes["layers.0"] = 854016;
   for (const Chain& chain : {plain, cut}) {
     const nlohmann::json written = ChainToJson(chain);
     const Chain read = ChainFromJson(written, "c.json");
@@ -49,9 +49,9 @@ TEST_CASE("chains, plain and cut from a profile with storages, round-trip both w
     REQUIRE(read.length() == chain.length());
     CHECK(read.input_bytes == chain.input_bytes);
     CHECK(read.input_storages == chain.input_storages);
-    CHECK(read.module_call_storages == chain.module_call_storages);
-    CHECK(read.module_held_bytes == chain.module_held_bytes);
-    CHECK(read.module_eager_peak_bytes == chain.module_eager_peak_bytes);
+    CHECK(read.pytorch.module_call_storages == chain.pytorch.module_call_storages);
+    CHECK(read.pytorch.module_held_bytes == chain.pytorch.module_held_bytes);
+    CHECK(read.pytorch.module_eager_peak_bytes == chain.pytorch.module_eager_peak_bytes);
     CHECK(read.loss_bwd_ms == chain.loss_bwd_ms);
     CHECK(read.loss_bwd_tmp_bytes == chain.loss_bwd_tmp_bytes);
     for (int i = 0; i < chain.length(); ++i) {
@@ -177,10 +177,10 @@ TEST_CASE("the PyTorch target's prices round-trip (absent: the schedule's stand 
   const Chain read_plain = ChainFromJson(plain, "c.json");
   CHECK(!read_plain.stages[1].module_fwd_nograd_ms);
   CHECK(read_plain.stages[1].ModuleNoGradFwdMs() == read_plain.stages[1].NoGradFwdMs());
-  CHECK(read_plain.checkpoint_call_ms == 0);
+  CHECK(read_plain.pytorch.checkpoint_call_ms == 0);
   CHECK(read_plain.ModuleLossBwdMs() == read_plain.loss_bwd_ms);
   chain.stages[1].module_fwd_nograd_ms = 0.375;
-  chain.checkpoint_call_ms = 0.0625;
+  chain.pytorch.checkpoint_call_ms = 0.0625;
   chain.module_loss_bwd_ms = 1.25;
   const nlohmann::json written = ChainToJson(chain);
   const Chain read = ChainFromJson(written, "c.json");
@@ -188,7 +188,7 @@ TEST_CASE("the PyTorch target's prices round-trip (absent: the schedule's stand 
   CHECK(read.stages[1].module_fwd_nograd_ms == 0.375);
   CHECK(read.stages[1].ModuleNoGradFwdMs() == 0.375);
   CHECK(!read.stages[0].module_fwd_nograd_ms);
-  CHECK(read.checkpoint_call_ms == 0.0625);
+  CHECK(read.pytorch.checkpoint_call_ms == 0.0625);
   CHECK(read.module_loss_bwd_ms == 1.25);
   // Negative (the ops timed one by one slower than the eager step), as long
   // as the step it leaves is not.

@@ -26,11 +26,11 @@ void AttachGradients(const Profile& profile, const Liveness& liveness, Chain* ch
     Stage& s = chain->stages[i];
     s.param_grad_bytes = grads.bytes[i];
     s.param_grad_bwd_bytes = std::min(grads.held_at_bwd_peak_bytes[i], grads.bytes[i]);
-    // -1 where the stage's backward could not be replayed.
-    if (grads.pytorch_bwd_peak_bytes[i] >= 0) s.pytorch_bwd_peak_bytes = grads.pytorch_bwd_peak_bytes[i];
-    if (grads.executor_bwd_peak_bytes[i] >= 0) s.executor_bwd_peak_bytes = grads.executor_bwd_peak_bytes[i];
+    // Unset where the stage's backward could not be replayed.
+    s.pytorch_bwd_peak_bytes = grads.pytorch_bwd_peak_bytes[i];
+    s.executor_bwd_peak_bytes = grads.executor_bwd_peak_bytes[i];
   }
-  chain->checkpoint_state_bytes = grads.checkpoint_state_bytes;
+  chain->pytorch.checkpoint_state_bytes = grads.checkpoint_state_bytes;
 }
 
 }  // namespace
@@ -204,7 +204,7 @@ Chain ChainFromProfile(const Profile& profile, const std::string& file, const Op
     const double ops_ms = ops_fwd + ops_bwd;
     chain.module_loss_bwd_ms = std::max(-ops_ms, *calibration.module_step_ms - adam->second - ops_ms);
   }
-  chain.checkpoint_call_ms = calibration.checkpoint_call_ms.value_or(0);
+  chain.pytorch.checkpoint_call_ms = calibration.checkpoint_call_ms.value_or(0);
   // At the loss, beside what the forward keeps: autocast's cache of the
   // weights' casts that nothing saves, held from their first use to the
   // region's end after the loss (0 without autocast).
@@ -253,7 +253,7 @@ Chain ChainFromProfile(const Profile& profile, const std::string& file, const Op
     for (int id : ids) {
       const TensorRecord& t = profile.tensors[static_cast<size_t>(id)];
       if (t.external || storage_kept[t.storage] || !seen.insert(t.storage).second) continue;
-      chain.module_call_storages[path].push_back({t.storage, liveness.StorageBytes(t.storage)});
+      chain.pytorch.module_call_storages[path].push_back({t.storage, liveness.StorageBytes(t.storage)});
     }
   }
   // The Python numbers ops keep, which checkpoint cannot drop: held by
@@ -262,10 +262,10 @@ Chain ChainFromProfile(const Profile& profile, const std::string& file, const Op
     if (op.wrapped_number_bytes <= 0 || op.module.empty()) continue;
     for (size_t dot = 0; dot != std::string::npos;) {
       dot = op.module.find('.', dot + 1);
-      chain.module_held_bytes[op.module.substr(0, dot)] += op.wrapped_number_bytes;
+      chain.pytorch.module_held_bytes[op.module.substr(0, dot)] += op.wrapped_number_bytes;
     }
   }
-  chain.module_eager_peak_bytes = profile.module_eager_peak_bytes;
+  chain.pytorch.module_eager_peak_bytes = profile.module_eager_peak_bytes;
   ValidateChain(chain, file, "the chain cut from it");
   return chain;
 }

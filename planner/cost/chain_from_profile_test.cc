@@ -71,17 +71,17 @@ TEST_CASE("a profile's chain: the Python numbers an op keeps are saved, and held
   CHECK(chain.stages[2].saved_bytes == plain.stages[2].saved_bytes + 8);
   CHECK(*chain.stages[2].private_saved_bytes == *plain.stages[2].private_saved_bytes + 8);
   CHECK(chain.stages[0].saved_bytes == plain.stages[0].saved_bytes);
-  CHECK(plain.module_held_bytes.empty());
-  CHECK(chain.module_held_bytes == std::map<std::string, int64_t>{{"b", 8}, {"b.act", 8}});
+  CHECK(plain.pytorch.module_held_bytes.empty());
+  CHECK(chain.pytorch.module_held_bytes == std::map<std::string, int64_t>{{"b", 8}, {"b.act", 8}});
 }
 
 TEST_CASE("a profile's chain carries what each module's eager forward held at its peak") {
   nlohmann::json doc = TwoBlockProfile();
   doc["module_eager_peak_bytes"] = {{"b", 4000}};
-  CHECK(ChainFromProfile(ProfileFromJson(TwoBlockProfile(), "two_blocks.json")).module_eager_peak_bytes.empty());
+  CHECK(ChainFromProfile(ProfileFromJson(TwoBlockProfile(), "two_blocks.json")).pytorch.module_eager_peak_bytes.empty());
   const Chain chain = ChainFromProfile(ProfileFromJson(doc, "eager.json"));
-  CHECK(chain.module_eager_peak_bytes == std::map<std::string, int64_t>{{"b", 4000}});
-  CHECK(ChainFromJson(ChainToJson(chain), "c.json").module_eager_peak_bytes == chain.module_eager_peak_bytes);
+  CHECK(chain.pytorch.module_eager_peak_bytes == std::map<std::string, int64_t>{{"b", 4000}});
+  CHECK(ChainFromJson(ChainToJson(chain), "c.json").pytorch.module_eager_peak_bytes == chain.pytorch.module_eager_peak_bytes);
 }
 
 TEST_CASE("a profile's chain: with autograd, what an op saves beyond its outputs stays under the transients after it") {
@@ -232,7 +232,7 @@ TEST_CASE("a profile's chain: the PyTorch target's prices from the step as `ckpl
   const Chain schedule = ChainFromProfile(profile);
   // Not measured: the schedule's prices stand for the PyTorch target's.
   for (const Stage& s : schedule.stages) CHECK(!s.module_fwd_nograd_ms);
-  CHECK(schedule.checkpoint_call_ms == 0);
+  CHECK(schedule.pytorch.checkpoint_call_ms == 0);
   CHECK(!schedule.module_loss_bwd_ms);
   // Measured: each stage's ops at the scale inside a wrapped module (no
   // stage run: the wrap's fixed cost is the chain's), the eager step's loss
@@ -252,7 +252,7 @@ TEST_CASE("a profile's chain: the PyTorch target's prices from the step as `ckpl
     CHECK(chain.stages[s].fwd_nograd_ms == schedule.stages[s].fwd_nograd_ms);
     CHECK(chain.stages[s].fwd_ms == schedule.stages[s].fwd_ms);
   }
-  CHECK(chain.checkpoint_call_ms == 0.125);
+  CHECK(chain.pytorch.checkpoint_call_ms == 0.125);
   REQUIRE(chain.module_loss_bwd_ms);
   CHECK(*chain.module_loss_bwd_ms == doctest::Approx(2.0 - 0.4));
   CHECK(chain.loss_bwd_ms == schedule.loss_bwd_ms);
@@ -302,7 +302,7 @@ TEST_CASE("a profile's chain: beside a model's own loss, the loop holds its othe
   CHECK(held.output_kept_bytes == 800);
   CHECK(held.output_kept_stage == 2);
   CHECK(plain.output_kept_bytes == 0);
-  CHECK(plain.output_kept_stage == -1);
+  CHECK(!plain.output_kept_stage);
   const Chain back = ChainFromJson(ChainToJson(held), "held_chain.json");
   CHECK(back.output_kept_bytes == 800);
   CHECK(back.output_kept_stage == 2);

@@ -361,8 +361,8 @@ StageGradients GradientsFromProfile(const Chain& chain, const Profile& profile, 
   const std::string device = profile.environment.DeviceName();
   out.checkpoint_state_bytes = kCpuRngStateBytes + (device.rfind("cuda", 0) == 0 ? kCudaRngStateBytes : 0);
   const GradientViews grad_views = ViewsOfGradients(profile);
-  out.pytorch_bwd_peak_bytes.assign(static_cast<size_t>(length), -1);
-  out.executor_bwd_peak_bytes.assign(static_cast<size_t>(length), -1);
+  out.pytorch_bwd_peak_bytes.assign(static_cast<size_t>(length), std::nullopt);
+  out.executor_bwd_peak_bytes.assign(static_cast<size_t>(length), std::nullopt);
   // Per op: the cuts' storages it released in the profiled step (the executor holds them).
   std::vector<int64_t> cut_released(profile.ops.size(), 0);
   for (size_t op = 0; measured && op < profile.ops.size(); ++op) cut_released[op] = released[op] - released_by_run[op];

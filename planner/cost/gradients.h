@@ -13,6 +13,7 @@
 /// from these figures; the solvers read them from the chain.
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "planner/contracts/chain.h"
@@ -33,7 +34,7 @@ struct StageGradients {
   /// gradients it makes; those of the stage's later ops are then held):
   /// its backward replayed op by op as the stage's bwd_tmp_bytes is.
   std::vector<int64_t> held_at_bwd_peak_bytes;
-  /// Optional (empty, or per stage; -1 where unknown): the stage's backward
+  /// Optional (empty, or per stage; unset where unknown): the stage's backward
   /// peak above what it keeps and the gradients of later stages' parameters,
   /// as PyTorch runs it: its ops' backward replayed in reverse, the gradient
   /// of each of its output storages that some tensor requiring grad lives in
@@ -46,8 +47,8 @@ struct StageGradients {
   /// made them; for the last stage, the model output released by the loss
   /// unless an op saves it. Replaces `grad(i+1) + grad(i) + bwd_tmp_bytes +
   /// held_at_bwd_peak_bytes` (each at its maximum over the stage) in SolveModules.
-  std::vector<int64_t> pytorch_bwd_peak_bytes;
-  /// Optional (empty, or per stage; -1 where unknown): the same replay as
+  std::vector<std::optional<int64_t>> pytorch_bwd_peak_bytes;
+  /// Optional (empty, or per stage; unset where unknown): the same replay as
   /// `ckplan run`'s executor runs the stage's backward (what the simulator
   /// and the schedule DPs take: Stage::executor_bwd_peak_bytes). The executor
   /// holds every value of the stage's cuts (the model's inputs and each
@@ -55,7 +56,7 @@ struct StageGradients {
   /// of the stage's output to the stage's end: only the stage's other saved
   /// storages are released (as measured), none by later stages' backward,
   /// the model output not by the loss.
-  std::vector<int64_t> executor_bwd_peak_bytes;
+  std::vector<std::optional<int64_t>> executor_bwd_peak_bytes;
   /// What torch.utils.checkpoint keeps per wrapped module from its forward
   /// to the end of its backward beyond tensors (preserve_rng_state: the CPU
   /// generator's state, torch.get_rng_state(), 5,056 B; with CUDA each

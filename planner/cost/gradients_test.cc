@@ -11,6 +11,9 @@ using namespace ckplan;
 
 namespace {
 
+// Per stage, a backward replay's peak (StageGradients), unset where unknown.
+using Replayed = std::vector<std::optional<int64_t>>;
+
 // A tensor of a hand-built profile: made by op `producer` (-1: a model
 // input), requiring gradients unless it is an input.
 void AddTensor(Profile* profile, int storage, int64_t bytes, int producer, bool kept) {
@@ -123,16 +126,16 @@ TEST_CASE("a stage's backward as PyTorch runs it: boundary gradients as they liv
   // -50 + 60 - 8 + 100 = 102 (the old bound: 50 + 100 + 60 + 8 = 218). Stage 0:
   // t1's gradient (100) until op 0 has back-propagated; t1 itself is in
   // stage 0's keep.
-  CHECK(Gradients(chain, profile).pytorch_bwd_peak_bytes == std::vector<int64_t>{100, 102});
+  CHECK(Gradients(chain, profile).pytorch_bwd_peak_bytes == Replayed{100, 102});
   // Measured: op 1's backward released t1 (it saved it), so stage 0's
   // backward starts without it: its gradient alone, less its keep.
   profile.tensors[1].released_by = 1;
-  CHECK(Gradients(chain, profile).pytorch_bwd_peak_bytes == std::vector<int64_t>{0, 102});
+  CHECK(Gradients(chain, profile).pytorch_bwd_peak_bytes == Replayed{0, 102});
 
   // As `ckplan run`'s executor runs it (executor_bwd_peak_bytes): it holds the
   // cuts' values (t1, stage 0's output, though op 1 released it), the model
   // output t3 and its gradient (50 + 50 more for stage 1: 202).
-  CHECK(Gradients(chain, profile).executor_bwd_peak_bytes == std::vector<int64_t>{100, 202});
+  CHECK(Gradients(chain, profile).executor_bwd_peak_bytes == Replayed{100, 202});
   // Op 1's backward measured over all its nodes (bwd_span_peak_bytes): 30 B
   // above what is live when it starts, plus t1 (a cut's storage the profiled
   // step released during it, which the executor holds), 232, above the
@@ -140,21 +143,21 @@ TEST_CASE("a stage's backward as PyTorch runs it: boundary gradients as they liv
   // is below it: 132. PyTorch's replay takes it too, from what is live when
   // op 1 starts (t3's gradient released, t2's made: 2 B net): 32, below 102.
   profile.ops[1].bwd_span_peak_bytes = 30;
-  CHECK(Gradients(chain, profile).executor_bwd_peak_bytes == std::vector<int64_t>{100, 202});
+  CHECK(Gradients(chain, profile).executor_bwd_peak_bytes == Replayed{100, 202});
   profile.tensors[1].released_by.reset();
-  CHECK(Gradients(chain, profile).executor_bwd_peak_bytes == std::vector<int64_t>{100, 132});
-  CHECK(Gradients(chain, profile).pytorch_bwd_peak_bytes == std::vector<int64_t>{100, 102});
+  CHECK(Gradients(chain, profile).executor_bwd_peak_bytes == Replayed{100, 132});
+  CHECK(Gradients(chain, profile).pytorch_bwd_peak_bytes == Replayed{100, 102});
   // A span above the node-by-node bound (cross-entropy's two nodes, each
   // gradient the logits' size, alive together): PyTorch holds it as well.
   profile.ops[1].bwd_span_peak_bytes = 300;
-  CHECK(Gradients(chain, profile).pytorch_bwd_peak_bytes == std::vector<int64_t>{100, 302});
+  CHECK(Gradients(chain, profile).pytorch_bwd_peak_bytes == Replayed{100, 302});
 }
 
 TEST_CASE("a stage's backward: no gradient for a value passed along that autograd does not differentiate") {
   // The mask crosses the cut, but no gradient of it is made or held: stage
   // 0's backward holds t1's gradient alone (100), not 116.
   const TwoStages m = TwoStageModel(true);
-  CHECK(Gradients(m.chain, m.profile).pytorch_bwd_peak_bytes == std::vector<int64_t>{100, 102});
+  CHECK(Gradients(m.chain, m.profile).pytorch_bwd_peak_bytes == Replayed{100, 102});
 }
 
 TEST_CASE("a submodule's parameter used by its parent's op goes to that op, not to every layer's") {

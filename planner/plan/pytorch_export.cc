@@ -20,7 +20,7 @@ ModuleExport ExportFor(const Chain& chain, const std::vector<WrappableModule>& w
   out.peak_bytes = out.simulation.peak_bytes;
   out.time_ms = chain.ModuleNoRecomputeTimeMs();
   for (const WrappableModule& m : wrapped) {
-    out.time_ms += chain.checkpoint_call_ms;
+    out.time_ms += chain.pytorch.checkpoint_call_ms;
     for (int k = m.first_stage; k <= m.last_stage; ++k) {
       out.time_ms += chain.stages[static_cast<size_t>(k)].ModuleNoGradFwdMs();
     }
@@ -47,8 +47,8 @@ ModuleExport ExportFor(const Chain& chain, const std::vector<WrappableModule>& w
     for (const auto& entry : chain.stages.back().out_storages) held.insert(entry.first);
     // The tensors a wrapped module is called with that cross no cut into it.
     for (const WrappableModule& m : wrapped) {
-      auto found = chain.module_call_storages.find(m.path);
-      if (found == chain.module_call_storages.end()) continue;
+      auto found = chain.pytorch.module_call_storages.find(m.path);
+      if (found == chain.pytorch.module_call_storages.end()) continue;
       for (const auto& [id, bytes] : found->second) {
         bytes_of.emplace(id, bytes);
         held.insert(id);
@@ -56,8 +56,8 @@ ModuleExport ExportFor(const Chain& chain, const std::vector<WrappableModule>& w
     }
     // What their ops keep that checkpoint cannot drop.
     for (const WrappableModule& m : wrapped) {
-      auto found = chain.module_held_bytes.find(m.path);
-      if (found != chain.module_held_bytes.end()) own += found->second;
+      auto found = chain.pytorch.module_held_bytes.find(m.path);
+      if (found != chain.pytorch.module_held_bytes.end()) own += found->second;
     }
     int64_t shared = 0;
     for (int64_t id : held) shared += bytes_of[id];

@@ -27,7 +27,7 @@ struct ModuleExport {
   int64_t peak_bytes = 0;
   /// The step as the PyTorch target prices it, the optimizer's update
   /// aside: every stage's forward and backward, per wrapped module its
-  /// stages' Stage::ModuleNoGradFwdMs() and Chain::checkpoint_call_ms, and
+  /// stages' Stage::ModuleNoGradFwdMs() and PyTorchModuleCosts::checkpoint_call_ms, and
   /// Chain::ModuleLossBwdMs().
   double time_ms = 0;
   /// Kept for backward when the loss starts under PyTorch's autograd (which

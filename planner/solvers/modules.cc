@@ -49,7 +49,7 @@ int64_t LossScalarBytes(ModuleAccounting accounting, const Chain& chain) {
   // Counted for a chain cut from a profile (one that counts what checkpoint
   // keeps beyond tensors): two float32 scalars.
   constexpr int64_t kLossScalarBytes = 8;
-  return accounting == ModuleAccounting::kPyTorch && chain.checkpoint_state_bytes > 0 ? kLossScalarBytes : 0;
+  return accounting == ModuleAccounting::kPyTorch && chain.pytorch.checkpoint_state_bytes > 0 ? kLossScalarBytes : 0;
 }
 
 // PyTorch's accounting: the model's output, which the training loop holds
@@ -137,14 +137,14 @@ std::set<int64_t> Ids(const std::vector<std::pair<int64_t, int64_t>>& cut) {
 // Linear's output read by ReLU) is freed once the next stage has read it,
 // unless a wrapped module holds it as its input.
 // Per stage, the bytes CallInputsHeld's comment in FrontierStepsOf says:
-// for each module of Chain::module_call_storages, its stages are those whose
+// for each module of PyTorchModuleCosts::module_call_storages, its stages are those whose
 // modules are it or inside it; in each of them after its first, its call
 // storages that are not kept and not in the stage's input cut, each once.
 std::vector<int64_t> CallInputsHeld(const Chain& chain, const CutStorages& cuts) {
   const int length = chain.length();
   std::vector<int64_t> held(static_cast<size_t>(length), 0);
   std::vector<std::set<int64_t>> counted(static_cast<size_t>(length));
-  for (const auto& [path, storages] : chain.module_call_storages) {
+  for (const auto& [path, storages] : chain.pytorch.module_call_storages) {
     int first = -1, last = -1;
     for (int i = 0; i < length; ++i) {
       for (const std::string& m : chain.stages[static_cast<size_t>(i)].modules) {
@@ -210,8 +210,8 @@ FrontierSteps FrontierStepsOf(const Chain& chain, const std::vector<WrappableMod
   std::vector<int64_t> call_own(modules.size(), 0);
   if (accounting == ModuleAccounting::kPyTorch) {
     for (size_t m = 0; m < modules.size(); ++m) {
-      auto found = chain.module_call_storages.find(modules[m].path);
-      if (found == chain.module_call_storages.end() || modules[m].first_stage < 0 ||
+      auto found = chain.pytorch.module_call_storages.find(modules[m].path);
+      if (found == chain.pytorch.module_call_storages.end() || modules[m].first_stage < 0 ||
           modules[m].first_stage > length) {
         continue;
       }
@@ -254,8 +254,8 @@ FrontierSteps FrontierStepsOf(const Chain& chain, const std::vector<WrappableMod
   std::vector<int64_t> numbers_held(modules.size(), 0);
   if (accounting == ModuleAccounting::kPyTorch) {
     for (size_t m = 0; m < modules.size(); ++m) {
-      auto held = chain.module_held_bytes.find(modules[m].path);
-      if (held != chain.module_held_bytes.end()) numbers_held[m] = held->second;
+      auto held = chain.pytorch.module_held_bytes.find(modules[m].path);
+      if (held != chain.pytorch.module_held_bytes.end()) numbers_held[m] = held->second;
     }
   }
   auto bits_at = [&](int k) {
@@ -284,8 +284,8 @@ FrontierSteps FrontierStepsOf(const Chain& chain, const std::vector<WrappableMod
   // released them: through the backward of every stage before it, and
   // beside their recomputed copy where that stage is wrapped.
   auto loop_kept = [&](int k, bool wrapped) -> int64_t {
-    if (accounting != ModuleAccounting::kPyTorch || chain.output_kept_stage < 0) return 0;
-    return k < chain.output_kept_stage || (wrapped && k == chain.output_kept_stage) ? chain.output_kept_bytes : 0;
+    if (accounting != ModuleAccounting::kPyTorch || !chain.output_kept_stage) return 0;
+    return k < *chain.output_kept_stage || (wrapped && k == *chain.output_kept_stage) ? chain.output_kept_bytes : 0;
   };
   auto backward = [&](int k, bool wrapped) {
     const size_t at = static_cast<size_t>(k);
@@ -331,8 +331,8 @@ FrontierSteps FrontierStepsOf(const Chain& chain, const std::vector<WrappableMod
     // frees it at its last reader). It decides the peak where nothing is
     // saved for backward (a frozen backbone).
     if (accounting == ModuleAccounting::kPyTorch && s.modules.size() == 1 && s.modules[0] == s.name) {
-      auto eager = chain.module_eager_peak_bytes.find(s.name);
-      if (eager != chain.module_eager_peak_bytes.end()) unit.need_input = std::max(unit.need_input, eager->second);
+      auto eager = chain.pytorch.module_eager_peak_bytes.find(s.name);
+      if (eager != chain.pytorch.module_eager_peak_bytes.end()) unit.need_input = std::max(unit.need_input, eager->second);
     }
     unit.need_input += call_held[static_cast<size_t>(i)];
     unit.input_own = loose[static_cast<size_t>(i)];
@@ -388,7 +388,7 @@ FrontierSteps FrontierStepsOf(const Chain& chain, const std::vector<WrappableMod
       time += s.ModuleNoGradFwdMs() + s.fwd_ms + s.bwd_ms;  // the first forward without autograd, the rerun with it
     }
     need += numbers_held[m];  // all of them made by its forward's end
-    time += chain.checkpoint_call_ms;  // the wrap's own: its autograd function, its nested backward
+    time += chain.pytorch.checkpoint_call_ms;  // the wrap's own: its autograd function, its nested backward
     // It holds its input (what no op saves too: added as the frontier
     // walks, the bits once), and its output as kept.
     const int64_t adds = kept_bytes(cut(b + 1), input, true);
@@ -396,7 +396,7 @@ FrontierSteps FrontierStepsOf(const Chain& chain, const std::vector<WrappableMod
     // then back-propagated stage by stage.
     // torch.utils.checkpoint reruns it inside torch.random.fork_rng, which
     // holds a copy of the RNG state it restores afterwards.
-    const int64_t forked = accounting == ModuleAccounting::kPyTorch ? chain.checkpoint_state_bytes : 0;
+    const int64_t forked = accounting == ModuleAccounting::kPyTorch ? chain.pytorch.checkpoint_state_bytes : 0;
     // The recomputation runs with autograd. In PyTorch's accounting what
     // its ops save stays to their backward, and a value no op saves lives
     // to its last reader in the module (a residual crossing several of its
@@ -421,8 +421,8 @@ FrontierSteps FrontierStepsOf(const Chain& chain, const std::vector<WrappableMod
     // local kept until the module returns (a graph frees it at its last
     // reader); measured on the eager model where known.
     if (accounting == ModuleAccounting::kPyTorch) {
-      auto eager = chain.module_eager_peak_bytes.find(modules[m].path);
-      if (eager != chain.module_eager_peak_bytes.end()) {
+      auto eager = chain.pytorch.module_eager_peak_bytes.find(modules[m].path);
+      if (eager != chain.pytorch.module_eager_peak_bytes.end()) {
         need = std::max(need, loss_held + loop_kept(b, true) + grad(b + 1) + grads_from[static_cast<size_t>(b) + 1] + forked + eager->second);
       }
     }
@@ -431,9 +431,9 @@ FrontierSteps FrontierStepsOf(const Chain& chain, const std::vector<WrappableMod
     }
     // What checkpoint keeps beyond tensors (the RNG state), from its
     // forward to the end of its backward.
-    need += chain.checkpoint_state_bytes + call_own[m];
+    need += chain.pytorch.checkpoint_state_bytes + call_own[m];
     FrontierStep unit{a, b, static_cast<int>(m), 0,
-                      adds + chain.checkpoint_state_bytes + call_own[m] + numbers_held[m] + cached_total, time};
+                      adds + chain.pytorch.checkpoint_state_bytes + call_own[m] + numbers_held[m] + cached_total, time};
     unit.need_input = need;
     unit.input_own = loose[static_cast<size_t>(a)];
     unit.input_bits = bits_at(a) | call_bits[m];
@@ -572,7 +572,7 @@ ModuleSolution SolveModules(const Chain& chain, const std::vector<WrappableModul
     s = state.from;
   }
   std::reverse(solution.wrapped.begin(), solution.wrapped.end());
-  solution.kept_bytes -= static_cast<int64_t>(solution.wrapped.size()) * chain.checkpoint_state_bytes;
+  solution.kept_bytes -= static_cast<int64_t>(solution.wrapped.size()) * chain.pytorch.checkpoint_state_bytes;
   solution.schedule = ModuleSchedule(length, solution.wrapped);
   return solution;
 }

@@ -55,7 +55,7 @@ struct ModuleSolution {
 /// during its recomputation, none during the forward. A stage's backward
 /// is its replay as PyTorch runs it where the chain has it
 /// (Stage::pytorch_bwd_peak_bytes), and each wrapped module holds
-/// Chain::checkpoint_state_bytes.
+/// PyTorchModuleCosts::checkpoint_state_bytes.
 ModuleSolution SolveModules(const Chain& chain, const std::vector<WrappableModule>& modules, int64_t budget_bytes,
                             ModuleAccounting accounting = ModuleAccounting::kSimulator);
 

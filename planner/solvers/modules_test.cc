@@ -174,7 +174,7 @@ TEST_CASE("a wrapped module holds the tensors it is called with that cross no cu
       const Chain chain = SharedStorageChain(length, 1300 * length + seed);
       const std::vector<WrappableModule> modules = RandomModules(length, seed + 29);
       Chain called = chain;
-      for (const WrappableModule& m : modules) called.module_call_storages[m.path] = {{4242, kCalledWith}};
+      for (const WrappableModule& m : modules) called.pytorch.module_call_storages[m.path] = {{4242, kCalledWith}};
       CAPTURE(length);
       CAPTURE(seed);
       int64_t smallest = INT64_MAX;
@@ -211,7 +211,7 @@ TEST_CASE("a wrapped module holds what its ops keep that checkpoint cannot drop,
       std::map<std::string, int64_t> held_by;
       for (size_t m = 0; m < modules.size(); ++m) {
         held_by[modules[m].path] = 8 * static_cast<int64_t>(m + 1);
-        scaled.module_held_bytes[modules[m].path] = held_by[modules[m].path];
+        scaled.pytorch.module_held_bytes[modules[m].path] = held_by[modules[m].path];
       }
       CAPTURE(length);
       CAPTURE(seed);
@@ -246,9 +246,9 @@ TEST_CASE("a wrapped module's recomputation holds at least what its eager forwar
       const std::vector<WrappableModule> modules = RandomModules(length, seed + 37);
       Chain low = chain, high = chain, higher = chain;
       for (const WrappableModule& m : modules) {
-        low.module_eager_peak_bytes[m.path] = 1;
-        high.module_eager_peak_bytes[m.path] = int64_t{1} << 40;
-        higher.module_eager_peak_bytes[m.path] = (int64_t{1} << 40) + 1000;
+        low.pytorch.module_eager_peak_bytes[m.path] = 1;
+        high.pytorch.module_eager_peak_bytes[m.path] = int64_t{1} << 40;
+        higher.pytorch.module_eager_peak_bytes[m.path] = (int64_t{1} << 40) + 1000;
       }
       CAPTURE(length);
       CAPTURE(seed);
@@ -398,7 +398,7 @@ TEST_CASE("the PyTorch target prices a wrapped module at its stages' forward ins
     s.module_fwd_nograd_ms = 1.3 * s.NoGradFwdMs() + 0.01 * i;
     if (i >= 1 && i <= 3) module_nograd += s.ModuleNoGradFwdMs();
   }
-  priced.checkpoint_call_ms = 0.25;
+  priced.pytorch.checkpoint_call_ms = 0.25;
   priced.module_loss_bwd_ms = chain.loss_bwd_ms + 1.5;
   const double base = priced.ModuleNoRecomputeTimeMs();
   CHECK(base == doctest::Approx(chain.NoRecomputeTimeMs() + 1.5).epsilon(1e-12));
@@ -440,7 +440,7 @@ TEST_CASE("with a fixed cost per wrapped module, the module solver still equals 
     for (uint32_t seed = 0; seed < 4; ++seed) {
       Chain chain = testing::SmallIntegerChain(length, 700 * length + seed);
       for (Stage& s : chain.stages) s.module_fwd_nograd_ms = 0.5 * s.fwd_ms;
-      chain.checkpoint_call_ms = 1.75;
+      chain.pytorch.checkpoint_call_ms = 1.75;
       chain.module_loss_bwd_ms = 2;
       std::vector<WrappableModule> modules = RandomModules(length, seed);
       CAPTURE(length);
@@ -478,7 +478,7 @@ TEST_CASE("the PyTorch target: the loop holds the output an op saved once that o
   held.update_tmp_bytes = 1 << 20;
   Chain none = held;
   none.output_kept_bytes = 0;
-  none.output_kept_stage = -1;
+  none.output_kept_stage.reset();
   CHECK(EvaluateModules(held, {}, ModuleAccounting::kPyTorch).peak_bytes ==
         EvaluateModules(none, {}, ModuleAccounting::kPyTorch).peak_bytes + 800);
   // The simulator's accounting (ckplan's executor frees it with the stage) is unchanged.

@@ -319,18 +319,15 @@ Chain SubChain(const Chain& chain, int first, int last) {
     sub.loss_bwd_tmp_bytes = chain.loss_bwd_tmp_bytes;
     sub.module_loss_bwd_ms = chain.module_loss_bwd_ms;
     sub.output_held_bytes = chain.output_held_bytes;  // the training loop holds the model's output
-    if (chain.output_kept_stage >= first) {
+    if (chain.output_kept_stage && *chain.output_kept_stage >= first) {
       sub.output_kept_bytes = chain.output_kept_bytes;
-      sub.output_kept_stage = chain.output_kept_stage - first;
+      sub.output_kept_stage = *chain.output_kept_stage - first;
     }
   }
-  // What the PyTorch target reads of a wrapped module (its modules are the
-  // chain's: the entries of other stages' modules are never looked up).
-  sub.checkpoint_state_bytes = chain.checkpoint_state_bytes;
-  sub.checkpoint_call_ms = chain.checkpoint_call_ms;
-  sub.module_call_storages = chain.module_call_storages;
-  sub.module_held_bytes = chain.module_held_bytes;
-  sub.module_eager_peak_bytes = chain.module_eager_peak_bytes;
+  // What the PyTorch target reads of a wrapped module, all of it (its
+  // modules are the chain's: the entries of other stages' modules are never
+  // looked up).
+  sub.pytorch = chain.pytorch;
   return sub;
 }
 
