@@ -7,6 +7,7 @@
 
 #include "planner/base/error.h"
 #include "planner/base/json_io.h"
+#include "planner/cost/optimizer_memory.h"
 #include "cli/commands.h"
 #include "cli/optimizer_options.h"
 #include "cli/report/report.h"
@@ -60,7 +61,8 @@ int RunReportCommand(const ReportOptions& o) {
   if (!o.plan.empty()) distributed = ReadDistributedPlan(o.plan);
   std::optional<BatchTable> batches;
   if (!o.batches.empty()) batches = BatchTableFromJson(ReadJsonFile(o.batches), o.batches);
-  PlannerInput in = LoadPlannerInput(o.input, OptimizerChoiceOf(o.optimizer));
+  PlannerInput in =
+      LoadPlannerInput(o.input, ChooseOptimizer(o.optimizer.named, o.optimizer.momentum, o.optimizer.impl, false));
   Report report;
   {
     ProgressBar bar(Format("planning %d stages", in.chain.length()), StderrIsTerminal(), ProgressDelaySeconds());

@@ -9,6 +9,7 @@
 #include "planner/base/error.h"
 #include "planner/base/json_io.h"
 #include "planner/cost/gpu_table.h"
+#include "planner/cost/optimizer_memory.h"
 #include "planner/plan/distributed_plan.h"
 #include "planner/plan/plan_to_document.h"
 #include "planner/plan/planner_input.h"
@@ -138,7 +139,8 @@ int RunSolve(const SolveOptions& o) {
       throw BadInput("--batch plans with the optimal solver: --algo, --every, --show-stages and --chain-out do not apply");
     }
   }
-  const OptimizerChoice optimizer = OptimizerChoiceOf(o.optimizer, o.gpu);
+  const OptimizerChoice optimizer =
+      ChooseOptimizer(o.optimizer.named, o.optimizer.momentum, o.optimizer.impl, !o.gpu.empty() && o.gpu != "cpu");
   BatchOptions batch = o.batch.Normalized();
   if (o.distributed_given) {
     batch.scope = o.distributed.pipeline > 1

@@ -2,15 +2,12 @@
 
 #include <CLI/CLI.hpp>
 
-#include <cmath>
-
-#include "planner/base/error.h"
 #include "planner/cost/optimizer_memory.h"
 
 namespace ckplan {
 
 void AddOptimizerOptions(CLI::App* cmd, OptimizerOptions* options) {
-  cmd->add_option("--optimizer", options->name,
+  cmd->add_option("--optimizer", options->named.name,
                   "the training job's torch.optim optimizer, whose state and update are counted in the budget: "
                   "adam, adamw, sgd (with --momentum for SGD(momentum=M)), none")
       ->check(CLI::IsMember(OptimizerNames()))
@@ -21,39 +18,13 @@ void AddOptimizerOptions(CLI::App* cmd, OptimizerOptions* options) {
                   "for-loop (foreach=False), foreach (foreach=True), fused (fused=True)")
       ->check(CLI::IsMember({"auto", "for-loop", "foreach", "fused"}))
       ->capture_default_str();
-  cmd->add_option("--weight-decay", options->weight_decay,
+  cmd->add_option("--weight-decay", options->named.flags.weight_decay,
                   "the optimizer's weight_decay: Adam's and SGD's add it to each gradient in a new tensor, which the "
                   "update's temporaries then count (AdamW's decay is in place and changes nothing)");
-  cmd->add_flag("--amsgrad", options->amsgrad,
+  cmd->add_flag("--amsgrad", options->named.flags.amsgrad,
                 "with adam or adamw: amsgrad=True, one more state tensor per parameter (the largest second moment)");
-  cmd->add_flag("--nesterov", options->nesterov,
+  cmd->add_flag("--nesterov", options->named.flags.nesterov,
                 "with sgd --momentum: nesterov=True, whose look-ahead gradient is a new tensor in the for-loop update");
-}
-
-OptimizerChoice OptimizerChoiceOf(const OptimizerOptions& options, const std::string& gpu) {
-  if (options.momentum < 0) throw BadInput("invalid --momentum " + std::to_string(options.momentum) + ": must be 0 or more");
-  if (options.momentum > 0 && options.name != "sgd" && options.name != "momentum") {
-    throw BadInput("--momentum is for --optimizer sgd (adam and adamw keep their moments anyway)");
-  }
-  if (!(options.weight_decay >= 0) || !std::isfinite(options.weight_decay)) {
-    throw BadInput("invalid --weight-decay " + std::to_string(options.weight_decay) + ": must be 0 or more");
-  }
-  if (options.amsgrad && options.name != "adam" && options.name != "adamw") {
-    throw BadInput("--amsgrad is for --optimizer adam or adamw");
-  }
-  if (options.nesterov && !(options.name == "momentum" || (options.name == "sgd" && options.momentum > 0))) {
-    throw BadInput("--nesterov needs SGD with momentum: --optimizer sgd --momentum 0.9 --nesterov");
-  }
-  OptimizerChoice choice(options.name == "sgd" && options.momentum > 0 ? "momentum" : options.name);
-  choice.flags.weight_decay = options.weight_decay;
-  choice.flags.amsgrad = options.amsgrad;
-  choice.flags.nesterov = options.nesterov;
-  if (options.impl != "auto") {
-    choice.impl = ParseOptimizerImpl(options.impl);
-  } else if (!gpu.empty() && gpu != "cpu") {
-    choice.impl = OptimizerImpl::kForeach;
-  }
-  return choice;
 }
 
 }  // namespace ckplan

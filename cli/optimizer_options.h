@@ -2,7 +2,7 @@
 /// `--optimizer`, `--momentum`, `--optimizer-impl` and the options that
 /// change the optimizer's memory (`--weight-decay`, `--amsgrad`,
 /// `--nesterov`), as `solve` and `report` take them: the optimizer a plan
-/// is priced for.
+/// is priced for (ChooseOptimizer, planner/cost/optimizer_memory.h).
 
 #include <string>
 
@@ -14,20 +14,15 @@ class App;
 
 namespace ckplan {
 
+/// What the options are parsed into: the planner's OptimizerChoice (its
+/// name and flags), and the two values ChooseOptimizer resolves, SGD's
+/// momentum and the implementation as named (`auto`).
 struct OptimizerOptions {
-  std::string name = "adam";
+  OptimizerChoice named;
   double momentum = 0;
   std::string impl = "auto";
-  double weight_decay = 0;
-  bool amsgrad = false;
-  bool nesterov = false;
 };
 
 void AddOptimizerOptions(CLI::App* cmd, OptimizerOptions* options);
-
-/// The choice the options make: `sgd --momentum M` (M > 0) is `momentum`;
-/// `auto` leaves the implementation to the profile's device, or foreach
-/// when `gpu` names one (what torch picks on CUDA).
-OptimizerChoice OptimizerChoiceOf(const OptimizerOptions& options, const std::string& gpu = "");
 
 }  // namespace ckplan

@@ -1,6 +1,7 @@
 #include "planner/cost/optimizer_memory.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 #include "planner/base/error.h"
@@ -10,6 +11,29 @@ namespace ckplan {
 const std::vector<std::string>& OptimizerNames() {
   static const std::vector<std::string> names = {"none", "sgd", "momentum", "adam", "adamw"};
   return names;
+}
+
+OptimizerChoice ChooseOptimizer(const OptimizerChoice& named, double momentum, const std::string& impl, bool on_gpu) {
+  const std::string& name = named.name;
+  if (momentum < 0) throw BadInput("invalid --momentum " + std::to_string(momentum) + ": must be 0 or more");
+  if (momentum > 0 && name != "sgd" && name != "momentum") {
+    throw BadInput("--momentum is for --optimizer sgd (adam and adamw keep their moments anyway)");
+  }
+  if (!(named.flags.weight_decay >= 0) || !std::isfinite(named.flags.weight_decay)) {
+    throw BadInput("invalid --weight-decay " + std::to_string(named.flags.weight_decay) + ": must be 0 or more");
+  }
+  if (named.flags.amsgrad && name != "adam" && name != "adamw") throw BadInput("--amsgrad is for --optimizer adam or adamw");
+  if (named.flags.nesterov && !(name == "momentum" || (name == "sgd" && momentum > 0))) {
+    throw BadInput("--nesterov needs SGD with momentum: --optimizer sgd --momentum 0.9 --nesterov");
+  }
+  OptimizerChoice choice(name == "sgd" && momentum > 0 ? "momentum" : name);
+  choice.flags = named.flags;
+  if (impl != "auto") {
+    choice.impl = ParseOptimizerImpl(impl);
+  } else if (on_gpu) {
+    choice.impl = OptimizerImpl::kForeach;
+  }
+  return choice;
 }
 
 FixedMemory FixedMemoryFor(int64_t param_bytes, int64_t buffer_bytes, const std::string& optimizer) {

@@ -16,6 +16,14 @@ namespace ckplan {
 /// The optimizers the planner prices, as `--optimizer` names them.
 const std::vector<std::string>& OptimizerNames();
 
+/// The optimizer a job names (`--optimizer` and the options beside it, as
+/// `ckplan solve` and `report` take them): `named`'s name and flags, with
+/// SGD's `momentum` (above 0: `momentum`, SGD with a buffer) and `impl`
+/// (`auto`, or an OptimizerImplName; auto leaves it to the profile's
+/// device, or foreach where `on_gpu`, what torch picks on CUDA). Throws
+/// BadInput naming an option the optimizer does not have.
+OptimizerChoice ChooseOptimizer(const OptimizerChoice& named, double momentum, const std::string& impl, bool on_gpu);
+
 /// Optimizer state per parameter byte: none/sgd 0, momentum 1 (SGD's
 /// momentum buffer), adam/adamw 2 (both moments; their `step` counters, 4 B
 /// per parameter, are added by FixedMemoryOf, which knows the parameters).
