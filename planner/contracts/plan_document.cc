@@ -60,7 +60,8 @@ bool PlanPredicted::operator==(const PlanPredicted& o) const {
 bool PlanPyTorch::operator==(const PlanPyTorch& o) const {
   return skipped_stages == o.skipped_stages && use_reentrant == o.use_reentrant && preserve_rng_state == o.preserve_rng_state && peak_bytes == o.peak_bytes &&
          held_at_loss_bytes == o.held_at_loss_bytes && time_ms == o.time_ms && overhead_pct == o.overhead_pct &&
-         fits_budget == o.fits_budget && under_torch_compile == o.under_torch_compile && sac == o.sac;
+         fits_budget == o.fits_budget && under_torch_compile == o.under_torch_compile && sac == o.sac &&
+         sac_families == o.sac_families;
 }
 
 bool PlanSacOp::operator==(const PlanSacOp& o) const {
@@ -289,6 +290,7 @@ nlohmann::json PlanToJson(const PlanDocument& p) {
     }
     doc["pytorch"]["sac"] = list;
   }
+  if (e.sac_families) doc["pytorch"]["sac_families"] = *e.sac_families;
   if (p.slots) doc["slots"] = *p.slots;
   if (p.slot_bytes) doc["slot_bytes"] = *p.slot_bytes;
   if (p.solver) {
@@ -545,6 +547,22 @@ PlanDocument ReadPlan(const JsonReader& root) {
         modules.push_back(std::move(module));
       }
       p.pytorch.sac = std::move(modules);
+    }
+    if (e.Has("sac_families")) {
+      JsonReader families = e.Field("sac_families");
+      families.ExpectObject();
+      std::map<std::string, std::vector<std::string>> read;
+      for (const auto& item : families.node().items()) {
+        JsonReader ops = families.Field(item.key());
+        std::vector<std::string>& names = read[item.key()];
+        for (size_t i = 0; i < ops.ArraySize(); ++i) names.push_back(ops.Item(i).String());
+      }
+      for (const PlanSacModule& m : p.pytorch.sac.value_or(std::vector<PlanSacModule>{})) {
+        for (const PlanSacOp& op : m.save) {
+          if (read.count(op.family) == 0) families.Fail("has no family '" + op.family + "' that module '" + m.module + "' saves");
+        }
+      }
+      p.pytorch.sac_families = std::move(read);
     }
   }
   if (root.Has("slots")) p.slots = root.Field("slots").IntegerIn(0, INT_MAX);

@@ -123,6 +123,10 @@ struct PlanPyTorch {
   /// `--target sac`: one policy per wrapped module, in checkpoint_modules'
   /// order; absent for plain checkpointing.
   std::optional<std::vector<PlanSacModule>> sac;
+  /// `--target sac`: each family the policies name, with the dispatcher's ops
+  /// that count as it (planner/cost/sac_candidates.h SacFamilies): the policy
+  /// applied counts by this list, so plan and policy agree by construction.
+  std::optional<std::map<std::string, std::vector<std::string>>> sac_families;
   bool operator==(const PlanPyTorch& o) const;
 };
 

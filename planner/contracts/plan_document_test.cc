@@ -123,6 +123,11 @@ TEST_CASE("a selective-checkpointing plan's policies round-trip and are refused 
   const PlanDocument read = PlanFromJson(doc, "plan.json");
   REQUIRE(read.pytorch.sac.has_value());
   CHECK(read.pytorch.sac->size() == plan.pytorch.checkpoint_modules.size());
+  // The families the policies count by, with their dispatched ops: SacFamilies(), the one list.
+  REQUIRE(read.pytorch.sac_families.has_value());
+  CHECK(read.pytorch.sac_families->size() == SacFamilies().size());
+  for (const SacFamily& family : SacFamilies()) CHECK(read.pytorch.sac_families->at(family.name) == family.dispatched);
+  CHECK(read.pytorch.sac_families->at("mm") == std::vector<std::string>{"mm", "addmm", "bmm", "baddbmm"});
   // One with a saved op written by hand, to refuse its fields.
   PlanDocument document = read;
   document.pytorch.sac =
@@ -140,6 +145,11 @@ TEST_CASE("a selective-checkpointing plan's policies round-trip and are refused 
             .find("pytorch.sac[0].family_counts") != std::string::npos);
   CHECK(refused([](nlohmann::json& d) { d["pytorch"]["sac"][0]["save"][0]["shape"] = {-1}; })
             .find("pytorch.sac[0].save[0].shape[0]") != std::string::npos);
+  const std::string no_mm = refused([](nlohmann::json& d) { d["pytorch"]["sac_families"].erase("mm"); });
+  CHECK(no_mm.find("pytorch.sac_families") != std::string::npos);
+  CHECK(no_mm.find("has no family 'mm' that module 'a.b' saves") != std::string::npos);
+  CHECK(refused([](nlohmann::json& d) { d["pytorch"]["sac_families"]["mm"] = {1}; })
+            .find("pytorch.sac_families.mm[0]") != std::string::npos);
   CHECK(refused([](nlohmann::json& d) { d["pytorch"]["sac"][0]["dispatch_ms"] = -1; })
             .find("pytorch.sac[0].dispatch_ms") != std::string::npos);
   CHECK(refused([](nlohmann::json& d) { d["pytorch"]["sac"][0].erase("dispatch_ms"); })

@@ -8,6 +8,20 @@
 
 namespace ckplan {
 
+const std::vector<SacFamily>& SacFamilies() {
+  static const std::vector<SacFamily> kFamilies = {
+      {"mm", {"mm", "addmm", "bmm", "baddbmm"}},
+      {"convolution", {"convolution"}},
+      {"sdpa",
+       {"_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention",
+        "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
+        "_scaled_dot_product_fused_attention_overrideable"}},
+      {"layer_norm", {"native_layer_norm"}},
+      {"group_norm", {"native_group_norm"}},
+  };
+  return kFamilies;
+}
+
 SacDispatch SacDispatchOf(const OpRecord& op, const std::string& device) {
   static const std::set<std::string> kMatmul = {"aten::addmm", "aten::mm",     "aten::bmm",
                                                 "aten::baddbmm", "aten::linear", "aten::matmul"};
@@ -234,8 +248,9 @@ void AddSacCandidates(const Profile& profile, const Chain& chain, std::vector<Wr
 }
 
 std::vector<HandWrittenSacPolicy> HandWrittenSacPolicies() {
-  return {{"sac: save matmuls, each layer", {"mm"}},
-          {"sac: all but pointwise, each layer", {"mm", "convolution", "sdpa", "layer_norm", "group_norm"}}};
+  std::vector<std::string> all;
+  for (const SacFamily& family : SacFamilies()) all.push_back(family.name);
+  return {{"sac: save matmuls, each layer", {"mm"}}, {"sac: all but pointwise, each layer", all}};
 }
 
 std::vector<WrappableModule> LayersSaving(const std::vector<WrappableModule>& modules, const Profile& profile,

@@ -21,6 +21,19 @@
 
 namespace ckplan {
 
+/// An op family a selective policy counts, with the ops PyTorch's
+/// dispatcher runs for it (the names of torch.ops.aten's overload packets:
+/// `aten::linear` arrives as mm or addmm, `aten::layer_norm` as
+/// native_layer_norm, attention as its fused kernel on each device).
+struct SacFamily {
+  std::string name;
+  std::vector<std::string> dispatched;
+};
+/// Every family, the one list: the planner's candidates are named by these
+/// families, `--target sac` plans carry the list (`pytorch.sac_families`) and
+/// ckplan_torch's policy counts the dispatched ops by it.
+const std::vector<SacFamily>& SacFamilies();
+
 /// How `op` appears to a policy on `device` (the profile's, `cpu` or other):
 /// its family (empty: none), how many ops of it, and whether one of them
 /// carries its output (so that saving it is saving the op).

@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "planner/cost/sac_candidates.h"
+
 namespace ckplan {
 
 const std::string& UnderTorchCompile() {
@@ -79,6 +81,9 @@ PlanDocument MakePlanDocument(const Plan& plan, const Chain& chain, const PlanSo
       policies.push_back(std::move(policy));
     }
     doc.pytorch.sac = std::move(policies);
+    std::map<std::string, std::vector<std::string>> families;
+    for (const SacFamily& family : SacFamilies()) families[family.name] = family.dispatched;
+    doc.pytorch.sac_families = std::move(families);
   }
   if (plan.algorithm == Algorithm::kOptimal) {
     doc.slots = plan.slots;

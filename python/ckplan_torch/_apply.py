@@ -17,7 +17,7 @@ from ._checks import check_model, check_optimizer, check_trainable_optimizer
 from ._errors import MissingModuleError, PlanError
 from ._model import _eager, _first_batch
 from ._plan_file import PlanSource, load_plan, plan_autocast, plan_batch, rank_plan
-from ._selective import _SacPolicy
+from ._selective import _SacPolicy, _sac_op_families
 from ._transformers import _CACHES_TURNED_OFF, _cache_configs
 
 
@@ -119,11 +119,11 @@ def _once(original, norms, call_args, call_kwargs):
     return run
 
 
-def _wrap(module, sac=None):
+def _wrap(module, sac=None, op_families=None):
     original = module.forward
     norms = _running_stat_modules(module)
     non_reentrant = _supports_non_reentrant()
-    policy = _SacPolicy(sac) if sac and sac.get("save") else None
+    policy = _SacPolicy(sac, op_families) if sac and sac.get("save") else None
     if policy is not None and not hasattr(torch.utils.checkpoint, "create_selective_checkpoint_contexts"):
         raise PlanError("a selective-checkpointing plan (--target sac) needs torch >= 2.4 "
                         "(torch.utils.checkpoint.create_selective_checkpoint_contexts)")
@@ -213,10 +213,11 @@ def apply_plan(model: torch.nn.Module, plan: PlanSource, optimizer: Optional[tor
             raise PlanError("the plan's 'pytorch.sac' does not name its checkpoint_modules: make the plan again "
                             "with `ckplan solve --target sac`")
         policies = {e["module"]: e for e in sac}
+    op_families = _sac_op_families(doc) if any(e.get("save") for e in policies.values()) else None
     for path in paths:
         module = named[path]
         if not hasattr(module, _ORIGINAL_FORWARD):
-            _wrap(module, policies.get(path))
+            _wrap(module, policies.get(path), op_families)
     # A training step keeps no key-value cache: the profile counts none
     # (ckplan_torch.export turns caches off), and transformers' own
     # gradient_checkpointing_enable() turns them off in training too.

@@ -7,22 +7,18 @@ import warnings
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from ._errors import PlanError
 
-# The ops a selective-checkpointing policy sees (below autograd, as the
-# dispatcher runs them), by family, as the plan names them
-# (planner/cost/sac_candidates.h): aten::linear arrives as mm or addmm,
-# aten::layer_norm as native_layer_norm, attention as its fused kernel.
-_SAC_FAMILIES = {
-    "mm": "mm", "addmm": "mm", "bmm": "mm", "baddbmm": "mm",
-    "convolution": "convolution",
-    "native_layer_norm": "layer_norm",
-    "native_group_norm": "group_norm",
-    "_scaled_dot_product_flash_attention_for_cpu": "sdpa",
-    "_scaled_dot_product_flash_attention": "sdpa",
-    "_scaled_dot_product_efficient_attention": "sdpa",
-    "_scaled_dot_product_cudnn_attention": "sdpa",
-    "_scaled_dot_product_fused_attention_overrideable": "sdpa",
-}
+
+def _sac_op_families(doc):
+    """The plan's ``pytorch.sac_families`` (each family its policies name, with the dispatcher's ops that
+    count as it: ckplan's one list, planner/cost/sac_candidates.h) as op name -> family."""
+    families = (doc.get("pytorch") or {}).get("sac_families")
+    if not isinstance(families, dict) or not all(
+            isinstance(ops, list) and all(isinstance(op, str) for op in ops) for ops in families.values()):
+        raise PlanError("the plan's selective policies come without 'pytorch.sac_families' (a plan from an older "
+                        "ckplan): make the plan again with `ckplan solve --target sac`")
+    return {op: family for family, ops in families.items() for op in ops}
 
 
 class _SacPolicy:
@@ -34,8 +30,9 @@ class _SacPolicy:
     model runs other ops than were profiled: the policy then saves other
     outputs than the plan priced)."""
 
-    def __init__(self, spec):
+    def __init__(self, spec, op_families):
         self.path = spec["module"]
+        self.op_families = op_families
         self.expected = {k: int(v) for k, v in spec.get("family_counts", {}).items() if int(v) > 0}
         self.save = {(s["family"], int(s["occurrence"])): s for s in spec.get("save", [])}
         self.warned = False
@@ -44,7 +41,7 @@ class _SacPolicy:
         from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
         def policy(ctx, func, *args, **kwargs):
-            family = _SAC_FAMILIES.get(getattr(getattr(func, "_overloadpacket", None), "__name__", ""))
+            family = self.op_families.get(getattr(getattr(func, "_overloadpacket", None), "__name__", ""))
             if family is None:
                 return CheckpointPolicy.PREFER_RECOMPUTE
             counts = state["recompute" if ctx.is_recompute else "forward"]

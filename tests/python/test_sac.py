@@ -157,3 +157,35 @@ def test_sac_training_step_within_budget(ckplan, models_dir, tmp_path, name, mak
     assert any(p["save"] for p in plan["pytorch"]["sac"]), f"{name}: the halfway plan saves no op"
     assert measured <= budget + apply_checks.UNCOUNTED * predicted
     assert abs(measured - predicted) <= 0.02 * predicted
+
+
+def test_policy_counts_by_the_plans_families(ckplan, models_dir, tmp_path):
+    """The policy applied counts ops by the plan's pytorch.sac_families (ckplan's one list of what each family
+    is, planner/cost/sac_candidates.h): a plan listing no dispatched op for `mm` makes the policy see none
+    (the forward's counts then differ from the plan's, which apply_plan warns about), and a selective plan
+    without the list (an older ckplan's) is refused with the fix."""
+    profile, _ = profile_of(ckplan, models_dir, "sdpa_decoder", str(tmp_path))
+    loose = solve(ckplan, profile, "1TB")
+    plan = solve(ckplan, profile, (loose["min_budget_bytes"] + loose["predicted"]["peak_bytes"]) // 2)
+    saved = [op["family"] for p in plan["pytorch"]["sac"] for op in p["save"]]
+    assert "mm" in saved, f"sdpa_decoder: the halfway plan saves no mm op ({saved})"
+    assert plan["pytorch"]["sac_families"]["mm"] == ["mm", "addmm", "bmm", "baddbmm"]
+    factory, input_texts = make_models.MODELS["sdpa_decoder"]
+    torch.manual_seed(0)
+    model = factory().train()
+    generator = torch.Generator().manual_seed(0)
+    inputs = [make_models.make_input(t, generator) for t in input_texts]
+    emptied = json.loads(json.dumps(plan))
+    emptied["pytorch"]["sac_families"]["mm"] = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ckplan_torch.apply_plan(model, emptied)
+        out = model(*inputs)
+        (out[0] if isinstance(out, tuple) else out).sum().backward()
+    ckplan_torch.remove_plan(model)
+    assert any("does not run the ops" in str(w.message) for w in caught), [str(w.message) for w in caught]
+    older = json.loads(json.dumps(plan))
+    del older["pytorch"]["sac_families"]
+    with pytest.raises(ckplan_torch.PlanError, match="solve --target sac"):
+        ckplan_torch.apply_plan(model, older)
+    assert not ckplan_torch.checkpointed_modules(model), "a refused plan left modules wrapped"
