@@ -92,14 +92,14 @@ DistributedJob DistributedFor(const SolveOptions& o, const PlannerInput& in) {
 // What the planner is asked, from the options (Solve, PlanAtBatch).
 SolveRequest RequestOf(const SolveOptions& o, const ByteQuantity& budget) {
   SolveRequest r;
-  r.algorithm = ParseAlgorithm(o.algorithm);
-  if (o.every_n > 0 && o.algorithm == "optimal") r.algorithm = Algorithm::kEveryN;
-  if (r.algorithm == Algorithm::kEveryN && o.every_n < 1) throw BadInput("--algo every-n needs --every N");
-  r.every_n = o.every_n;
-  r.budget = budget;
-  r.slots = o.slots;
-  r.threads = o.threads;
-  r.sweep = !o.sweep_path.empty();
+  r.plan.algorithm = ParseAlgorithm(o.algorithm);
+  if (o.every_n > 0 && o.algorithm == "optimal") r.plan.algorithm = Algorithm::kEveryN;
+  if (r.plan.algorithm == Algorithm::kEveryN && o.every_n < 1) throw BadInput("--algo every-n needs --every N");
+  r.plan.every_n = o.every_n;
+  r.plan.budget = budget;
+  r.plan.slots = o.slots;
+  r.plan.threads = o.threads;
+  r.plan.sweep = !o.sweep_path.empty();
   r.target = o.target;
   r.sac_dispatch_us = o.sac_dispatch_us;
   r.global_batch = o.batch.global_batch;
@@ -110,13 +110,7 @@ SolveRequest RequestOf(const SolveOptions& o, const ByteQuantity& budget) {
 // target, and no checkpointing, priced as `solve` prices them.
 BatchPlans SolveAtBudget(const SolveOptions& o, const PlannerInput& in, const ByteQuantity& budget) {
   if (o.distributed_given) return DistributedPlanAtBatch(DistributedFor(o, in), in, budget, o.slots);
-  SolveRequest request;
-  request.budget = budget;
-  request.slots = o.slots;
-  request.threads = o.threads;
-  request.target = o.target;
-  request.sac_dispatch_us = o.sac_dispatch_us;
-  return PlanAtBatch(in, request);
+  return PlanAtBatch(in, RequestOf(o, budget));
 }
 
 int RunSolve(const SolveOptions& o) {
@@ -176,7 +170,7 @@ int RunSolve(const SolveOptions& o) {
   SolveResult solved;
   {
     ProgressBar bar(Format("solving %d stages", in.chain.length()), StderrIsTerminal(), ProgressDelaySeconds());
-    request.progress = [&bar](double fraction) { bar.Update(fraction); };
+    request.plan.progress = [&bar](double fraction) { bar.Update(fraction); };
     solved = Solve(in, request);
   }
   const Plan& plan = solved.plan;

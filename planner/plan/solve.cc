@@ -73,20 +73,13 @@ std::string PrintableMinimum(int64_t minimum, const ByteQuantity& budget, const 
 }  // namespace
 
 SolveResult Solve(const PlannerInput& in, const SolveRequest& r) {
-  PlanRequest request;
-  request.algorithm = r.algorithm;
-  request.budget = r.budget;
-  request.slots = r.slots;
-  request.every_n = r.every_n;
-  request.threads = r.threads;
-  request.sweep = r.sweep;
+  PlanRequest request = r.plan;
   // Every algorithm for the PyTorch target is priced, applied and run as
   // that target: a baseline wraps the modules its stages are.
   const std::string target = ResolveTarget(r.target, in.from_profile);
   SolveResult out;
   out.modules = ModulesForTarget(in, target, false, r.sac_dispatch_us);
   if (target != "schedule") request.pytorch_modules = &out.modules.For(target);
-  request.progress = r.progress;
   out.plan = MakePlan(in.chain, in.fixed, request);
   request.progress = nullptr;
   if (!out.plan.feasible || out.plan.budget_below_fixed) ThrowInfeasible(in, request, out.plan);
@@ -96,7 +89,7 @@ SolveResult Solve(const PlannerInput& in, const SolveRequest& r) {
   if (plan.algorithm == Algorithm::kEveryN) name = Format("every-n (n=%d)", plan.every_n);
   if (plan.algorithm == Algorithm::kOptimal) name = plan.target == "schedule" ? "optimal" : "optimal (" + plan.target + ")";
   out.strategies = StrategyTable(in, out.modules, request, plan, name);
-  if (r.sweep) out.sweep = MakeSweepDocument(plan, in.source);
+  if (request.sweep) out.sweep = MakeSweepDocument(plan, in.source);
   out.document = MakePlanDocument(plan, in.chain, in.source);
   out.document.strategies = out.strategies;
   if (r.global_batch > 0 && out.document.batch) {
@@ -125,9 +118,9 @@ BatchPlans PlanAtBatch(const PlannerInput& in, const SolveRequest& r) {
   const std::string target = ResolveTarget(r.target, in.from_profile);
   PlanRequest request;
   request.algorithm = Algorithm::kOptimal;
-  request.budget = r.budget;
-  request.slots = r.slots;
-  request.threads = r.threads;
+  request.budget = r.plan.budget;
+  request.slots = r.plan.slots;
+  request.threads = r.plan.threads;
   const TargetModules modules = ModulesForTarget(in, target, false, r.sac_dispatch_us);
   if (target != "schedule") request.pytorch_modules = &modules.For(target);
   const Plan best = MakePlan(in.chain, in.fixed, request);

@@ -25,19 +25,15 @@ namespace ckplan {
 std::string ResolveTarget(const std::string& target, bool from_profile);
 
 struct SolveRequest {
-  Algorithm algorithm = Algorithm::kOptimal;
-  int every_n = 0;           ///< kEveryN: the segment length
-  ByteQuantity budget;       ///< the whole step's, as the user wrote it
-  int slots = 500;
-  int threads = 1;
-  bool sweep = false;        ///< keep the optimal memory/time curve (SolveResult::sweep)
+  /// The algorithm, the budget (as the user wrote it), slots, every_n,
+  /// threads, sweep (SolveResult::sweep) and progress; the modules are
+  /// Solve's to set, from `target`.
+  PlanRequest plan;
   std::string target;        ///< as ResolveTarget takes it
   double sac_dispatch_us = kDefaultSacDispatchUs;
   /// Gradient accumulation (`--global-batch`): the document's global_batch
   /// and accumulation_steps, where it has a batch; 0: none.
   int global_batch = 0;
-  /// Hears the optimal solver's fraction done (0..1); may be empty.
-  std::function<void(double)> progress;
 };
 
 struct SolveResult {
@@ -72,8 +68,8 @@ struct BatchPlans {
   double optimizer_ms = 0;      ///< the update, once per global batch with accumulation
 };
 
-/// One batch's profile under `request.budget`: the optimal plan of the
-/// request's target and no checkpointing, priced as Solve prices them.
+/// One batch's profile under the request's budget: the optimal plan of its
+/// target and no checkpointing, priced as Solve prices them.
 BatchPlans PlanAtBatch(const PlannerInput& in, const SolveRequest& request);
 
 }  // namespace ckplan

@@ -28,7 +28,7 @@ std::vector<std::string> Names(const std::vector<StrategyPoint>& rows) {
 // The smallest budget of `target`, and one halfway to no checkpointing.
 std::pair<int64_t, int64_t> Budgets(const PlannerInput& in, const std::string& target) {
   SolveRequest loose;
-  loose.budget = ParseBytes("1TB");
+  loose.plan.budget = ParseBytes("1TB");
   loose.target = target;
   const SolveResult roomy = Solve(in, loose);
   const int64_t none = roomy.strategies.front().peak_bytes;
@@ -43,12 +43,12 @@ TEST_CASE("Solve: the plan of each target, its table and its document") {
     CAPTURE(target);
     SolveRequest request;
     request.target = target;
-    request.budget.bytes = Budgets(in, target).second;
-    request.sweep = true;
+    request.plan.budget.bytes = Budgets(in, target).second;
+    request.plan.sweep = true;
     const SolveResult solved = Solve(in, request);
     CHECK(solved.plan.feasible);
     CHECK(solved.plan.target == (target == "sac" && solved.modules.selective.empty() ? "pytorch" : target));
-    CHECK(solved.plan.peak_bytes <= request.budget.bytes);
+    CHECK(solved.plan.peak_bytes <= request.plan.budget.bytes);
     const std::vector<std::string> names = Names(solved.strategies);
     REQUIRE(names.size() >= 4);
     CHECK(names[0] == "none");
@@ -75,7 +75,7 @@ TEST_CASE("Solve: the plan of each target, its table and its document") {
 TEST_CASE("Solve: a budget below the minimum names the minimum, a budget below the fixed part says so") {
   const PlannerInput in = Example();
   SolveRequest request;
-  request.budget = ParseBytes(std::to_string(Budgets(in, "pytorch").first - 1));
+  request.plan.budget = ParseBytes(std::to_string(Budgets(in, "pytorch").first - 1));
   try {
     Solve(in, request);
     FAIL("no error");
@@ -84,7 +84,7 @@ TEST_CASE("Solve: a budget below the minimum names the minimum, a budget below t
     CHECK(std::string(e.what()).find("is below the minimum " + std::to_string(Budgets(in, "pytorch").first)) !=
           std::string::npos);
   }
-  request.budget = ParseBytes("1000");
+  request.plan.budget = ParseBytes("1000");
   try {
     Solve(in, request);
     FAIL("no error");
