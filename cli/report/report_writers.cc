@@ -58,7 +58,7 @@ std::string ReportHtml(const Report& r) {
   s << "<h1>ckplan report</h1>\n<p>" << Escape(r.title) << " &mdash; budget <b>" << FormatBytes(r.budget_bytes, r.style)
     << "</b>";
   if (r.fixed.total() > 0) {
-    s << ", of which fixed " << FormatBytes(r.fixed.total(), r.style) << " (parameters, gradients, " << Escape(r.fixed.optimizer)
+    s << ", of which fixed " << FormatBytes(r.fixed.total(), r.style) << " (parameters, gradients, " << Escape(r.fixed.optimizer.name)
       << " state)";
   }
   s << ". Without recomputation a step takes " << FormatMs(r.no_recompute_ms) << ".</p>\n";

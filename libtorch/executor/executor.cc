@@ -187,9 +187,9 @@ class Executor {
       if (op.stage > max_stage) FailField("schedule", "names stage " + std::to_string(op.stage) + ", out of range");
     }
     modules_ = doc.target == "pytorch" && WrappedModules(schedule_, static_cast<int>(op_ranges_.size()), &wrapped_);
-    optimizer_ = doc.fixed.optimizer;
-    optimizer_impl_ = doc.fixed.optimizer_impl;
-    optimizer_flags_ = doc.fixed.optimizer_flags;
+    optimizer_ = doc.fixed.optimizer.name;
+    optimizer_impl_ = doc.fixed.optimizer.impl.value_or(OptimizerImpl::kForLoop);
+    optimizer_flags_ = doc.fixed.optimizer.flags;
     algorithm_ = doc.algorithm;
     budget_bytes_ = doc.budget_bytes;
     predicted_peak_ = doc.predicted.peak_bytes;

@@ -44,8 +44,7 @@ bool ShardUnit::operator==(const ShardUnit& o) const {
 
 bool FixedMemory::operator==(const FixedMemory& o) const {
   return param_bytes == o.param_bytes && buffer_bytes == o.buffer_bytes && grad_bytes == o.grad_bytes &&
-         optimizer_bytes == o.optimizer_bytes && optimizer == o.optimizer &&
-         optimizer_impl == o.optimizer_impl && optimizer_flags == o.optimizer_flags && update_tmp_bytes == o.update_tmp_bytes &&
+         optimizer_bytes == o.optimizer_bytes && optimizer == o.optimizer && update_tmp_bytes == o.update_tmp_bytes &&
          optimizer_step_ms == o.optimizer_step_ms && backward_grad_bytes == o.backward_grad_bytes &&
          shard == o.shard && data_parallel == o.data_parallel && gathered_bytes == o.gathered_bytes &&
          reduce_bytes == o.reduce_bytes && units == o.units;
@@ -56,7 +55,7 @@ std::string DescribeFixed(const FixedMemory& fixed, UnitStyle style) {
   const int64_t whole_step_grads = fixed.grad_bytes - fixed.backward_grad_bytes;
   std::string text = Format("parameters %s + buffers %s + ", bytes(fixed.param_bytes).c_str(), bytes(fixed.buffer_bytes).c_str());
   if (whole_step_grads > 0 || fixed.backward_grad_bytes == 0) text += "gradients " + bytes(whole_step_grads) + " + ";
-  text += Format("%s state %s = %s", fixed.optimizer.c_str(), bytes(fixed.optimizer_bytes).c_str(), bytes(fixed.total()).c_str());
+  text += Format("%s state %s = %s", fixed.optimizer.name.c_str(), bytes(fixed.optimizer_bytes).c_str(), bytes(fixed.total()).c_str());
   // One memory model: gradients appear during backward, stage by stage.
   if (fixed.backward_grad_bytes > 0) text += "; gradients " + bytes(fixed.backward_grad_bytes) + " counted as they appear in backward";
   return text;
@@ -65,7 +64,7 @@ std::string DescribeFixed(const FixedMemory& fixed, UnitStyle style) {
 std::string DescribeRankFixed(const FixedMemory& m, UnitStyle style) {
   auto b = [style](int64_t v) { return FormatBytes(v, style); };
   std::string text = Format("parameters %s + buffers %s + gradients %s + %s state %s", b(m.param_bytes).c_str(),
-                            b(m.buffer_bytes).c_str(), b(m.grad_bytes).c_str(), m.optimizer.c_str(),
+                            b(m.buffer_bytes).c_str(), b(m.grad_bytes).c_str(), m.optimizer.name.c_str(),
                             b(m.optimizer_bytes).c_str());
   if (m.gathered_bytes > 0) text += " + gathered " + b(m.gathered_bytes);
   if (m.reduce_bytes > 0) text += " + reduce-scatter " + b(m.reduce_bytes);

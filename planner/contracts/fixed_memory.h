@@ -51,7 +51,8 @@ struct OptimizerFlags {
 /// The optimizer a plan is priced for: its torch.optim name (`none`, `sgd`,
 /// `momentum` for SGD with momentum, `adam`, `adamw`), how it runs and its
 /// options. No `impl`: what torch picks on the plan's device
-/// (DefaultOptimizerImpl).
+/// (DefaultOptimizerImpl). The one definition: `ckplan solve` parses its
+/// options into it (ChooseOptimizer) and a plan's fixed part holds it.
 struct OptimizerChoice {
   std::string name = "adam";
   std::optional<OptimizerImpl> impl;
@@ -59,6 +60,7 @@ struct OptimizerChoice {
   OptimizerChoice() = default;
   OptimizerChoice(const char* n) : name(n) {}  // NOLINT: "adam" reads as a choice
   OptimizerChoice(std::string n, std::optional<OptimizerImpl> i = std::nullopt) : name(std::move(n)), impl(i) {}
+  bool operator==(const OptimizerChoice& o) const { return name == o.name && impl == o.impl && flags == o.flags; }
 };
 
 /// A module FSDP shards on its own (`fully_shard(module)`): its parameters
@@ -79,9 +81,11 @@ struct FixedMemory {
   int64_t buffer_bytes = 0;     ///< buffers (replicated in every shard mode)
   int64_t grad_bytes = 0;       ///< gradients kept for the optimizer (sharded under `grad` and `full`)
   int64_t optimizer_bytes = 0;  ///< optimizer state (sharded unless `none`)
-  std::string optimizer = "none";
-  OptimizerImpl optimizer_impl = OptimizerImpl::kForLoop;
-  OptimizerFlags optimizer_flags;  ///< the plan's `optimizer_options` (absent: all off)
+  /// The optimizer whose state this counts, as the plan writes it
+  /// (`optimizer`, `optimizer_impl`, `optimizer_options`): its `impl` is
+  /// always set, and its flags are those that change its memory
+  /// (EffectiveFlags).
+  OptimizerChoice optimizer = OptimizerChoice("none", OptimizerImpl::kForLoop);
   /// What the optimizer's update allocates at the step's end, as
   /// torch.optim runs it (planner/cost/optimizer_memory.h): the chain's
   /// `update_tmp_bytes`, counted there, listed here, not in total().

@@ -129,6 +129,11 @@ std::vector<StrategyPoint> StrategyPointsFromJson(const JsonReader& list) {
 
 namespace {
 
+// `optimizer_impl`: a fixed part's is always set (for-loop where not).
+const char* ImplName(const OptimizerChoice& optimizer) {
+  return OptimizerImplName(optimizer.impl.value_or(OptimizerImpl::kForLoop));
+}
+
 // `optimizer_options`: the options set, each only where it is not torch.optim's default.
 void WriteOptimizerFlags(const OptimizerFlags& flags, nlohmann::json* doc) {
   if (!flags.any()) return;
@@ -155,10 +160,10 @@ nlohmann::json RankFixedToJson(const FixedMemory& f) {
   nlohmann::json doc = {{"shard", ShardModeName(f.shard)}, {"data_parallel", f.data_parallel},
                         {"param_bytes", f.param_bytes}, {"buffer_bytes", f.buffer_bytes},
                         {"grad_bytes", f.grad_bytes}, {"optimizer_bytes", f.optimizer_bytes},
-                        {"optimizer", f.optimizer}, {"optimizer_impl", OptimizerImplName(f.optimizer_impl)},
+                        {"optimizer", f.optimizer.name}, {"optimizer_impl", ImplName(f.optimizer)},
                         {"gathered_bytes", f.gathered_bytes},
                         {"reduce_bytes", f.reduce_bytes}, {"total_bytes", f.total()}};
-  WriteOptimizerFlags(f.optimizer_flags, &doc);
+  WriteOptimizerFlags(f.optimizer.flags, &doc);
   if (f.shard == ShardMode::kFull) {
     nlohmann::json units = nlohmann::json::array();
     for (const ShardUnit& u : f.units) {
@@ -176,10 +181,10 @@ nlohmann::json FixedToJson(const FixedMemory& f) {
                         {"buffer_bytes", f.buffer_bytes},
                         {"grad_bytes", f.grad_bytes + f.reduce_bytes},
                         {"optimizer_bytes", f.optimizer_bytes},
-                        {"optimizer", f.optimizer},
-                        {"optimizer_impl", OptimizerImplName(f.optimizer_impl)},
+                        {"optimizer", f.optimizer.name},
+                        {"optimizer_impl", ImplName(f.optimizer)},
                         {"total_bytes", f.total()}};
-  WriteOptimizerFlags(f.optimizer_flags, &doc);
+  WriteOptimizerFlags(f.optimizer.flags, &doc);
   // The update's temporary at the step's end: counted with the chain, not in total_bytes.
   if (f.update_tmp_bytes > 0) doc["update_tmp_bytes"] = f.update_tmp_bytes;
   // Gradients counted as they appear in backward: not in total_bytes.
@@ -348,9 +353,9 @@ FixedMemory RankFixedFromJson(const JsonReader& f) {
   out.buffer_bytes = f.Field("buffer_bytes").NonNegativeBytes();
   out.grad_bytes = f.Field("grad_bytes").NonNegativeBytes();
   out.optimizer_bytes = f.Field("optimizer_bytes").NonNegativeBytes();
-  out.optimizer = f.Field("optimizer").String();
-  if (f.Has("optimizer_impl")) out.optimizer_impl = ImplFromJson(f.Field("optimizer_impl"));
-  out.optimizer_flags = ReadOptimizerFlags(f);
+  out.optimizer.name = f.Field("optimizer").String();
+  if (f.Has("optimizer_impl")) out.optimizer.impl = ImplFromJson(f.Field("optimizer_impl"));
+  out.optimizer.flags = ReadOptimizerFlags(f);
   out.gathered_bytes = f.Field("gathered_bytes").NonNegativeBytes();
   out.reduce_bytes = f.Field("reduce_bytes").NonNegativeBytes();
   f.Field("total_bytes");  // required in this form
@@ -444,9 +449,9 @@ PlanDocument ReadPlan(const JsonReader& root) {
 
   if (root.Has("target")) p.target = root.Field("target").String();
   JsonReader fixed = root.Field("fixed");
-  p.fixed.optimizer = fixed.Field("optimizer").String();
-  if (fixed.Has("optimizer_impl")) p.fixed.optimizer_impl = ImplFromJson(fixed.Field("optimizer_impl"));
-  p.fixed.optimizer_flags = ReadOptimizerFlags(fixed);
+  p.fixed.optimizer.name = fixed.Field("optimizer").String();
+  if (fixed.Has("optimizer_impl")) p.fixed.optimizer.impl = ImplFromJson(fixed.Field("optimizer_impl"));
+  p.fixed.optimizer.flags = ReadOptimizerFlags(fixed);
   if (fixed.Has("update_tmp_bytes")) p.fixed.update_tmp_bytes = fixed.Field("update_tmp_bytes").NonNegativeBytes();
   if (fixed.Has("param_bytes")) p.fixed.param_bytes = fixed.Field("param_bytes").NonNegativeBytes();
   if (fixed.Has("buffer_bytes")) p.fixed.buffer_bytes = fixed.Field("buffer_bytes").NonNegativeBytes();

@@ -96,7 +96,7 @@ FixedMemory RankFixedMemory(const Chain& chain, const std::vector<ParameterRecor
   FixedMemory m;
   m.shard = shard;
   m.data_parallel = data_parallel;
-  m.optimizer = optimizer;
+  m.optimizer.name = optimizer;
   m.buffer_bytes = buffer_bytes;
   // ZeRO-1/2 (DeepSpeed) partition flat buffers evenly; FSDP2 shards each
   // parameter on dim 0, padded to a multiple of the ranks.

@@ -40,7 +40,7 @@ FixedMemory FixedMemoryFor(int64_t param_bytes, int64_t buffer_bytes, const std:
   FixedMemory fixed;
   fixed.param_bytes = param_bytes;
   fixed.buffer_bytes = buffer_bytes;
-  fixed.optimizer = optimizer;
+  fixed.optimizer.name = optimizer;
   fixed.grad_bytes = param_bytes;
   if (optimizer == "none" || optimizer == "sgd") {
     fixed.optimizer_bytes = 0;
@@ -187,15 +187,15 @@ FixedMemory FixedMemoryOf(const Profile& profile, const Chain& chain, const Opti
   const int64_t trainable = profile.parameters.empty() ? profile.totals.param_bytes : TrainableBytes(profile.parameters);
   FixedMemory fixed = FixedMemoryFor(trainable, profile.totals.buffer_bytes, optimizer.name);
   fixed.param_bytes = profile.totals.param_bytes;
-  fixed.optimizer_impl = ResolvedImpl(optimizer, profile);
-  fixed.optimizer_flags = EffectiveFlags(optimizer);
+  fixed.optimizer.impl = ResolvedImpl(optimizer, profile);
+  fixed.optimizer.flags = EffectiveFlags(optimizer);
   if (optimizer.name == "adam" || optimizer.name == "adamw") {
     // Each parameter's `step`: a float32 scalar tensor; with amsgrad, the
     // largest second moment so far (max_exp_avg_sq) too.
     for (const ParameterRecord& p : TrainableParameters(profile.parameters)) {
       fixed.optimizer_bytes += ElementSize(p) > 0 ? 4 : 0;
     }
-    if (fixed.optimizer_flags.amsgrad) fixed.optimizer_bytes += trainable;
+    if (fixed.optimizer.flags.amsgrad) fixed.optimizer_bytes += trainable;
   }
   // fp16 autocast trains with torch.amp.GradScaler: its scale, growth
   // tracker and found-inf flag (float32, int32, float32 scalars) are held

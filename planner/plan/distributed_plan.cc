@@ -22,19 +22,20 @@ void CheckDistributedJob(const DistributedJob& job) {
 
 namespace {
 
+// How the plan's optimizer runs (always set in a fixed part).
+OptimizerImpl ImplOf(const FixedMemory& fixed) { return fixed.optimizer.impl.value_or(OptimizerImpl::kForLoop); }
+
 FixedMemory RankFor(const PlannerInput& in, const std::vector<ParameterRecord>& parameters, int64_t param_bytes,
                     const Chain& chain, const DistributedJob& job) {
   if (!in.from_profile) {
-    FixedMemory m;
+    FixedMemory m;  // no optimizer
     m.shard = ParseShardMode(job.shard);
     m.data_parallel = job.data_parallel;
-    m.optimizer = "none";
     return m;
   }
-  FixedMemory m = RankFixedMemory(chain, parameters, param_bytes, in.profile.totals.buffer_bytes, in.fixed.optimizer,
-                                  job.data_parallel, ParseShardMode(job.shard), in.source.path, in.fixed.optimizer_flags);
-  m.optimizer_impl = in.fixed.optimizer_impl;
-  m.optimizer_flags = in.fixed.optimizer_flags;
+  FixedMemory m = RankFixedMemory(chain, parameters, param_bytes, in.profile.totals.buffer_bytes, in.fixed.optimizer.name,
+                                  job.data_parallel, ParseShardMode(job.shard), in.source.path, in.fixed.optimizer.flags);
+  m.optimizer = in.fixed.optimizer;
   return m;
 }
 
@@ -79,9 +80,7 @@ class PipelineRanks {
   int64_t End(int first, int last) const {
     int64_t end = Rank(first, last).total();
     if (in_.from_profile) {
-      OptimizerChoice choice(in_.fixed.optimizer);
-      choice.flags = in_.fixed.optimizer_flags;
-      end += UpdateTmpBytes(choice, in_.fixed.optimizer_impl, Params(first, last));
+      end += UpdateTmpBytes(in_.fixed.optimizer, ImplOf(in_.fixed), Params(first, last));
     }
     return end;
   }
@@ -112,9 +111,7 @@ std::pair<FixedMemory, Chain> DataParallelRank(const DistributedJob& job, const 
   Chain chain = WithoutParamGrads(in.chain);
   if (!in.from_profile) rank.grad_bytes += in.chain.ParamGradBytes();  // a chain's own
   if (in.from_profile && ParseShardMode(job.shard) != ShardMode::kNone) {
-    OptimizerChoice choice(in.fixed.optimizer);
-    choice.flags = in.fixed.optimizer_flags;
-    chain.update_tmp_bytes = UpdateTmpBytes(choice, in.fixed.optimizer_impl, ShardedParameters(params, job.data_parallel));
+    chain.update_tmp_bytes = UpdateTmpBytes(in.fixed.optimizer, ImplOf(in.fixed), ShardedParameters(params, job.data_parallel));
   }
   return {rank, chain};
 }
