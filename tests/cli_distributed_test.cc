@@ -100,7 +100,7 @@ TEST_CASE("solve --pipeline on a chain: a plan per stage, each within the budget
   CHECK(plan["unit_style"] == "decimal");
   for (const nlohmann::json& stage : stages) CHECK(stage["unit_style"] == "decimal");
   const ckplan::PlanDocument document = ckplan::PlanFromJson(plan, "plan.json");
-  CHECK(document.is_pipeline);
+  CHECK(document.is_pipeline());
   REQUIRE(document.distributed->stages.size() == 3);
   CHECK(document.distributed->stages[2].pipeline_stage->last_chain_stage == 11);
   CHECK(ckplan::PlanToJson(document) == plan);

@@ -148,7 +148,7 @@ class Executor {
   // beyond it (a profile's source, op ranges, a schedule) is checked here.
   void ReadPlan() {
     const PlanDocument& doc = plan_;
-    if (doc.is_pipeline) {
+    if (doc.is_pipeline()) {
       FailField("distributed", "a pipeline plan has no schedule of its own: each of distributed.stages is the plan of "
                                "one pipeline stage");
     }

@@ -94,7 +94,7 @@ bool PlanDistributed::operator==(const PlanDistributed& o) const {
 }
 
 bool PlanDocument::operator==(const PlanDocument& o) const {
-  return is_pipeline == o.is_pipeline && algorithm == o.algorithm && target == o.target && source == o.source &&
+  return algorithm == o.algorithm && target == o.target && source == o.source &&
          budget_bytes == o.budget_bytes && fixed == o.fixed && activation_budget_bytes == o.activation_budget_bytes &&
          stages == o.stages && checkpointed_stages == o.checkpointed_stages && schedule == o.schedule &&
          predicted == o.predicted && min_budget_bytes == o.min_budget_bytes &&
@@ -242,7 +242,7 @@ nlohmann::json PlanToJson(const PlanDocument& p) {
   if (p.batch) doc["batch"] = *p.batch;
   if (p.global_batch) doc["global_batch"] = *p.global_batch;
   if (p.accumulation_steps) doc["accumulation_steps"] = *p.accumulation_steps;
-  if (p.is_pipeline) return doc;  // each stage's document (in distributed.stages) is a plan
+  if (p.is_pipeline()) return doc;  // each stage's document (in distributed.stages) is a plan
   nlohmann::json stages = nlohmann::json::array();
   for (const PlanStage& s : p.stages) {
     nlohmann::json stage = {{"index", s.index}, {"name", s.name}, {"checkpointed", s.checkpointed}};
@@ -427,10 +427,7 @@ PlanDocument ReadPlan(const JsonReader& root) {
   p.algorithm = root.Field("algorithm").String();
   p.budget_bytes = root.Field("budget_bytes").NonNegativeBytes();
   if (root.Has("checkpoint_modules")) p.checkpoint_modules = Strings(root.Field("checkpoint_modules"));
-  if (root.Has("distributed")) {
-    p.distributed = DistributedFromJson(root.Field("distributed"));
-    p.is_pipeline = !p.distributed->stages.empty();
-  }
+  if (root.Has("distributed")) p.distributed = DistributedFromJson(root.Field("distributed"));
   if (root.Has("unit_style")) {
     JsonReader style = root.Field("unit_style");
     p.unit_style = style.String();
@@ -445,7 +442,7 @@ PlanDocument ReadPlan(const JsonReader& root) {
     root.Field(p.global_batch ? "global_batch" : "accumulation_steps")
         .Fail("global_batch must be batch x accumulation_steps, and both given or neither");
   }
-  if (p.is_pipeline) return p;
+  if (p.is_pipeline()) return p;
 
   if (root.Has("target")) p.target = root.Field("target").String();
   JsonReader fixed = root.Field("fixed");

@@ -191,10 +191,11 @@ nlohmann::json StrategyPointToJson(const StrategyPoint& point);
 std::vector<StrategyPoint> StrategyPointsFromJson(const JsonReader& list);
 
 struct PlanDocument {
-  /// A pipeline plan's top level (`--pipeline`): schema, algorithm, source,
-  /// budget_bytes, checkpoint_modules and `distributed` only; each pipeline
-  /// stage's document (in distributed.stages) is a plan. No schedule.
-  bool is_pipeline = false;
+  /// A pipeline plan's top level (`--pipeline`), told by its
+  /// `distributed.stages`: schema, algorithm, source, budget_bytes,
+  /// checkpoint_modules and `distributed` only; each pipeline stage's
+  /// document (in distributed.stages) is a plan. No schedule.
+  bool is_pipeline() const { return distributed && !distributed->stages.empty(); }
   std::string algorithm;                ///< optimal, none, every, every-n, sqrt
   std::string target = "schedule";      ///< schedule, pytorch or sac
   PlanSource source;

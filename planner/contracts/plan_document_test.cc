@@ -201,7 +201,6 @@ TEST_CASE("distributed plans round-trip: a pipeline's top level with its stage d
   CHECK(!PlanToJson(stage).contains("min_budget_bytes"));
 
   PlanDocument top;
-  top.is_pipeline = true;
   top.algorithm = "optimal";
   top.source = ChainSource("c");
   top.budget_bytes = 1000;
@@ -217,7 +216,7 @@ TEST_CASE("distributed plans round-trip: a pipeline's top level with its stage d
   CHECK(written["distributed"]["stages"][1]["pipeline_stage"]["fixed"]["units"][1]["module"] == "a.b");
   CheckRoundTrip(written);
   const PlanDocument read = PlanFromJson(written, "top.json");
-  CHECK(read.is_pipeline);
+  CHECK(read.is_pipeline());
   CHECK(read.schedule.empty());
   CHECK(read == top);
   // A stage document's error names its whole path.
@@ -233,7 +232,7 @@ TEST_CASE("distributed plans round-trip: a pipeline's top level with its stage d
   dp.fsdp_units = {"a.b"};
   dp.ranks.push_back({fixed, 900, 1100, 1200, 400});
   CheckRoundTrip(PlanToJson(rank_plan));
-  CHECK(!PlanFromJson(PlanToJson(rank_plan), "dp.json").is_pipeline);
+  CHECK(!PlanFromJson(PlanToJson(rank_plan), "dp.json").is_pipeline());
   CHECK(PlanFromJson(PlanToJson(rank_plan), "dp.json") == rank_plan);
 }
 

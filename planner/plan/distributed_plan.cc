@@ -177,7 +177,6 @@ PipelineJobPlan PlanPipelineJob(const DistributedJob& job, const PlannerInput& i
                        budget.text.c_str(), minimum.c_str(), job.pipeline, job.microbatches, job.schedule.c_str()));
   }
   PlanDocument& top = out.document;
-  top.is_pipeline = true;
   top.algorithm = "optimal";
   top.source = in.source;
   top.budget_bytes = budget.bytes;
