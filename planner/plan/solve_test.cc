@@ -128,3 +128,28 @@ TEST_CASE("StrategyTable: the report's rows (every-N baselines, the sac comparis
   CHECK(none.plain.empty());
   CHECK(none.selective.empty());
 }
+
+TEST_CASE("StrategyTable: a sac plan's table shows no plan that cannot fit (no row of peak 0)") {
+  const PlannerInput in = Example();
+  const auto [sac_min, halfway] = Budgets(in, "sac");
+  const int64_t pytorch_min = Budgets(in, "pytorch").first;
+  int without_whole_modules = 0;
+  for (int64_t budget : {sac_min, (sac_min + pytorch_min) / 2, pytorch_min, halfway}) {
+    CAPTURE(budget);
+    SolveRequest request;
+    request.plan.budget = ParseBytes(std::to_string(budget));
+    request.target = "sac";
+    const SolveResult solved = Solve(in, request);
+    REQUIRE(solved.plan.feasible);
+    bool whole_modules = false;
+    for (const StrategyPoint& row : solved.strategies) {
+      CAPTURE(row.name);
+      CHECK(row.peak_bytes > 0);
+      whole_modules = whole_modules || row.name == "optimal (pytorch)";
+    }
+    // Wrapping whole modules is shown exactly where it fits.
+    CHECK(whole_modules == (budget >= pytorch_min));
+    without_whole_modules += whole_modules ? 0 : 1;
+  }
+  if (sac_min < pytorch_min) CHECK(without_whole_modules > 0);
+}

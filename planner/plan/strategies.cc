@@ -78,7 +78,8 @@ std::vector<StrategyPoint> StrategyTable(const PlannerInput& in, const TargetMod
     const std::vector<std::pair<std::string, Plan>> compared =
         SacComparisons(in, modules.selective, modules.plain, fixed);
     if (chosen.target == "sac") {
-      add(compared.front().first, compared.front().second);
+      // Wrapping whole modules, where that fits the budget at all (an infeasible plan has no peak to show).
+      if (compared.front().second.feasible) add(compared.front().first, compared.front().second);
     } else {
       PlanRequest sac = fixed;
       sac.pytorch_modules = &modules.selective;
