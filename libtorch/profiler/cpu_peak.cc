@@ -20,7 +20,9 @@
 #include <utility>
 #include <vector>
 
+#include "planner/base/dtype.h"
 #include "planner/cost/cost_model.h"
+#include "libtorch/runtime/scalar_type.h"
 #include "libtorch/runtime/timing.h"
 
 namespace ckplan {
@@ -522,9 +524,8 @@ void MeasureCpuOpCosts(const Profile& profile, GpuSpec* cpu) {
   for (const OpRecord& op : profile.ops) {
     const OpWork w = CountOpWork(profile, op);
     if (w.op_class == OpClass::kView) continue;
-    std::string dtype = w.dtype;
-    std::transform(dtype.begin(), dtype.end(), dtype.begin(), [](unsigned char ch) { return std::tolower(ch); });
-    if (dtype == "float") dtype = "float32";
+    const Dtype* d = FindDtypeIgnoringCase(w.dtype);
+    const std::string dtype = d != nullptr ? d->python : "";
     if (dtype != "float32" && dtype != "bfloat16") continue;
     std::string name = w.kind;
     if (w.op_class == OpClass::kMatmul) name = "linear";
@@ -538,7 +539,7 @@ void MeasureCpuOpCosts(const Profile& profile, GpuSpec* cpu) {
   }
   if (parameter_dtypes.empty()) parameter_dtypes.insert("float32");
   for (const auto& [name, dtype] : wanted) {
-    const at::ScalarType type = dtype == "bfloat16" ? at::kBFloat16 : at::kFloat;
+    const at::ScalarType type = ToScalarType(*FindPythonDtype(dtype));
     const std::string key = name + ":" + dtype;
     if (name == "linear") cpu->op_costs[key] = LinearLaw(type);
     if (name == "conv2d") cpu->op_costs[key] = ConvolutionLaw(type);
@@ -555,9 +556,9 @@ void MeasureCpuOpCosts(const Profile& profile, GpuSpec* cpu) {
   }
   std::tie(cpu->extra_node_fwd_us, cpu->extra_node_bwd_us) = ExtraNodeUs();
   for (const std::string& dtype : parameter_dtypes) {
-    cpu->op_costs["accumulate_grad:" + dtype] =
-        AccumulateLaw(dtype == "bfloat16" ? at::kBFloat16 : at::kFloat, cpu->extra_node_bwd_us);
-    cpu->op_costs["grad_sum:" + dtype] = GradSumLaw(dtype == "bfloat16" ? at::kBFloat16 : at::kFloat);
+    const at::ScalarType type = ToScalarType(*FindPythonDtype(dtype));
+    cpu->op_costs["accumulate_grad:" + dtype] = AccumulateLaw(type, cpu->extra_node_bwd_us);
+    cpu->op_costs["grad_sum:" + dtype] = GradSumLaw(type);
   }
 }
 

@@ -18,6 +18,7 @@
 #include "planner/base/error.h"
 #include "planner/base/units.h"
 #include "libtorch/runtime/pt2_model.h"
+#include "libtorch/runtime/scalar_type.h"
 
 namespace ckplan {
 namespace {
@@ -523,9 +524,9 @@ void GraphProgram::EndAutocast() const {
 }
 
 std::optional<c10::ScalarType> ParseAutocast(const std::string& text) {
-  if (text == "bf16" || text == "bfloat16") return c10::ScalarType::BFloat16;
-  if (text == "fp16" || text == "float16" || text == "half") return c10::ScalarType::Half;
+  // Off, or float32's two names (not `float`); else a 16-bit precision by any of its names.
   if (text == "off" || text == "none" || text == "fp32" || text == "float32") return std::nullopt;
+  if (const Dtype* d = FindPrecision(text); d != nullptr && d->bytes == 2) return ToScalarType(*d);
   throw BadInput("invalid --autocast '" + text + "': bf16 or fp16 (torch.autocast's dtype), or off");
 }
 
@@ -536,12 +537,8 @@ std::optional<c10::ScalarType> ResolveAutocast(const std::string& flag, const st
 }
 
 std::string TorchDtypeName(c10::ScalarType type) {
-  switch (type) {
-    case c10::ScalarType::BFloat16: return "bfloat16";
-    case c10::ScalarType::Half: return "float16";
-    case c10::ScalarType::Float: return "float32";
-    default: return c10::toString(type);
-  }
+  const Dtype* d = DtypeOf(type);
+  return d != nullptr ? d->python : c10::toString(type);
 }
 
 void GraphProgram::StaticTensors(std::unordered_set<const c10::TensorImpl*>* out) const {
@@ -673,11 +670,7 @@ std::vector<at::Tensor> MakeInputs(const std::vector<InputSpec>& specs, uint64_t
   at::Generator generator = at::detail::createCPUGenerator(seed);
   std::vector<at::Tensor> inputs;
   for (const InputSpec& spec : specs) {
-    static const std::unordered_map<std::string, at::ScalarType> kTypes = {
-        {"float32", at::kFloat}, {"float64", at::kDouble}, {"float16", at::kHalf}, {"bfloat16", at::kBFloat16},
-        {"int64", at::kLong},    {"int32", at::kInt},      {"int16", at::kShort}, {"int8", at::kChar},
-        {"uint8", at::kByte},    {"bool", at::kBool}};
-    at::ScalarType type = kTypes.at(spec.dtype);
+    const at::ScalarType type = ToScalarType(*FindPythonDtype(spec.dtype));  // ParseInputSpec named one
     at::Tensor t;
     if (IsIntegerDtype(spec.dtype)) {
       t = at::randint(static_cast<int64_t>(spec.lo), static_cast<int64_t>(spec.hi), spec.shape, generator,

@@ -7,6 +7,7 @@
 #include "planner/base/error.h"
 #include "libtorch/runtime/graph_program.h"
 #include "libtorch/runtime/meta_kernels.h"
+#include "libtorch/runtime/scalar_type.h"
 #include "libtorch/runtime/tracking_allocator.h"
 
 namespace ckplan {
@@ -51,9 +52,7 @@ DeviceInfo OpenMetaDevice() {
 
 std::optional<c10::ScalarType> ParseProfileDtype(const std::string& text) {
   if (text.empty()) return std::nullopt;
-  if (text == "bf16" || text == "bfloat16") return c10::ScalarType::BFloat16;
-  if (text == "fp16" || text == "float16" || text == "half") return c10::ScalarType::Half;
-  if (text == "fp32" || text == "float32" || text == "float") return c10::ScalarType::Float;
+  if (const Dtype* d = FindPrecision(text)) return ToScalarType(*d);
   throw BadInput("invalid --dtype '" + text + "': use bf16, fp16 or fp32");
 }
 
@@ -110,13 +109,9 @@ void RetargetConstantsToMeta(const GraphProgram& program) {
 }
 
 std::vector<at::Tensor> MakeMetaInputs(const std::vector<InputSpec>& specs, std::optional<c10::ScalarType> dtype) {
-  static const std::unordered_map<std::string, at::ScalarType> kTypes = {
-      {"float32", at::kFloat}, {"float64", at::kDouble}, {"float16", at::kHalf}, {"bfloat16", at::kBFloat16},
-      {"int64", at::kLong},    {"int32", at::kInt},      {"int16", at::kShort}, {"int8", at::kChar},
-      {"uint8", at::kByte},    {"bool", at::kBool}};
   std::vector<at::Tensor> inputs;
   for (const InputSpec& spec : specs) {
-    at::ScalarType type = kTypes.at(spec.dtype);
+    at::ScalarType type = ToScalarType(*FindPythonDtype(spec.dtype));  // ParseInputSpec named one
     if (dtype && at::isFloatingType(type)) type = *dtype;
     inputs.push_back(at::empty(spec.shape, at::TensorOptions().dtype(type).device(c10::kMeta)));
   }

@@ -6,27 +6,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "planner/base/dtype.h"
 #include "planner/base/error.h"
 #include "planner/base/json_io.h"
 
 namespace ckplan {
 namespace {
-
-struct DtypeName {
-  const char* alias;
-  const char* canonical;
-  int64_t bytes;
-};
-
-constexpr DtypeName kDtypes[] = {
-    {"float32", "float32", 4}, {"float", "float32", 4},   {"f32", "float32", 4},
-    {"float64", "float64", 8}, {"double", "float64", 8},  {"f64", "float64", 8},
-    {"float16", "float16", 2}, {"half", "float16", 2},    {"f16", "float16", 2},
-    {"bfloat16", "bfloat16", 2}, {"bf16", "bfloat16", 2},
-    {"int64", "int64", 8},     {"long", "int64", 8},      {"int32", "int32", 4},
-    {"int", "int32", 4},       {"int16", "int16", 2},     {"int8", "int8", 1},
-    {"uint8", "uint8", 1},     {"bool", "bool", 1},
-};
 
 bool ParseNumber(const std::string& s, double* out) {
   if (s.empty()) return false;
@@ -50,15 +35,13 @@ int64_t InputBytes(const InputSpec& spec) {
 }
 
 bool IsIntegerDtype(const std::string& dtype) {
-  return dtype == "int64" || dtype == "int32" || dtype == "int16" || dtype == "int8" || dtype == "uint8" ||
-         dtype == "bool";
+  const Dtype* d = FindPythonDtype(dtype);
+  return d != nullptr && d->input && d->integral;
 }
 
 int64_t DtypeBytes(const std::string& dtype) {
-  for (const DtypeName& d : kDtypes) {
-    if (dtype == d.canonical) return d.bytes;
-  }
-  return 4;
+  const Dtype* d = FindPythonDtype(dtype);
+  return d != nullptr && d->input ? d->bytes : 4;
 }
 
 InputSpec ParseInputSpec(const std::string& text) {
@@ -93,10 +76,13 @@ InputSpec ParseInputSpec(const std::string& text) {
   }
   if (parts.size() >= 2) {
     bool known = false;
-    for (const DtypeName& d : kDtypes) {
-      if (parts[1] == d.alias) {
-        spec.dtype = d.canonical;
-        known = true;
+    for (const Dtype& d : Dtypes()) {
+      if (!d.input) continue;
+      for (const char* name : {d.python, d.input_alias, d.input_short}) {
+        if (name != nullptr && parts[1] == name) {
+          spec.dtype = d.python;
+          known = true;
+        }
       }
     }
     if (!known) throw fail("unknown dtype '" + parts[1] + "' (float32, float64, float16, bfloat16, int64, int32, int16, int8, uint8, bool)");

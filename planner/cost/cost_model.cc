@@ -5,6 +5,8 @@
 #include <cmath>
 #include <set>
 
+#include "planner/base/dtype.h"
+
 namespace ckplan {
 namespace {
 
@@ -14,21 +16,16 @@ double Numel(const std::vector<int64_t>& shape) {
   return n;
 }
 
-// Bytes per element of a dtype as LibTorch (`BFloat16`) or the profile's
-// tensors (`bfloat16`) name it.
+// Bytes per element of a dtype as LibTorch (`BFloat16`) or torch's Python
+// (`bfloat16`) names it, in any case; 1 for a name LibTorch has not.
 double ElementBytes(const std::string& dtype) {
-  std::string d = dtype;
-  std::transform(d.begin(), d.end(), d.begin(), [](unsigned char c) { return std::tolower(c); });
-  if (d == "double" || d == "float64" || d == "long" || d == "int64" || d == "complexfloat") return 8;
-  if (d == "float" || d == "float32" || d == "int" || d == "int32") return 4;
-  if (d == "bfloat16" || d == "half" || d == "float16" || d == "short" || d == "int16") return 2;
-  return 1;
+  const Dtype* d = FindDtypeIgnoringCase(dtype);
+  return d != nullptr ? static_cast<double>(d->bytes) : 1;
 }
 
 bool IsFloat(const std::string& dtype) {
-  std::string d = dtype;
-  std::transform(d.begin(), d.end(), d.begin(), [](unsigned char c) { return std::tolower(c); });
-  return d == "float" || d == "double" || d == "bfloat16" || d == "half" || d.rfind("float", 0) == 0;
+  const Dtype* d = FindDtypeIgnoringCase(dtype);
+  return d != nullptr && d->floating;
 }
 
 double ArgBytes(const ArgRecord& a) { return Numel(a.shape) * ElementBytes(a.dtype); }
@@ -168,13 +165,13 @@ OpWork CountOpWork(const Profile& profile, const OpRecord& op, const CostModelCo
 
 namespace {
 
-// `float32`, `bfloat16` or `float16`: the key of a measured rate curve.
+// The dtype's Python name (`float32`, `bfloat16`): the key of a measured rate
+// curve or law; a name LibTorch has not, in lower case.
 std::string CurveDtype(const std::string& dtype) {
-  std::string d = dtype;
-  std::transform(d.begin(), d.end(), d.begin(), [](unsigned char ch) { return std::tolower(ch); });
-  if (d == "float" || d == "float32") return "float32";
-  if (d == "half" || d == "float16") return "float16";
-  return d;
+  if (const Dtype* d = FindDtypeIgnoringCase(dtype)) return d->python;
+  std::string lower = dtype;
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char ch) { return std::tolower(ch); });
+  return lower;
 }
 
 }  // namespace
@@ -196,10 +193,8 @@ double InterpolateTflops(const std::vector<std::pair<double, double>>& curve, do
 double RooflineMs(const GpuSpec& gpu, OpClass op_class, const std::string& dtype, double flops, double bytes,
                   const CostModelConstants& c, bool backward, double call_flops) {
   if (op_class == OpClass::kView) return gpu.view_overhead_us * 1e-3;
-  std::string d = dtype;
-  std::transform(d.begin(), d.end(), d.begin(), [](unsigned char ch) { return std::tolower(ch); });
-  const double peak_tflops = d == "bfloat16" ? gpu.bf16_tflops : (d == "half" || d == "float16") ? gpu.fp16_tflops
-                                                                                                   : gpu.fp32_tflops;
+  const std::string key = CurveDtype(dtype);
+  const double peak_tflops = key == "bfloat16" ? gpu.bf16_tflops : key == "float16" ? gpu.fp16_tflops : gpu.fp32_tflops;
   double efficiency = 1.0;
   switch (op_class) {
     case OpClass::kMatmul:
@@ -214,7 +209,6 @@ double RooflineMs(const GpuSpec& gpu, OpClass op_class, const std::string& dtype
   if (op_class != OpClass::kMemory && op_class != OpClass::kRandom && !gpu.measured_tflops.empty()) {
     // A measured rate at the op's size: the op's own curve (a convolution's,
     // masked attention's, attention's), else the matmul's.
-    const std::string key = CurveDtype(d);
     auto curve = gpu.measured_tflops.end();
     auto find = [&](const std::string& name) {
       if (curve == gpu.measured_tflops.end()) curve = gpu.measured_tflops.find(name + ":" + key);
@@ -233,7 +227,7 @@ double RooflineMs(const GpuSpec& gpu, OpClass op_class, const std::string& dtype
   const double compute_s = flops > 0 && tflops > 0 ? flops / (tflops * 1e12) : 0;
   // Dropout's forward makes random numbers: its own measured rate where there is one.
   double gb_per_s = gpu.bandwidth_gb_per_s;
-  if (const auto it = gpu.elementwise_gb_per_s.find(CurveDtype(d)); it != gpu.elementwise_gb_per_s.end()) {
+  if (const auto it = gpu.elementwise_gb_per_s.find(key); it != gpu.elementwise_gb_per_s.end()) {
     gb_per_s = it->second;
   }
   if (op_class == OpClass::kRandom && !backward && gpu.random_gb_per_s > 0) gb_per_s = gpu.random_gb_per_s;

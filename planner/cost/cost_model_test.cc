@@ -497,3 +497,21 @@ TEST_CASE("autograd nodes beyond those the law's microbenchmark made each cost o
   p.ops[0].grad_nodes.reset();
   CHECK(!ProfileToJson(p)["ops"][0].contains("grad_nodes"));
 }
+
+TEST_CASE("every dtype LibTorch has is priced at its size: complex128 is 16 bytes, complex32 4, uint16 2") {
+  // The same elementwise op in each dtype: its bytes scale with the element's.
+  auto bytes = [](const char* libtorch, const char* python) {
+    Profile p = OneOp("aten::add", {{{64, 64}, libtorch}, {{64, 64}, libtorch}}, {64, 64}, python);
+    return CountOpWork(p, p.ops[0]).fwd_bytes;
+  };
+  const double float32 = bytes("Float", "float32");
+  REQUIRE(float32 > 0);
+  CHECK(bytes("ComplexDouble", "complex128") == doctest::Approx(4 * float32));
+  CHECK(bytes("ComplexFloat", "complex64") == doctest::Approx(2 * float32));
+  CHECK(bytes("ComplexHalf", "complex32") == doctest::Approx(float32));
+  CHECK(bytes("UInt16", "uint16") == doctest::Approx(float32 / 2));
+  CHECK(bytes("UInt64", "uint64") == doctest::Approx(2 * float32));
+  CHECK(bytes("Float8_e4m3fn", "float8_e4m3fn") == doctest::Approx(float32 / 4));
+  // Either vocabulary, in any case.
+  CHECK(bytes("complexdouble", "COMPLEX128") == doctest::Approx(4 * float32));
+}

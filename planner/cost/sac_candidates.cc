@@ -4,6 +4,7 @@
 #include <map>
 #include <set>
 
+#include "planner/base/dtype.h"
 #include "planner/cost/liveness.h"
 
 namespace ckplan {
@@ -53,7 +54,8 @@ int SacDispatchedOps(const Profile& profile, const OpRecord& op, const std::stri
   if (op.kind == "aten::scaled_dot_product_attention") {
     if (dispatch.count != 2) return 2;  // the fused kernel, detach
     // The math path, computed in float32 for bf16 or half inputs (three casts in, one out).
-    const bool low = !op.args.empty() && (op.args[0].dtype == "BFloat16" || op.args[0].dtype == "Half");
+    const Dtype* dtype = op.args.empty() ? nullptr : FindLibTorchDtype(op.args[0].dtype);
+    const bool low = dtype != nullptr && dtype->floating && dtype->bytes == 2;
     return 26 + (low ? 4 : 0);
   }
   // An activation that saves its output (detach) or, in place, its input (clone).

@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 
+#include "planner/base/dtype.h"
 #include "planner/base/error.h"
 
 namespace ckplan {
@@ -63,8 +64,8 @@ class Cutter {
     std::vector<bool> data_tensor(p.tensors.size(), false);
     index_tensor_.assign(p.tensors.size(), false);
     for (int t : p.inputs) {
-      const std::string& dtype = p.tensors[static_cast<size_t>(t)].dtype;
-      const bool floating = dtype == "Float" || dtype == "Double" || dtype == "Half" || dtype == "BFloat16";
+      const Dtype* dtype = FindLibTorchDtype(p.tensors[static_cast<size_t>(t)].dtype);
+      const bool floating = dtype != nullptr && dtype->floating;
       (floating ? data_tensor : index_tensor_)[static_cast<size_t>(t)] = true;
     }
     for (const OpRecord& op : p.ops) {
