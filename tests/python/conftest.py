@@ -36,6 +36,34 @@ def models_dir(request):
     return folder
 
 
+@pytest.fixture(scope="session")
+def profile(request):
+    """The profile the report tests make their reports of (--profile); skipped without it (ctest passes it)."""
+    path = request.config.getoption("--profile")
+    if path is None:
+        pytest.skip("needs --profile (ctest passes it)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def planner_tests(request):
+    """The planner_tests program (--planner-tests); skipped without it (ctest passes it)."""
+    program = request.config.getoption("--planner-tests")
+    if program is None:
+        pytest.skip("needs --planner-tests (ctest passes it)")
+    return program
+
+
+@pytest.fixture(scope="module")
+def one_thread_module():
+    """one_thread for a whole module whose module-scoped fixtures measure (use with pytestmark)."""
+    import torch
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture
 def one_thread():
     """One thread for a test that measures a step's memory, as ckplan profiles on the CPU: more threads

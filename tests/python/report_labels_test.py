@@ -57,15 +57,6 @@ TOLERANCE_PX = 0.5
 
 
 @pytest.fixture(scope="module")
-def profile(request):
-    """The profile the reports are made of (--profile); the tests are skipped without it (ctest passes it)."""
-    path = request.config.getoption("--profile")
-    if path is None:
-        pytest.skip("needs --profile (ctest passes it)")
-    return path
-
-
-@pytest.fixture(scope="module")
 def work(tmp_path_factory):
     return str(tmp_path_factory.mktemp("labels"))
 

@@ -18,15 +18,6 @@ SCREEN = (900, 2000)
 
 
 @pytest.fixture(scope="module")
-def profile(request):
-    """The profile the report is made of (--profile); the tests are skipped without it (ctest passes it)."""
-    path = request.config.getoption("--profile")
-    if path is None:
-        pytest.skip("needs --profile (ctest passes it)")
-    return path
-
-
-@pytest.fixture(scope="module")
 def report(ckplan, profile, tmp_path_factory):
     """`ckplan report PROFILE -o report.html`: (the finished process, the HTML's path)."""
     html = str(tmp_path_factory.mktemp("report") / "report.html")

@@ -63,6 +63,9 @@ UNCOUNTED = 0.001
 # drop) were counted.
 KNOWN_OVER = {}
 
+# One thread for the whole module, as ckplan profiles on the CPU: more threads hold per-thread buffers.
+pytestmark = pytest.mark.usefixtures("one_thread_module")
+
 
 def kept_for_backward(model, inputs):
     """Unique storages alive for backward when the loss starts: packed by autograd,
@@ -291,16 +294,6 @@ class ModelRun:
         enable = getattr(hf, "activation_checkpointing_enable", None) or hf.gradient_checkpointing_enable
         enable()
         return step_peak(model, inputs_of(self.name), self.make_optimizer)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def single_thread():
-    """One thread for the whole module, as ckplan profiles on the CPU: more threads hold per-thread
-    buffers."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

@@ -19,14 +19,6 @@ from model_files import MODELS, input_flags, model_file, model_spec
 TEST_CASE = "*CKPLAN_INVARIANT_PROFILES*"
 
 
-@pytest.fixture(scope="module")
-def planner_tests(request):
-    program = request.config.getoption("--planner-tests")
-    if program is None:
-        pytest.skip("needs --planner-tests (ctest passes it)")
-    return program
-
-
 def doctest_counts(output, what):
     """(run, passed) from doctest's summary line for `what` ("test cases" or "assertions")."""
     found = re.search(rf"\[doctest\] {what}:\s*(\d+) \|\s*(\d+) passed", output)

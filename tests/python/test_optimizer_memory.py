@@ -60,6 +60,9 @@ OPTIMIZERS = {
                                                                         weight_decay=1e-4, **flags)),
 }
 
+# One thread for the whole module, as ckplan profiles on the CPU: more threads hold per-thread buffers.
+pytestmark = pytest.mark.usefixtures("one_thread_module")
+
 
 CASES = [pytest.param(optimizer, impl, id=f"{optimizer}-{impl}") for optimizer in OPTIMIZERS for impl in IMPLS]
 
@@ -143,16 +146,6 @@ class Measured:
             self._measured[key] = {"plan": plan, "state_bytes": state_bytes, "update_peak": update_peak,
                                    "left": left, "warning": ckplan_torch.check_optimizer(opt, plan)}
         return self._measured[key]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def single_thread():
-    """One thread for the whole module, as ckplan profiles on the CPU: more threads hold per-thread
-    buffers in the update."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
