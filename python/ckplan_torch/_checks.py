@@ -109,12 +109,12 @@ def check_trainable_optimizer(model: torch.nn.Module, optimizer: torch.optim.Opt
         return None
     parts = []
     if foreign:
-        parts.append(f"{foreign} that are not the model's")
+        parts.append(f"holds {foreign} parameters that are not the model's")
     if frozen:
-        parts.append(f"{frozen} that the model froze (requires_grad False)")
+        parts.append(f"holds {frozen} that the model froze (requires_grad False)")
     if missing:
-        parts.append(f"not {missing} of the model's trainable ones")
-    text = ("ckplan_torch: the optimizer holds " + "; ".join(parts) + ": the plan counts a gradient and optimizer "
+        parts.append(f"leaves out {missing} of the model's {len(trainable)} trainable parameters")
+    text = ("ckplan_torch: the optimizer " + "; ".join(parts) + ": the plan counts a gradient and optimizer "
             "state for each trainable parameter of the model, and none for others; give the optimizer the "
             "parameters that require grad (filter(lambda p: p.requires_grad, model.parameters()))")
     warnings.warn(text)
