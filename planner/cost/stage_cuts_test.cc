@@ -56,11 +56,12 @@ TEST_CASE("a profile's stages: an encoder-decoder's decoder is cut between its b
   CHECK(names == std::vector<std::string>{"enc.fc", "enc.act", "dec.embed", "dec.block0", "dec.block1", "head"});
 }
 
-TEST_CASE("a profile's stages: a mask made from an integer input is auxiliary, as one made from positions") {
-  // ids -> model.embed (requires grad); the attention mask (an integer
-  // model input) -> a float mask, no gradient, read by every layer. The
-  // mask crossing the cuts between the layers is no skip connection: each
-  // layer is a stage.
+namespace {
+
+// ids -> model.embed (requires grad); the second model input, of `mask_dtype`
+// (an attention mask when integer) -> a float mask, no gradient, read by
+// every layer.
+nlohmann::json MaskProfile(const char* mask_dtype) {
   nlohmann::json doc = ckplan::testing::TwoBlockProfile();
   const auto& tensor = TypedTensor;
   auto op = [](int id, const char* module, std::vector<int> inputs, int output) {
@@ -68,7 +69,7 @@ TEST_CASE("a profile's stages: a mask made from an integer input is auxiliary, a
   };
   doc["inputs"] = {0, 1};
   doc["outputs"] = {6};
-  doc["tensors"] = {tensor(0, 1024, -1, false, "Long"), tensor(1, 1024, -1, false, "Long"),
+  doc["tensors"] = {tensor(0, 1024, -1, false, "Long"), tensor(1, 1024, -1, false, mask_dtype),
                     tensor(2, 800, 0, true, "Float"),   tensor(3, 4096, 1, false, "Float"),
                     tensor(4, 800, 2, true, "Float"),   tensor(5, 800, 3, true, "Float"),
                     tensor(6, 800, 4, true, "Float")};
@@ -76,7 +77,17 @@ TEST_CASE("a profile's stages: a mask made from an integer input is auxiliary, a
                 op(3, "model.layers.1", {4, 3}, 5), op(4, "head", {5}, 6)};
   doc["ops"][1]["kind"] = "aten::to";
   doc["totals"]["input_bytes"] = 2048;
-  const std::vector<std::string> names = StageNames(doc);
+  return doc;
+}
+
+}  // namespace
+
+TEST_CASE("a profile's stages: a mask made from an integer input is auxiliary, as one made from positions") {
+  // ids -> model.embed (requires grad); the attention mask (an integer
+  // model input) -> a float mask, no gradient, read by every layer. The
+  // mask crossing the cuts between the layers is no skip connection: each
+  // layer is a stage.
+  const std::vector<std::string> names = StageNames(MaskProfile("Long"));
   CAPTURE(names.size());
   CHECK(Has(names, "model.layers.0"));
   CHECK(Has(names, "model.layers.1"));
@@ -140,24 +151,7 @@ TEST_CASE("a profile's stages: auxiliary ops an encoder runs before its first la
 TEST_CASE("a profile's stages: a float8 model input is floating point, on the data path as a float32 one is") {
   // The mask profile above with its second input in each dtype: a float8
   // input is cut as a float32 one, not as the integer mask.
-  auto names = [](const char* dtype) {
-    nlohmann::json doc = ckplan::testing::TwoBlockProfile();
-    const auto& tensor = TypedTensor;
-    auto op = [](int id, const char* module, std::vector<int> inputs, int output) {
-      return ckplan::testing::ChainOp(id, "aten::linear", module, std::move(inputs), output);
-    };
-    doc["inputs"] = {0, 1};
-    doc["outputs"] = {6};
-    doc["tensors"] = {tensor(0, 1024, -1, false, "Long"), tensor(1, 1024, -1, false, dtype),
-                      tensor(2, 800, 0, true, "Float"),   tensor(3, 4096, 1, false, "Float"),
-                      tensor(4, 800, 2, true, "Float"),   tensor(5, 800, 3, true, "Float"),
-                      tensor(6, 800, 4, true, "Float")};
-    doc["ops"] = {op(0, "model.embed", {0}, 2), op(1, "model", {1}, 3), op(2, "model.layers.0", {2, 3}, 4),
-                  op(3, "model.layers.1", {4, 3}, 5), op(4, "head", {5}, 6)};
-    doc["ops"][1]["kind"] = "aten::to";
-    doc["totals"]["input_bytes"] = 2048;
-    return StageNames(doc);
-  };
+  auto names = [](const char* dtype) { return StageNames(MaskProfile(dtype)); };
   const std::vector<std::string> floating = names("Float"), integer = names("Long");
   REQUIRE(floating != integer);
   CHECK(names("Float8_e4m3fn") == floating);

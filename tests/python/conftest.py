@@ -27,31 +27,30 @@ def ckplan(request):
     return ckplan_torch.find_ckplan(request.config.getoption("--ckplan"))
 
 
+def _given(request, option):
+    """The value of a command-line option the test needs; the test is skipped without it (ctest passes it)."""
+    value = request.config.getoption(option)
+    if value is None:
+        pytest.skip(f"needs {option} (ctest passes it)")
+    return value
+
+
 @pytest.fixture(scope="session")
 def models_dir(request):
-    """The test models' folder (--models); tests that need it are skipped without it."""
-    folder = request.config.getoption("--models")
-    if folder is None:
-        pytest.skip("needs --models (ctest passes it)")
-    return folder
+    """The test models' folder (--models)."""
+    return _given(request, "--models")
 
 
 @pytest.fixture(scope="session")
 def profile(request):
-    """The profile the report tests make their reports of (--profile); skipped without it (ctest passes it)."""
-    path = request.config.getoption("--profile")
-    if path is None:
-        pytest.skip("needs --profile (ctest passes it)")
-    return path
+    """The profile the report tests make their reports of (--profile)."""
+    return _given(request, "--profile")
 
 
 @pytest.fixture(scope="session")
 def planner_tests(request):
-    """The planner_tests program (--planner-tests); skipped without it (ctest passes it)."""
-    program = request.config.getoption("--planner-tests")
-    if program is None:
-        pytest.skip("needs --planner-tests (ctest passes it)")
-    return program
+    """The planner_tests program (--planner-tests)."""
+    return _given(request, "--planner-tests")
 
 
 @pytest.fixture(scope="module")
