@@ -252,7 +252,7 @@ BatchPlans DistributedPlanAtBatch(const DistributedJob& job, const PlannerInput&
       out.plan_peak_bytes = peak;
       out.plan_ms = per_microbatch(plan.slowest_stage_ms);
       out.min_budget_bytes = peak;  // at least what this plan holds; the exact minimum is searched only when infeasible
-      out.plan_what = recomputed == 0 ? "no checkpointing" : Format("recompute %zu stage%s", recomputed, recomputed == 1 ? "" : "s");
+      out.plan_what = RecomputedStages(recomputed);
     }
     out.none_peak_bytes = loose_peak;
     out.none_ms = per_microbatch(loose.slowest_stage_ms);
@@ -269,8 +269,7 @@ BatchPlans DistributedPlanAtBatch(const DistributedJob& job, const PlannerInput&
     out.plan_peak_bytes = plan.peak_bytes;
     out.plan_ms = plan.time_ms;
     out.plan_overhead_pct = plan.overhead_pct();
-    out.plan_what = plan.checkpointed_stages.empty() ? "no checkpointing"
-                                                     : Format("recompute %zu stage%s", plan.checkpointed_stages.size(), plan.checkpointed_stages.size() == 1 ? "" : "s");
+    out.plan_what = RecomputedStages(plan.checkpointed_stages.size());
   }
   const Plan none = RankPlan(job, in, chain, rank, budget, slots, Algorithm::kNone);
   out.none_peak_bytes = none.peak_bytes;

@@ -1,5 +1,7 @@
 #include "planner/plan/plan.h"
 
+#include "planner/base/format.h"
+
 #include <algorithm>
 #include <cmath>
 #include <optional>
@@ -179,6 +181,10 @@ Plan PlanForSchedule(const Chain& chain, const FixedMemory& fixed, const Schedul
   plan.no_recompute_ms = chain.NoRecomputeTimeMs() + fixed.optimizer_step_ms;
   plan.peak_bytes = fixed.total() + plan.simulation.peak_bytes;
   return plan;
+}
+
+std::string RecomputedStages(size_t stages) {
+  return stages == 0 ? "no checkpointing" : Format("recompute %zu stage%s", stages, stages == 1 ? "" : "s");
 }
 
 }  // namespace ckplan

@@ -120,4 +120,8 @@ bool OptimalBudgetFeasible(const Chain& chain, const FixedMemory& fixed, int64_t
 /// `slots` slots is feasible.
 int64_t MinimumOptimalBudget(const Chain& chain, const FixedMemory& fixed, int slots);
 
+/// What a plan recomputing `stages` stages does, as the batch table says it:
+/// `no checkpointing`, `recompute 1 stage`, `recompute N stages`.
+std::string RecomputedStages(size_t stages);
+
 }  // namespace ckplan

@@ -135,7 +135,7 @@ BatchPlans PlanAtBatch(const PlannerInput& in, const SolveRequest& r) {
   if (best.checkpointed_stages.empty()) {
     out.plan_what = "no checkpointing";
   } else if (target == "schedule") {
-    out.plan_what = Format("recompute %zu stage%s", best.checkpointed_stages.size(), best.checkpointed_stages.size() == 1 ? "" : "s");
+    out.plan_what = RecomputedStages(best.checkpointed_stages.size());
   } else {
     size_t saved = 0;
     for (const WrappableModule& m : best.pytorch.wrapped) saved += m.sac_saved.size();

@@ -31,14 +31,14 @@ StrategyPoint StrategyPointOf(const std::string& name, const Plan& plan, int64_t
 std::vector<std::pair<std::string, Plan>> SacComparisons(const PlannerInput& in,
                                                          const std::vector<WrappableModule>& selective,
                                                          const std::vector<WrappableModule>& plain,
-                                                         const PlanRequest& request) {
+                                                         const PlanRequest& request, bool whole_modules) {
   std::vector<std::pair<std::string, Plan>> out;
   PlanRequest whole = request;
   whole.pytorch_modules = &plain;
   whole.wrap_exactly = nullptr;
   whole.sweep = false;
   whole.progress = nullptr;
-  out.emplace_back("optimal (pytorch)", MakePlan(in.chain, in.fixed, whole));
+  if (whole_modules) out.emplace_back("optimal (pytorch)", MakePlan(in.chain, in.fixed, whole));
   for (const HandWrittenSacPolicy& policy : HandWrittenSacPolicies()) {
     const std::vector<WrappableModule> layers = LayersSaving(selective, in.profile, policy.families);
     if (layers.empty()) continue;
@@ -75,18 +75,22 @@ std::vector<StrategyPoint> StrategyTable(const PlannerInput& in, const TargetMod
   if (!chosen_name.empty()) add(chosen_name, chosen);
   if (chosen.algorithm != Algorithm::kOptimal || chosen.target == "schedule") return rows;
   if (!modules.selective.empty()) {
+    // A pytorch plan is the whole-modules plan itself: it is not solved again.
+    const bool sac = chosen.target == "sac";
     const std::vector<std::pair<std::string, Plan>> compared =
-        SacComparisons(in, modules.selective, modules.plain, fixed);
-    if (chosen.target == "sac") {
+        SacComparisons(in, modules.selective, modules.plain, fixed, /*whole_modules=*/sac);
+    size_t hand_written = 0;
+    if (sac) {
       // Wrapping whole modules, where that fits the budget at all (an infeasible plan has no peak to show).
       if (compared.front().second.feasible) add(compared.front().first, compared.front().second);
+      hand_written = 1;
     } else {
       PlanRequest sac = fixed;
       sac.pytorch_modules = &modules.selective;
       const Plan best = MakePlan(in.chain, in.fixed, sac);
       if (best.feasible) add("optimal (sac)", best);
     }
-    for (size_t k = 1; k < compared.size(); ++k) add(compared[k].first, compared[k].second);
+    for (size_t k = hand_written; k < compared.size(); ++k) add(compared[k].first, compared[k].second);
   }
   PlanRequest schedule = fixed;
   schedule.pytorch_modules = nullptr;

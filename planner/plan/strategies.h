@@ -41,20 +41,21 @@ TargetModules ModulesForTarget(const PlannerInput& in, const std::string& target
 StrategyPoint StrategyPointOf(const std::string& name, const Plan& plan, int64_t budget_bytes);
 
 /// For a selective plan, the rows beside its own: the best set of whole
-/// modules (`plain`, without candidates) and the hand-written policies
+/// modules (`plain`, without candidates; left out when `whole_modules` is
+/// false, for a table whose plan is that one) and the hand-written policies
 /// (HandWrittenSacPolicies around each layer of `selective`), each planned
 /// as `request` asks (its budget), in the same model.
 std::vector<std::pair<std::string, Plan>> SacComparisons(const PlannerInput& in,
                                                          const std::vector<WrappableModule>& selective,
                                                          const std::vector<WrappableModule>& plain,
-                                                         const PlanRequest& request);
+                                                         const PlanRequest& request, bool whole_modules = true);
 
 /// The strategy table at `request`'s budget: the baselines of its target
 /// (none, every, every-N for each N of `every_n` between 2 and the chain's
 /// length less one, sqrt), then `chosen` under `chosen_name` (no row when
 /// empty). For an optimal plan of the modules targets, then: where
 /// `modules.selective` is given, the selective comparisons (for a sac plan
-/// the best set of whole modules, always, as the Python helper reads it; for
+/// the best set of whole modules where it fits, as the Python helper reads it; for
 /// a pytorch plan the sac optimum where feasible; then the hand-written
 /// policies), and the nested schedule's optimum where feasible.
 std::vector<StrategyPoint> StrategyTable(const PlannerInput& in, const TargetModules& modules,
