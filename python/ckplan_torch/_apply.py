@@ -15,13 +15,16 @@ import torch.utils.checkpoint
 
 from ._checks import check_model, check_optimizer, check_trainable_optimizer
 from ._errors import MissingModuleError, PlanError
-from ._model import _eager, _first_batch
+from ._model import _eager, _first_batch, _model_device
 from ._plan_file import PlanSource, load_plan, plan_autocast, plan_batch, rank_plan
 from ._selective import _SacPolicy, _sac_op_families
-from ._transformers import _CACHES_TURNED_OFF, _cache_configs
+from ._transformers import _cache_configs
 
 
 _ORIGINAL_FORWARD = "_ckplan_original_forward"
+# Configs whose use_cache apply_plan turned off, for remove_plan: id -> weakref
+# (a transformers config defines __eq__, so it cannot be a dict key itself).
+_CACHES_TURNED_OFF = {}
 
 
 def _supports_non_reentrant():
@@ -237,7 +240,7 @@ _BATCH_HOOK = "_ckplan_batch_hook"
 
 def _job_autocast(module):
     """The autocast dtype the job's forward runs under on the model's device, or None."""
-    device = next(iter(list(module.parameters()) + list(module.buffers())), torch.empty(0)).device.type
+    device = _model_device(module).type
     if device == "meta" or not torch.is_autocast_enabled(device):
         return None
     return torch.get_autocast_dtype(device)
@@ -288,10 +291,11 @@ def remove_plan(model: torch.nn.Module) -> List[str]:
         The paths that were unwrapped.
     """
     undone = []
-    hook = _eager(model).__dict__.pop(_BATCH_HOOK, None)
+    model = _eager(model)
+    hook = model.__dict__.pop(_BATCH_HOOK, None)
     if hook is not None:
         hook.remove()
-    for path, module in _eager(model).named_modules():
+    for path, module in model.named_modules():
         original = module.__dict__.pop(_ORIGINAL_FORWARD, None)
         if original is not None:
             module.__dict__.pop("forward", None)

@@ -6,11 +6,6 @@ import inspect
 import sys
 
 
-# Configs whose use_cache apply_plan turned off, for remove_plan: id -> weakref
-# (a transformers config defines __eq__, so it cannot be a dict key itself).
-_CACHES_TURNED_OFF = {}
-
-
 def _bound_names(model, args, kwargs=None):
     """The names of forward's parameters the example inputs are passed as."""
     try:

@@ -53,22 +53,23 @@ def planner_tests(request):
     return _given(request, "--planner-tests")
 
 
-@pytest.fixture(scope="module")
-def one_thread_module():
-    """one_thread for a whole module whose module-scoped fixtures measure (use with pytestmark)."""
+def _one_thread():
+    """One thread while the fixture lasts, as ckplan profiles on the CPU: more threads hold per-thread
+    buffers."""
     import torch
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def one_thread_module():
+    """One thread for a whole module whose module-scoped fixtures measure (use with pytestmark)."""
+    yield from _one_thread()
 
 
 @pytest.fixture
 def one_thread():
-    """One thread for a test that measures a step's memory, as ckplan profiles on the CPU: more threads
-    hold per-thread buffers."""
-    import torch
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+    """One thread for a test that measures a step's memory."""
+    yield from _one_thread()

@@ -33,6 +33,7 @@ import torch
 import ckplan_torch
 import make_models
 import memory_timeline
+from model_files import model_file
 
 # The models, each planned and run with OPTIMIZERS[its index % 12]. densenet: its blocks pass a list that
 # grows after each dense layer's call, which apply_plan copies. two_heads returns a tuple: the loss is over
@@ -205,8 +206,7 @@ class ModelRun:
         self.options, self.make_optimizer = OPTIMIZER_OF[name]
         self.what = f"{name}, {' '.join(self.options[1:])}"
         # The exported program, which follows the eager model's code paths.
-        model_path = os.path.join(models_dir, name + ".pt2")
-        assert os.path.exists(model_path), f"{model_path} is missing: make_models.py makes the test models"
+        model_path = model_file(models_dir, name, ".pt2")
         self.profile = os.path.join(workdir, name + ".profile.json")
         input_args = [a for t in make_models.MODELS[name][1] for a in ("--input", t)]
         ckplan_out(ckplan, "profile", model_path, *input_args, "--reps", "1", "-o", self.profile)
@@ -221,7 +221,6 @@ class ModelRun:
         with open(self.profile, "w") as f:
             json.dump(doc, f)
         self.loose = self.solve("1TB", *self.options)
-        self.none = self.solve("1TB", "--algo", "none", "--target", "schedule")
 
     def solve(self, budget, *extra):
         return json.loads(ckplan_out(self.ckplan, "solve", self.profile, "--budget", budget, "-o", "-", *extra))
@@ -238,7 +237,7 @@ class ModelRun:
         {"smallest", "baselines": {algo: plan}, "budgets": [budget], "violations": [what failed]}."""
         smallest = self.solve("1TB", "--target", "schedule")["min_budget_bytes"]
         baselines = {algo: self.solve("1TB", "--algo", algo, "--target", "schedule") for algo in ("every", "sqrt", "none")}
-        none_peak = self.none["predicted"]["peak_bytes"]
+        none_peak = baselines["none"]["predicted"]["peak_bytes"]
         budgets = [smallest + (none_peak - smallest) * k // 19 for k in range(20)]
         violations = []
         for budget in budgets:

@@ -18,7 +18,7 @@ SDPA = "aten::scaled_dot_product_attention"
 
 
 @pytest.fixture(scope="module")
-def profile(ckplan, models_dir, tmp_path_factory):
+def profiled(ckplan, models_dir, tmp_path_factory):
     """A test model's .pt2 profiled with `--gpu cpu`, once for the module: name -> the profile as a dict."""
     out, done = tmp_path_factory.mktemp("profiles"), {}
 
@@ -60,11 +60,11 @@ def ops_of(prof, kind, name):
 
 
 @pytest.mark.parametrize("name", sorted(ATTENTION))
-def test_attention_dropout_and_law(profile, name):
+def test_attention_dropout_and_law(profiled, name):
     """Each SDPA op records the model's dropout_p, and the law of the CPU's path it takes (dropout or fused,
     masked, causal) is in the profile."""
     expected_p = ATTENTION[name]()
-    prof = profile(name)
+    prof = profiled(name)
     laws = prof["environment"]["time_model"]["op_costs"]
     for op in ops_of(prof, SDPA, name):
         assert abs(op.get("dropout_p", 0.0) - expected_p) <= 1e-12, (
@@ -76,9 +76,9 @@ def test_attention_dropout_and_law(profile, name):
 
 
 @pytest.mark.parametrize("name", sorted(ATTENTION))
-def test_laws_have_no_negative_coefficient(profile, name):
+def test_laws_have_no_negative_coefficient(profiled, name):
     """Every measured law's forward and backward coefficients are >= 0."""
-    laws = profile(name)["environment"]["time_model"]["op_costs"]
+    laws = profiled(name)["environment"]["time_model"]["op_costs"]
     assert laws, f"{name}: no laws in the profile"
     for key, law in laws.items():
         for direction in ("forward", "backward"):
@@ -87,10 +87,10 @@ def test_laws_have_no_negative_coefficient(profile, name):
 
 
 @pytest.mark.parametrize("name", sorted(ATTENTION))
-def test_linear_times_follow_their_law(profile, name):
+def test_linear_times_follow_their_law(profiled, name):
     """Each linear layer (input [..., K], weight [N, K], bias [N]: 2 x input elements x N FLOPs) is predicted at
     its law, plus one engine node per autograd node beyond the law's."""
-    prof = profile(name)
+    prof = profiled(name)
     model = prof["environment"]["time_model"]
     linear, extra_us, tensors = model["op_costs"]["linear:float32"], model["extra_node_us"], prof["tensors"]
     for op in ops_of(prof, "aten::linear", name):
@@ -106,9 +106,9 @@ def test_linear_times_follow_their_law(profile, name):
 
 
 @pytest.mark.parametrize("name", sorted(ATTENTION))
-def test_gradients_summed_at_least_into_grad(profile, name):
+def test_gradients_summed_at_least_into_grad(profiled, name):
     """The gradients summed outside the ops cost at least each parameter's add into .grad."""
-    prof = profile(name)
+    prof = profiled(name)
     model = prof["environment"]["time_model"]
     acc = model["op_costs"]["accumulate_grad:float32"]["backward"]
     assert prof["parameters"], f"{name}: no parameters in the profile"
@@ -118,11 +118,11 @@ def test_gradients_summed_at_least_into_grad(profile, name):
         f"own {into_grad_ms}")
 
 
-def test_causal_attention_and_gelu_tanh(profile):
+def test_causal_attention_and_gelu_tanh(profiled):
     """sdpa_decoder: its attention recorded causal (F.scaled_dot_product_attention(is_causal=True)) and GELU's
     tanh approximation as its modules have them, with a law for gelu_tanh."""
     approximate = make_models.MODELS["sdpa_decoder"][0]().h[0].mlp[1].approximate
-    prof = profile("sdpa_decoder")
+    prof = profiled("sdpa_decoder")
     for op in ops_of(prof, SDPA, "sdpa_decoder"):
         assert op.get("is_causal"), f"sdpa_decoder: op {op['id']} not recorded causal"
     for op in ops_of(prof, "aten::gelu", "sdpa_decoder"):
@@ -132,12 +132,12 @@ def test_causal_attention_and_gelu_tanh(profile):
 
 
 @pytest.mark.parametrize("kind", ["aten::lstm", "aten::gru"])
-def test_recurrent_layer(profile, kind):
+def test_recurrent_layer(profiled, kind):
     """nn.LSTM and nn.GRU recorded as configured (batch_first, num_layers, bidirectional), and each pays its
     law's fixed cost per time step."""
     stack = make_models.MODELS["recurrent"][0]()
     module = stack.lstm if kind == "aten::lstm" else stack.gru
-    prof = profile("recurrent")
+    prof = profiled("recurrent")
     ops = ops_of(prof, kind, "recurrent")
     assert len(ops) == 1, f"recurrent: {len(ops)} {kind} ops, the model has one"
     want = {"batch_first": module.batch_first, "num_layers": module.num_layers, "bidirectional": module.bidirectional}
