@@ -154,6 +154,11 @@ void AddProfileCommand(CLI::App& app, Action* action) {
                   "the positional ones, in the order given)");
   cmd->add_option("-o,--output", o->output, "write the profile JSON here (ckplan.profile/1); - for stdout");
   cmd->add_option("--reps", o->profile.reps, "measured repetitions after one warm-up; times are medians")->capture_default_str();
+  cmd->add_option("--calibrate", o->profile.calibrate,
+                  "time recomputation as it runs, for: all (every target), pytorch (apply's wrapped modules:\n"
+                  "--target pytorch and sac; the schedule target's recomputation priced at the ops' own\n"
+                  "forward without autograd) or none (the profile is quicker; every target priced so)")
+      ->capture_default_str();
   cmd->add_option("--threads", o->profile.threads, "LibTorch threads")->capture_default_str();
   cmd->add_option("--device", o->profile.device,
                   "cpu, or cuda[:N]: GPU memory from the CUDA caching allocator, kernel time from CUPTI\n"

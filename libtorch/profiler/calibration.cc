@@ -19,7 +19,8 @@
 namespace ckplan {
 
 Calibration MeasureCalibration(const Profile& profile, GraphProgram& program, const torch::jit::Module& module,
-                               const std::vector<at::Tensor>& inputs, const DeviceInfo& device, int pairs) {
+                               const std::vector<at::Tensor>& inputs, const DeviceInfo& device, int pairs,
+                               bool schedules) {
   const Chain chain = ChainFromProfile(profile, profile.model.path.value_or("profile"));
   std::vector<std::pair<int, int>> ranges;
   std::vector<std::string> names;
@@ -40,7 +41,7 @@ Calibration MeasureCalibration(const Profile& profile, GraphProgram& program, co
   cut.RunPlainStep(inputs, /*record=*/true);
   cut.ZeroGrads();
   cut.TimeNoGradForward(inputs, /*recompute=*/false);
-  one.TimeNoGradForward(inputs, /*recompute=*/false);
+  if (schedules) one.TimeNoGradForward(inputs, /*recompute=*/false);
   OptimizerStep adam("adam", 1e-3);
   cut.set_optimizer_step(&adam);
   const Schedule step = NoCheckpointSchedule(chain.length());
@@ -96,11 +97,11 @@ Calibration MeasureCalibration(const Profile& profile, GraphProgram& program, co
   std::vector<double> cut_ms, whole_ms, extra_ms, step_ms, module_step_ms, singles_ms, outermost_ms;
   double spent_ms = 0, wrap_spent_ms = 0;
   for (int k = 0;; ++k) {
-    const bool schedules = k <= pairs || (k <= 25 && spent_ms < 1200);
-    const bool wraps = k >= 1 && (k <= pairs || (k <= 25 && wrap_spent_ms < 600));
-    if (!schedules && !wraps && k > 0) break;
+    const bool stage_rounds = schedules && (k <= pairs || (k <= 25 && spent_ms < 1200));
+    const bool wraps = k >= 1 && (k <= pairs || (k <= 40 && wrap_spent_ms < 1500));
+    if (!stage_rounds && !wraps && k > 0) break;
     double ms[2] = {0, 0};
-    for (int turn = 0; schedules && turn < 2; ++turn) {
+    for (int turn = 0; stage_rounds && turn < 2; ++turn) {
       const int mode = turn ^ (k % 2);
       cut.ZeroGrads();
       ms[mode] = cut.RunSchedule(inputs, mode == 1 ? every : step).ms;
@@ -120,7 +121,7 @@ Calibration MeasureCalibration(const Profile& profile, GraphProgram& program, co
       outermost_ms.push_back(wrap_ms[2] - wrap_ms[0]);
       wrap_spent_ms += wrap_ms[0] + wrap_ms[1] + wrap_ms[2];
     }
-    if (!schedules) continue;
+    if (!stage_rounds) continue;
     extra_ms.push_back(ms[1] - ms[0]);
     step_ms.push_back(ms[0]);
     spent_ms += ms[0] + ms[1];
@@ -134,16 +135,16 @@ Calibration MeasureCalibration(const Profile& profile, GraphProgram& program, co
   cut.set_optimizer_step(nullptr);
   Calibration cost;
   for (const Stage& s : chain.stages) cost.stages.push_back(*s.ops);
-  cost.run_step_ms = Median(step_ms);
   double ops_ms = 0;
   for (const OpRecord& op : profile.ops) ops_ms += op.fwd_nograd_ms.value_or(0);
-  if (chain.length() > 1) {
+  if (schedules) cost.run_step_ms = Median(step_ms);
+  if (schedules && chain.length() > 1) {
     cost.stage_run_ms = std::max(0.0, (Median(cut_ms) - Median(whole_ms)) / static_cast<double>(chain.length() - 1));
   }
   // The every schedule runs each stage once more, without autograd: what
   // it adds, less the stage runs' own cost, per ms of the ops' forward
   // without autograd. Noise cannot make it vanish: at least a quarter.
-  if (ops_ms > 0) {
+  if (schedules && ops_ms > 0) {
     const double runs_ms = chain.length() * cost.stage_run_ms.value_or(0);
     cost.nograd_scale = std::max(0.25, (Median(extra_ms) - runs_ms) / ops_ms);
   }

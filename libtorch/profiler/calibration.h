@@ -41,8 +41,12 @@ namespace ckplan {
 /// ops of o ms (fwd_nograd_ms), solved for checkpoint_call_ms (per wrap, at
 /// least 0) and module_nograd_scale (per ms of ops, at least 0.25); where
 /// no module spans several stages, the scale alone (checkpoint_call_ms
-/// unset).
+/// unset). Without `schedules`, the PyTorch target's figures only (the
+/// module rounds, no step without recomputation or with every stage
+/// checkpointed, no stage runs timed): run_step_ms, stage_run_ms and
+/// nograd_scale unset.
 Calibration MeasureCalibration(const Profile& profile, GraphProgram& program, const torch::jit::Module& module,
-                               const std::vector<at::Tensor>& inputs, const DeviceInfo& device, int pairs);
+                               const std::vector<at::Tensor>& inputs, const DeviceInfo& device, int pairs,
+                               bool schedules = true);
 
 }  // namespace ckplan

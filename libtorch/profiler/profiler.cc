@@ -18,6 +18,7 @@
 #include "libtorch/runtime/meta_device.h"
 #include "libtorch/executor/optimizer_step.h"
 #include "libtorch/profiler/calibration.h"
+#include "planner/cost/same_work.h"
 #include "libtorch/runtime/timing.h"
 #include "libtorch/runtime/graph_program.h"
 #include "libtorch/runtime/pt2_model.h"
@@ -154,6 +155,10 @@ constexpr int kSecondaryReps = 3;
 // Forwards without autograd, cut and whole, each after a step, timed in turn
 // for what a recomputation costs in a step (calibration.h).
 constexpr int kRecomputePairs = 3;
+// `--calibrate pytorch`: the wrapped modules' rounds alone, at least one (a
+// small model's more, until 0.6 s of their steps: calibration.cc), so that
+// plan() costs a few steps (docs/measurements.md).
+constexpr int kModulePairs = 1;
 
 // The value of a node's argument named `dropout_p` (scaled dot-product
 // attention: on the CPU a non-zero one takes the math path), else 0.
@@ -309,6 +314,16 @@ class Profiler {
 
   Profile Run() {
     if (options_.reps < 1) throw BadInput("invalid --reps " + std::to_string(options_.reps) + ": must be at least 1");
+    if (options_.calibrate != "all" && options_.calibrate != "pytorch" && options_.calibrate != "none") {
+      throw BadInput("invalid --calibrate '" + options_.calibrate + "': all, pytorch or none");
+    }
+    nlohmann::json phases = nlohmann::json::object();
+    WallClock::time_point phase_start = WallClock::now();
+    auto phase_done = [&](const char* name) {
+      const WallClock::time_point now = WallClock::now();
+      phases[name] = phases.value(name, 0.0) + std::chrono::duration<double>(now - phase_start).count();
+      phase_start = now;
+    };
     const bool meta = options_.device == "meta";
     device_ = meta ? OpenMetaDevice() : OpenDevice(options_.device);
     TrackDeviceMemory(device_);
@@ -361,8 +376,12 @@ class Profiler {
       recorder.bwd_span_peak_bytes.assign(ops, 0);
       std::vector<double> op_ms(ops, 0);
       double forward_ms = 0, backward_ms = 0;
+      if (rep == 0) phase_done("load");
       RunStep(program, inputs, &recorder, &op_ms, &forward_ms, &backward_ms, detailed ? &record : nullptr);
-      if (!measured) continue;
+      if (!measured) {
+        phase_done("warm_up");
+        continue;
+      }
       // The same forward without autograd, right after (what recomputation
       // costs), and the step without per-op timers: in the first
       // kSecondaryReps measured reps only (their medians settle sooner
@@ -372,7 +391,9 @@ class Profiler {
         std::vector<double> nograd_op_ms(ops, 0);
         RunNoGradForward(program, inputs, &nograd_op_ms);
         for (size_t k = 0; k < ops; ++k) fwd_nograd_ms[k].push_back(nograd_op_ms[k]);
-        step_ms.push_back(TimePlainStep(program, inputs));
+        // The step without per-op timers prices the schedule target's loss
+        // and backward, which `--calibrate pytorch` leaves to the timed step.
+        if (options_.calibrate == "all") step_ms.push_back(TimePlainStep(program, inputs));
       }
       for (size_t k = 0; k < ops; ++k) {
         fwd_ms[k].push_back(op_ms[k]);
@@ -382,8 +403,10 @@ class Profiler {
       }
       step_fwd_ms.push_back(forward_ms);
       step_bwd_ms.push_back(backward_ms);
+      phase_done("steps");
     }
     std::map<std::string, double> optimizer_step_ms = TimeOptimizers(program.module());
+    phase_done("optimizers");
     if (options_.progress) options_.progress(total, total);
 
     Profile profile;
@@ -432,6 +455,7 @@ class Profiler {
     // model's dtype: it holds only for the same inputs, device and dtype.
     if (!meta && !device_.cuda() && !dtype && IsExportArchive(path)) {
       profile.module_eager_peak_bytes = ExportEagerModulePeaks(path, inputs);
+      phase_done("eager_peaks");
     }
     for (size_t k = 0; k < ops; ++k) {
       const ProgramNode& node = program.nodes()[program.OpNode(static_cast<int>(k))];
@@ -461,6 +485,21 @@ class Profiler {
     }
     profile.totals.param_bytes = param_bytes_;
     profile.parameters = parameters_;
+    // Ops that do the same work timed together: the median of all their
+    // samples (layers that do the same work cost the same), and the noise.
+    if (!meta) {
+      const std::vector<int> forward = SameWorkGroups(profile, /*backward=*/false);
+      const std::vector<int> backward = SameWorkGroups(profile, /*backward=*/true);
+      const PooledTimes fwd = PoolSamples(forward, fwd_ms);
+      const PooledTimes bwd = PoolSamples(backward, bwd_ms);
+      const PooledTimes nograd = PoolSamples(forward, fwd_nograd_ms);
+      for (size_t k = 0; k < ops; ++k) {
+        profile.ops[k].fwd_ms = fwd.ms[k];
+        profile.ops[k].bwd_ms = bwd.ms[k];
+        profile.ops[k].fwd_nograd_ms = nograd.ms[k];
+      }
+      profile.totals.time_noise_pct = fwd.noise_pct;
+    }
     profile.totals.buffer_bytes = buffer_bytes_;
     for (const at::Tensor& t : inputs) profile.totals.input_bytes += StorageBytes(t);
     profile.totals.saved_bytes = record.saved_bytes;
@@ -470,18 +509,22 @@ class Profiler {
     profile.totals.peak_bytes = record.peak_bytes;
     profile.totals.autocast_cache_bytes = record.autocast_cache_bytes;
     profile.totals.optimizer_step_ms = optimizer_step_ms;
-    profile.totals.step_ms = Median(step_ms);
+    if (!step_ms.empty()) profile.totals.step_ms = Median(step_ms);
     // What a recomputation costs as `ckplan run` runs it, on the stages this
     // profile cuts into (meta tensors do no work: nothing to time). A model
     // the executor cannot run stage by stage keeps its profile, without it.
-    if (!meta) {
+    if (!meta && options_.calibrate != "none") {
       try {
-        profile.calibration = MeasureCalibration(profile, program, module, inputs, device_, kRecomputePairs);
+        const bool all = options_.calibrate == "all";
+        profile.calibration = MeasureCalibration(profile, program, module, inputs, device_,
+                                                 all ? kRecomputePairs : kModulePairs, /*schedules=*/all);
       } catch (const std::exception& e) {
         warnings_->push_back(path + ": recomputation not timed as `ckplan run` runs it (priced at the ops' forward "
                                     "without autograd): " + FirstLine(e.what()));
       }
+      phase_done("calibration");
     }
+    profile.environment.phase_seconds = phases;
     return profile;
   }
 

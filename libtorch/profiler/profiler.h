@@ -24,6 +24,11 @@ struct ProfileOptions {
   /// torch.autocast with that dtype on the profile's device; empty: as the
   /// archive was exported (ckplan_torch.export(autocast=...)), else none.
   std::string autocast;
+  /// --calibrate: which targets' recomputation is timed as it runs
+  /// (MeasureCalibration): `all`, `pytorch` (the wrapped modules' only: the
+  /// pytorch and sac targets; the schedule target's stage runs priced at the
+  /// ops' forward without autograd) or `none`.
+  std::string calibrate = "all";
   uint64_t seed = 0;        ///< for the inputs
   /// Called with (done, total) steps; may be empty.
   std::function<void(int, int)> progress;

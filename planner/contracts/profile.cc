@@ -93,6 +93,10 @@ EnvironmentRecord EnvironmentFromJson(const JsonReader& r) {
     r.Field("time_model").ExpectObject();
     e.time_model = r.Field("time_model").node();
   }
+  if (r.Has("phase_seconds")) {
+    r.Field("phase_seconds").ExpectObject();
+    e.phase_seconds = r.Field("phase_seconds").node();
+  }
   return e;
 }
 
@@ -108,6 +112,7 @@ nlohmann::json EnvironmentToJson(const EnvironmentRecord& e) {
   Put(&doc, "dtype", e.dtype);
   Put(&doc, "autocast", e.autocast);
   if (!e.time_model.is_null()) doc["time_model"] = e.time_model;
+  if (!e.phase_seconds.is_null()) doc["phase_seconds"] = e.phase_seconds;
   return doc;
 }
 
@@ -186,6 +191,7 @@ Profile ProfileFromJson(const nlohmann::json& doc, const std::string& file) {
   p.totals.bwd_ms = totals.Field("bwd_ms").NonNegativeNumber();
   p.totals.peak_bytes = totals.Field("peak_bytes").NonNegativeBytes();
   if (totals.Has("step_ms")) p.totals.step_ms = totals.Field("step_ms").NonNegativeNumber();
+  if (totals.Has("time_noise_pct")) p.totals.time_noise_pct = totals.Field("time_noise_pct").NonNegativeNumber();
   if (totals.Has("autocast_cache_bytes")) {
     p.totals.autocast_cache_bytes = totals.Field("autocast_cache_bytes").NonNegativeBytes();
   }
@@ -379,6 +385,7 @@ nlohmann::json ProfileToJson(const Profile& p) {
                            {"bwd_ms", p.totals.bwd_ms}, {"peak_bytes", p.totals.peak_bytes}};
   if (!p.totals.optimizer_step_ms.empty()) totals["optimizer_step_ms"] = p.totals.optimizer_step_ms;
   if (p.totals.step_ms) totals["step_ms"] = *p.totals.step_ms;
+  if (p.totals.time_noise_pct) totals["time_noise_pct"] = *p.totals.time_noise_pct;
   if (p.totals.autocast_cache_bytes > 0) totals["autocast_cache_bytes"] = p.totals.autocast_cache_bytes;
   nlohmann::json doc = {{"schema", "ckplan.profile/1"},
                         {"model", ModelToJson(p.model)},

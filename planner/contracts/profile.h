@@ -138,6 +138,11 @@ struct ProfileTotals {
   /// Optional: a whole forward, loss and backward timed without per-op
   /// timers (median).
   std::optional<double> step_ms;
+  /// Optional: how far the op times' samples lay from the times written,
+  /// in percent (PoolSamples, planner/cost/same_work.h: ops that do the
+  /// same work are timed together); a plan's choice between plans whose
+  /// times differ by less is a tie. Unset where not measured.
+  std::optional<double> time_noise_pct;
 };
 
 /// How a recomputation and a step cost as `ckplan run` runs them, measured
@@ -227,6 +232,10 @@ struct EnvironmentRecord {
   /// (cost_model.cc writes it): a record for people, no reader takes its
   /// fields but `gpu` and `description`. Null when the times were measured.
   nlohmann::json time_model;
+  /// `phase_seconds`: the wall time each phase of `ckplan profile` took
+  /// (`load`, `warm_up`, `steps`, `optimizers`, `eager_peaks`,
+  /// `calibration`): a record for people and benchmarks, read by no one.
+  nlohmann::json phase_seconds;
   /// The device's name: `cpu` when not recorded.
   std::string DeviceName() const { return device.value_or("cpu"); }
 };
