@@ -43,6 +43,7 @@ struct SolveOptions {
   std::string gpu;  ///< --gpu: what --budget gpu means
   BatchOptions batch;  ///< --batch and what goes with it (cli/batch_solve.h)
   double sac_dispatch_us = kDefaultSacDispatchUs;  ///< --sac-dispatch-us
+  std::vector<std::string> wrap;                    ///< --wrap
 };
 
 // `--budget`, parsed once: its bytes, the unit style they were written in
@@ -103,6 +104,7 @@ SolveRequest RequestOf(const SolveOptions& o, const ByteQuantity& budget) {
   r.target = o.target;
   r.sac_dispatch_us = o.sac_dispatch_us;
   r.global_batch = o.batch.global_batch;
+  r.wrap = o.wrap;
   return r;
 }
 
@@ -123,6 +125,10 @@ int RunSolve(const SolveOptions& o) {
   for (const std::string* path : {&o.output, &o.sweep_path, &o.chain_out}) CheckOutputPath(*path);
   CheckDistributedJob(o.distributed);
   CheckBatchOptions(o.batch);
+  if (!o.wrap.empty() && (o.batch.given() || o.distributed_given || !o.sweep_path.empty())) {
+    throw BadInput("--wrap prices one set of modules at one budget: not with --batch, --seq, --data-parallel, "
+                   "--shard, --pipeline or --sweep");
+  }
   if (o.batch.given()) {
     if (!budget_option) throw BadInput("--batch needs --budget (for example --budget 24GB)");
     if (o.distributed_given && o.batch.global_batch > 0) {
@@ -197,7 +203,8 @@ int RunSolve(const SolveOptions& o) {
     }
   }
   std::fprintf(human, "%s plan: peak %s, step %s (%s over no checkpointing), %zu of %d stages recomputed\n",
-               AlgorithmName(plan.algorithm), FormatBytes(plan.peak_bytes, budget.style).c_str(), FormatMs(plan.time_ms).c_str(),
+               o.wrap.empty() ? AlgorithmName(plan.algorithm) : "--wrap", FormatBytes(plan.peak_bytes, budget.style).c_str(),
+               FormatMs(plan.time_ms).c_str(),
                FormatPct(plan.overhead_pct()).c_str(), plan.checkpointed_stages.size(), in.chain.length());
   if (plan.target == "pytorch") {
     std::fprintf(human, "pytorch target: wrap %zu modules with torch.utils.checkpoint (apply_plan)\n",
@@ -295,6 +302,10 @@ void AddSolveCommand(CLI::App& app, Action* action) {
                   "measures the job's own)")
       ->check(CLI::Range(0.0, 1e6))
       ->capture_default_str();
+  cmd->add_option("--wrap", options->wrap,
+                  "--target pytorch: price wrapping exactly these modules (paths, comma-separated or repeated) "
+                  "instead of solving: what a hand-picked plan, or another run's, costs here")
+      ->delimiter(',');
   cmd->add_flag("--show-stages", options->show_stages, "print the chain's stages (--budget optional)");
   cmd->add_option("--chain-out", options->chain_out,
                   "write the chain the profile is cut into (ckplan.chain/1) to this file (--budget optional)");

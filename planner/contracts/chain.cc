@@ -245,6 +245,7 @@ Chain ChainFromJson(const nlohmann::json& doc, const std::string& file) {
     }
   }
   if (root.Has("checkpoint_call_ms")) chain.pytorch.checkpoint_call_ms = root.Field("checkpoint_call_ms").NonNegativeNumber();
+  if (root.Has("time_noise_pct")) chain.pytorch.time_noise_pct = root.Field("time_noise_pct").NonNegativeNumber();
   if (root.Has("update_tmp_bytes")) chain.update_tmp_bytes = root.Field("update_tmp_bytes").NonNegativeBytes();
   if (root.Has("output_held_bytes")) chain.output_held_bytes = root.Field("output_held_bytes").NonNegativeBytes();
   if (root.Has("output_kept")) {
@@ -332,6 +333,7 @@ nlohmann::json ChainToJson(const Chain& chain) {
   if (chain.pytorch.checkpoint_state_bytes > 0) doc["checkpoint_state_bytes"] = chain.pytorch.checkpoint_state_bytes;
   if (chain.module_loss_bwd_ms) doc["loss"]["module_bwd_ms"] = *chain.module_loss_bwd_ms;
   if (chain.pytorch.checkpoint_call_ms > 0) doc["checkpoint_call_ms"] = chain.pytorch.checkpoint_call_ms;
+  if (chain.pytorch.time_noise_pct > 0) doc["time_noise_pct"] = chain.pytorch.time_noise_pct;
   return doc;
 }
 

@@ -92,6 +92,11 @@ struct PyTorchModuleCosts {
   /// without autograd and their rerun with it (the autograd function, its
   /// nested backward).
   double checkpoint_call_ms = 0;
+  /// Optional (`time_noise_pct`): how far the profile's op times' samples
+  /// lay from the times (ProfileTotals::time_noise_pct): SolveModules takes
+  /// plans whose recomputation is within it of the fastest's as tied, and
+  /// chooses among them by memory; 0 where unknown (the fastest is chosen).
+  double time_noise_pct = 0;
   /// Per module path, the storages (id, bytes, ids as in
   /// Stage::out_storages) of the tensors it is called with, model inputs,
   /// weights and storages some op saves aside (Profile::module_inputs):

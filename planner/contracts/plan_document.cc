@@ -306,6 +306,11 @@ nlohmann::json PlanToJson(const PlanDocument& p) {
       solver["gap_bound_pct"] = p.solver->gap_bound_pct;
       solver["min_budget_lower_bytes"] = p.solver->min_budget_lower_bytes;
     }
+    if (p.solver->time_noise_pct > 0) {
+      solver["time_noise_pct"] = p.solver->time_noise_pct;
+      solver["tie_ms"] = p.solver->tie_ms;
+      solver["tied_plans"] = p.solver->tied_plans;
+    }
     doc["solver"] = solver;
   }
   if (p.every_n) doc["every_n"] = *p.every_n;
@@ -579,6 +584,11 @@ PlanDocument ReadPlan(const JsonReader& root) {
       out.lower_bound_ms = solver.Field("lower_bound_ms").NonNegativeNumber();
       out.gap_bound_pct = solver.Field("gap_bound_pct").NonNegativeNumber();
       out.min_budget_lower_bytes = solver.Field("min_budget_lower_bytes").NonNegativeBytes();
+    }
+    if (solver.Has("time_noise_pct")) {
+      out.time_noise_pct = solver.Field("time_noise_pct").NonNegativeNumber();
+      out.tie_ms = solver.Field("tie_ms").NonNegativeNumber();
+      out.tied_plans = solver.Field("tied_plans").IntegerIn(0, INT_MAX);
     }
     p.solver = out;
   }

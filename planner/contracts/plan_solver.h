@@ -26,10 +26,19 @@ struct PlanSolver {
   /// A proven lower bound on the exact recurrence's smallest budget (banded:
   /// min_budget_bytes is the banded solver's own); else min_budget_bytes.
   int64_t min_budget_lower_bytes = 0;
+  /// The modules solver (SolveModules): the profile's time noise in
+  /// percent, and the band it makes around the fastest plan's time (that
+  /// percentage of its recomputation), in the chain's ms; `tied_plans`
+  /// other plans were within the band, and the one chosen has the largest
+  /// peak, then the earliest modules. Written where the noise is known.
+  double time_noise_pct = 0;
+  double tie_ms = 0;
+  int tied_plans = 0;
   bool operator==(const PlanSolver& o) const {
     return method == o.method && proven_optimal == o.proven_optimal && band == o.band &&
            lower_bound_ms == o.lower_bound_ms && gap_bound_pct == o.gap_bound_pct &&
-           min_budget_lower_bytes == o.min_budget_lower_bytes;
+           min_budget_lower_bytes == o.min_budget_lower_bytes && time_noise_pct == o.time_noise_pct &&
+           tie_ms == o.tie_ms && tied_plans == o.tied_plans;
   }
 };
 

@@ -205,6 +205,7 @@ Chain ChainFromProfile(const Profile& profile, const std::string& file, const Op
     chain.module_loss_bwd_ms = std::max(-ops_ms, *calibration.module_step_ms - adam->second - ops_ms);
   }
   chain.pytorch.checkpoint_call_ms = calibration.checkpoint_call_ms.value_or(0);
+  chain.pytorch.time_noise_pct = profile.totals.time_noise_pct.value_or(0);
   // At the loss, beside what the forward keeps: autocast's cache of the
   // weights' casts that nothing saves, held from their first use to the
   // region's end after the loss (0 without autocast).

@@ -94,6 +94,9 @@ PlanDocument MakePlanDocument(const Plan& plan, const Chain& chain, const PlanSo
     solver.method = plan.solver.method;
     solver.proven_optimal = plan.solver.proven_optimal;
     if (banded) solver.gap_bound_pct = plan.gap_bound_pct();
+    solver.time_noise_pct = plan.solver.time_noise_pct;
+    solver.tie_ms = plan.solver.tie_ms;
+    solver.tied_plans = plan.solver.tied_plans;
   }
   if (plan.every_n > 0) doc.every_n = plan.every_n;
   return doc;

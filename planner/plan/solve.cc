@@ -80,14 +80,41 @@ SolveResult Solve(const PlannerInput& in, const SolveRequest& r) {
   SolveResult out;
   out.modules = ModulesForTarget(in, target, false, r.sac_dispatch_us);
   if (target != "schedule") request.pytorch_modules = &out.modules.For(target);
+  std::vector<WrappableModule> given;
+  if (!r.wrap.empty()) {
+    if (target != "pytorch") throw BadInput("--wrap gives the modules of --target pytorch, not " + target);
+    for (const std::string& path : r.wrap) {
+      const std::vector<WrappableModule>& modules = out.modules.For(target);
+      auto it = std::find_if(modules.begin(), modules.end(), [&](const WrappableModule& m) { return m.path == path; });
+      if (it == modules.end()) {
+        throw BadInput("--wrap " + path + ": not a module this profile's plans can wrap (a plan's checkpoint_modules "
+                       "names them)");
+      }
+      given.push_back(*it);
+    }
+    std::sort(given.begin(), given.end(),
+              [](const WrappableModule& a, const WrappableModule& b) { return a.first_stage < b.first_stage; });
+    for (size_t i = 1; i < given.size(); ++i) {
+      if (given[i].first_stage <= given[i - 1].last_stage) {
+        throw BadInput("--wrap " + given[i - 1].path + " and " + given[i].path + " overlap: give disjoint modules");
+      }
+    }
+    request.wrap_exactly = &given;
+  }
   out.plan = MakePlan(in.chain, in.fixed, request);
   request.progress = nullptr;
+  if (!r.wrap.empty() && !out.plan.feasible) {
+    throw Error(ExitCode::kInfeasible, "--wrap: wrapping these modules peaks at " +
+                                           FormatBytes(out.plan.peak_bytes, request.budget.style) + ", above the budget " +
+                                           request.budget.text);
+  }
   if (!out.plan.feasible || out.plan.budget_below_fixed) ThrowInfeasible(in, request, out.plan);
   const Plan& plan = out.plan;
 
   std::string name;  // the plan's own row
   if (plan.algorithm == Algorithm::kEveryN) name = Format("every-n (n=%d)", plan.every_n);
   if (plan.algorithm == Algorithm::kOptimal) name = plan.target == "schedule" ? "optimal" : "optimal (" + plan.target + ")";
+  if (!r.wrap.empty()) name = "wrap (given)";
   out.strategies = StrategyTable(in, out.modules, request, plan, name);
   if (request.sweep) out.sweep = MakeSweepDocument(plan, in.source);
   out.document = MakePlanDocument(plan, in.chain, in.source);

@@ -34,6 +34,10 @@ struct SolveRequest {
   /// Gradient accumulation (`--global-batch`): the document's global_batch
   /// and accumulation_steps, where it has a batch; 0: none.
   int global_batch = 0;
+  /// `--wrap`: the PyTorch target's modules to wrap, given (their paths)
+  /// rather than solved: the plan prices them as apply_plan wraps them.
+  /// Empty: solved.
+  std::vector<std::string> wrap;
 };
 
 struct SolveResult {

@@ -42,9 +42,18 @@ struct ModuleSolution {
   /// Held when the loss starts, chain input excluded: for kPyTorch, what
   /// saved_tensors_hooks see plus the wrapped modules' inputs and the outputs.
   int64_t kept_bytes = 0;
+  /// SolveModules: plans whose time is within `tie_ms` of the fastest's
+  /// (the chain's time_noise_pct of the fastest's recomputation) are tied,
+  /// and the one chosen has the largest peak, then the earliest modules;
+  /// `tied_plans` others were within it (0: the fastest had no rival).
+  double tie_ms = 0;
+  int tied_plans = 0;
 };
 
-/// The fastest set of `modules` to wrap whose peak, counted value by value
+/// The fastest set of `modules` to wrap (or, of the sets within the
+/// chain's time noise of the fastest, the one with the largest peak, then
+/// the earliest modules: the same plan from every profile of a model) whose
+/// peak, counted value by value
 /// as the simulator counts a chain without storages, is within
 /// `budget_bytes` (the chain input included), by `accounting`: exact, by a Pareto frontier of
 /// (bytes held, time) over the stage boundaries. Infeasible: feasible false.

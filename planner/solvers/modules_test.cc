@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <random>
+#include <set>
 #include <string>
 
 #include <doctest/doctest.h>
@@ -492,4 +493,83 @@ TEST_CASE("the PyTorch target: the loop holds the output an op saved once that o
   none.stages[0].pytorch_bwd_peak_bytes.reset();
   CHECK(EvaluateModules(held, {}, ModuleAccounting::kPyTorch).peak_bytes ==
         EvaluateModules(none, {}, ModuleAccounting::kPyTorch).peak_bytes + 800);
+}
+
+namespace {
+
+// Layers that do the same work, their times measured with noise (each
+// stage's times scaled by its own draw within +-`noise`).
+Chain NoisyIdenticalLayers(int length, double noise, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> draw(1 - noise, 1 + noise);
+  Chain chain;
+  chain.input_bytes = 4;
+  for (int i = 0; i < length; ++i) {
+    Stage s;
+    s.name = "layer" + std::to_string(i);
+    s.out_bytes = 4;
+    s.saved_bytes = 20;
+    s.fwd_ms = 1.0 * draw(rng);
+    s.bwd_ms = 2.0 * draw(rng);
+    s.fwd_nograd_ms = 0.8 * draw(rng);
+    chain.stages.push_back(s);
+  }
+  return chain;
+}
+
+}  // namespace
+
+TEST_CASE("layers that do the same work: the same plan however the noise fell, within the noise the profile states") {
+  const int length = 6;
+  std::vector<WrappableModule> modules;
+  for (int i = 0; i < length; ++i) modules.push_back({"layer" + std::to_string(i), i, i});
+  const int64_t budget = MinimumModulesMemory(NoisyIdenticalLayers(length, 0, 0), modules) + 40;  // some wrapped
+  std::set<std::vector<std::string>> chosen, fastest;
+  for (uint32_t seed = 0; seed < 20; ++seed) {
+    CAPTURE(seed);
+    Chain chain = NoisyIdenticalLayers(length, 0.02, seed);
+    const ModuleSolution exact = SolveModules(chain, modules, budget);  // no noise stated: the fastest
+    chain.pytorch.time_noise_pct = 5;
+    const ModuleSolution tied = SolveModules(chain, modules, budget);
+    REQUIRE(exact.feasible);
+    REQUIRE(tied.feasible);
+    std::vector<std::string> a, b;
+    for (const WrappableModule& m : exact.wrapped) a.push_back(m.path);
+    for (const WrappableModule& m : tied.wrapped) b.push_back(m.path);
+    fastest.insert(a);
+    chosen.insert(b);
+    CHECK(!b.empty());
+    CHECK(tied.peak_bytes <= budget);
+    // Within the band: no slower than the fastest by more than tie_ms.
+    CHECK(tied.time_ms <= exact.time_ms + tied.tie_ms + 1e-9);
+    CHECK(tied.tie_ms > 0);
+  }
+  CHECK(fastest.size() > 1);  // the noise decides the fastest...
+  CHECK(chosen.size() == 1);  // ...and not the plan chosen
+  // The earliest layers, of the sets with the largest peak within the budget.
+  CHECK((*chosen.begin()).front() == "layer0");
+}
+
+TEST_CASE("with a time noise stated, the module solver's plan is within its band of brute force's fastest") {
+  int compared = 0;
+  for (int length = 2; length <= 6; ++length) {
+    for (uint32_t seed = 0; seed < 5; ++seed) {
+      Chain chain = testing::SmallIntegerChain(length, 700 * length + seed);
+      chain.pytorch.time_noise_pct = 10;
+      std::vector<WrappableModule> modules = RandomModules(length, seed);
+      const int64_t minimum = MinimumModulesMemory(chain, modules);
+      for (int64_t budget = minimum; budget <= minimum + 20; ++budget) {
+        CAPTURE(length);
+        CAPTURE(seed);
+        CAPTURE(budget);
+        const Best brute = BruteForce(chain, modules, budget);
+        const ModuleSolution solution = SolveModules(chain, modules, budget);
+        REQUIRE(solution.feasible);
+        CHECK(solution.time_ms <= brute.time_ms + solution.tie_ms + 1e-9);
+        CHECK(EvaluateModules(chain, solution.wrapped).peak_bytes <= budget);
+        ++compared;
+      }
+    }
+  }
+  CHECK(compared > 400);
 }
