@@ -11,6 +11,7 @@ errors into ``CkplanError``.
 import json
 import os
 import tempfile
+import time
 import warnings
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -33,6 +34,11 @@ from ._transformers import _cache_configs
 # cuBLAS/cuDNN workspaces and the CUDA context, none of which a profile counts.
 AUTO_BUDGET_MARGIN = 0.10
 AUTO_BUDGET_MIN_MARGIN = 1 << 30
+
+# plan()'s profile: measured steps after the warm-up (`ckplan profile --reps`). Memory needs one, and
+# ops that do the same work are timed together (a transformer's layers, a ResNet's blocks): more
+# repetitions move no plan of the test models (docs/measurements.md).
+PLAN_PROFILE_REPS = 1
 
 
 def auto_budget(device: Union[str, torch.device]) -> int:
@@ -62,6 +68,39 @@ def auto_budget(device: Union[str, torch.device]) -> int:
     return available
 
 
+def _check_target(target):
+    if target not in ("pytorch", "sac", "schedule"):
+        raise ValueError(f"target={target!r}: 'pytorch' (modules to wrap, Plan.apply), 'sac' (modules to wrap and "
+                         "ops to save in them, Plan.apply) or 'schedule' (ckplan run)")
+    return target
+
+
+def _check_budget(budget):
+    if isinstance(budget, bool) or not isinstance(budget, (int, str)):
+        raise TypeError(f"budget: bytes (int) or text such as '24GB', not {type(budget).__name__}")
+    return budget
+
+
+def _sac_flag(flags):
+    """The ``--sac-dispatch-us`` value in ``flags``, or None."""
+    for i, flag in enumerate(flags[:-1]):
+        if flag == "--sac-dispatch-us":
+            return float(flags[i + 1])
+    return None
+
+
+def _without_sac_flag(flags):
+    out, skip = [], False
+    for flag in flags:
+        if skip:
+            skip = False
+        elif flag == "--sac-dispatch-us":
+            skip = True
+        else:
+            out.append(flag)
+    return out
+
+
 class Plan:
     """A solved plan (``ckplan.plan/1``) with the profile it was solved from.
 
@@ -81,12 +120,86 @@ class Plan:
     """
 
     def __init__(self, doc: Dict[str, Any], profile: Optional[Dict[str, Any]] = None, ckplan: Optional[str] = None,
-                 solve_flags: Sequence[str] = (), batches: Optional[Dict[str, Any]] = None):
+                 solve_flags: Sequence[str] = (), batches: Optional[Dict[str, Any]] = None,
+                 seconds: Optional[Dict[str, float]] = None):
         self.doc = doc
         self.batches = batches
         self.profile = profile
         self._ckplan = ckplan
         self._solve_flags = list(solve_flags)
+        self.seconds = dict(seconds or {})
+
+    @property
+    def phase_seconds(self) -> Dict[str, float]:
+        """What making the plan took, in seconds of wall time: ``plan``'s phases (``export``,
+        ``profile``, ``solve``, ``sac_dispatch``; ``replan``: ``solve`` alone) and, under
+        ``profile.``, the profile's own (``load``, ``warm_up``, ``steps``, ``optimizers``,
+        ``calibration``, ...), where known."""
+        phases = dict(self.seconds)
+        environment = (self.profile or {}).get("environment") or {}
+        for name, value in (environment.get("phase_seconds") or {}).items():
+            phases[f"profile.{name}"] = value
+        return phases
+
+    @property
+    def time_noise_pct(self) -> Optional[float]:
+        """How far the profile's op times' samples lay from its times, in percent: plans whose
+        recomputation differs by less are tied, and the one with the larger peak (then the earlier
+        modules) is chosen; None where not measured."""
+        return (self.doc.get("solver") or {}).get("time_noise_pct")
+
+    def replan(self, budget: Union[int, str], target: Optional[str] = None,
+               optimizer: Union[str, torch.optim.Optimizer, None] = None, optimizer_impl: str = "auto",
+               sac_dispatch_us: Optional[float] = None) -> "Plan":
+        """A plan at another budget (or target, or optimizer) from this plan's profile, with no new
+        measurement: ``ckplan solve`` alone, in well under a second. Equals ``plan(...)`` with these
+        arguments on the same profile.
+
+        Args:
+            budget: as ``plan`` takes it (not ``"auto"``: give the bytes).
+            target: ``"pytorch"``, ``"sac"`` or ``"schedule"``; None: this plan's.
+            optimizer: as ``plan`` takes it; None: the one this plan was priced for.
+            optimizer_impl: with an optimizer's name, its implementation.
+            sac_dispatch_us: for ``"sac"``, as ``plan`` takes it; None: this plan's, or measured.
+
+        Returns:
+            The new Plan, with the same profile.
+
+        Raises:
+            PlanError: the plan was loaded without its profile.
+            CkplanError: ``ckplan solve`` refused (``exit_code`` 3: the budget is below the smallest).
+            TypeError, ValueError: an argument not as ``plan`` takes it.
+        """
+        if self.profile is None:
+            raise PlanError("this plan was loaded without its profile: replan needs the plan from "
+                            "ckplan_torch.plan(...), or run `ckplan solve PROFILE --budget ...`")
+        target = self.target if target is None else _check_target(target)
+        budget = _check_budget(budget)
+        if optimizer is None:
+            flags = [f for f in _without_sac_flag(self._solve_flags)]
+        else:
+            flags = OptimizerChoice.of(optimizer, optimizer_impl).solve_flags()
+        if target == "sac":
+            old = _sac_flag(self._solve_flags)
+            per_op = (float(sac_dispatch_us) if sac_dispatch_us is not None else
+                      old if old is not None else measure_sac_dispatch_us())
+            flags += ["--sac-dispatch-us", f"{per_op:.2f}"]
+        calibration = self.profile.get("calibration") or {}
+        if target == "schedule" and calibration and "run_step_ms" not in calibration:
+            warnings.warn("Plan.replan: this profile timed recomputation as apply runs it, not as `ckplan run` runs "
+                          "a schedule: the schedule's recomputation is priced at its ops' forward without autograd; "
+                          "plan(target='schedule') measures it", stacklevel=2)
+        start = time.perf_counter()
+        with tempfile.TemporaryDirectory(prefix="ckplan-") as work:
+            profile = os.path.join(work, "profile.json")
+            plan_path = os.path.join(work, "plan.json")
+            _write_json(profile, self.profile)
+            program = self._ckplan or find_ckplan()
+            _run(program, "solve", profile, "--budget", budget, "--target", target, *flags, "-o", plan_path)
+            with open(plan_path) as f:
+                doc = json.load(f)
+        return Plan(doc, self.profile, ckplan=program, solve_flags=flags, batches=None,
+                    seconds={"solve": time.perf_counter() - start})
 
     @property
     def batch(self) -> Optional[int]:
@@ -222,7 +335,12 @@ class Plan:
                  f"{f' saving {saves} ops in them' if self.target == 'sac' else ''}; "
                  f"predicted peak {peak} of a {budget} budget, step {self.time_ms:.2f} ms (+{self.overhead_pct:.1f}%)"]
         if self.min_budget_bytes is not None:
-            lines[0] += f"; smallest budget {_describe_bytes(self.min_budget_bytes, style)}"
+            lines[0] += f"; smallest budget {_describe_bytes(self.min_budget_bytes, style)} (Plan.replan(budget))"
+        solver = self.doc.get("solver") or {}
+        if solver.get("tied_plans"):
+            lines.append(f"  {solver['tied_plans']} other plan(s) within the profile's time noise "
+                         f"({solver['time_noise_pct']:.1f}% of the recomputation, {solver['tie_ms']:.2f} ms): "
+                         f"chose the largest peak, then the earliest modules")
         source = self.doc.get("source") or {}
         if source.get("trainable_count") is not None:  # some parameters frozen
             lines.append(f"  trains {_describe_bytes(source['trainable_bytes'], style)} of "
@@ -325,14 +443,11 @@ def plan(model: torch.nn.Module, example_inputs: Union[torch.Tensor, Sequence[An
         example_inputs = (example_inputs,)
     example_inputs = tuple(example_inputs)
     kwargs = dict(kwargs or {})
-    if target not in ("pytorch", "sac", "schedule"):
-        raise ValueError(f"target={target!r}: 'pytorch' (modules to wrap, Plan.apply), 'sac' (modules to wrap and "
-                         "ops to save in them, Plan.apply) or 'schedule' (ckplan run)")
+    _check_target(target)
     device = _model_device(model)
     if isinstance(budget, str) and budget == "auto":
         budget = auto_budget(device)
-    if isinstance(budget, bool) or not isinstance(budget, (int, str)):
-        raise TypeError(f"budget: bytes (int) or text such as '24GB', not {type(budget).__name__}")
+    _check_budget(budget)
     autocast = check_autocast(autocast)
     targets = check_loss(loss_fn, targets)
     if batch is not None and seq is not None:
@@ -363,9 +478,12 @@ def plan(model: torch.nn.Module, example_inputs: Union[torch.Tensor, Sequence[An
     solve_flags = OptimizerChoice.of(optimizer, optimizer_impl).solve_flags()
     if isinstance(optimizer, torch.optim.Optimizer):
         check_trainable_optimizer(model, optimizer)
+    seconds = {}
     if target == "sac":
+        start = time.perf_counter()
         per_op = measure_sac_dispatch_us() if sac_dispatch_us is None else float(sac_dispatch_us)
         solve_flags += ["--sac-dispatch-us", f"{per_op:.2f}"]
+        seconds["sac_dispatch"] = time.perf_counter() - start
     inputs = list(example_inputs) + list(kwargs.values())
     meta = is_meta_model(model, [x for x in inputs if isinstance(x, torch.Tensor)])
     profile_flags = []
@@ -382,12 +500,22 @@ def plan(model: torch.nn.Module, example_inputs: Union[torch.Tensor, Sequence[An
         archive = os.path.join(work, "model.pt2")
         profile = os.path.join(work, "profile.json")
         plan_path = os.path.join(work, "plan.json")
+        start = time.perf_counter()
         export(model, example_inputs, archive, kwargs=kwargs, dynamic_seq=seq is not None, autocast=autocast,
                loss_fn=loss_fn, targets=targets)
+        seconds["export"] = time.perf_counter() - start
         batches = None
         if batch is None and seq is None:
-            _run(program, "profile", archive, *profile_flags, "-o", profile)
+            # One measured step (memory needs one; ops that do the same work are timed together), and
+            # recomputation timed for the target's own runs only (Plan.replan to another target
+            # prices the schedule's at its ops' forward without autograd).
+            start = time.perf_counter()
+            _run(program, "profile", archive, *profile_flags, "--reps", PLAN_PROFILE_REPS,
+                 "--calibrate", "all" if target == "schedule" else "pytorch", "-o", profile)
+            seconds["profile"] = time.perf_counter() - start
+            start = time.perf_counter()
             _run(program, "solve", profile, "--budget", budget, "--target", target, *solve_flags, "-o", plan_path)
+            seconds["solve"] = time.perf_counter() - start
         else:
             name, value, cap = ("seq", seq, max_seq) if seq is not None else ("batch", batch, max_batch)
             if isinstance(value, bool) or not (value in ("auto", "largest") or (isinstance(value, int) and value > 0)):
@@ -408,7 +536,7 @@ def plan(model: torch.nn.Module, example_inputs: Union[torch.Tensor, Sequence[An
             profile_doc = json.load(f)
         with open(plan_path) as f:
             plan_doc = json.load(f)
-    return Plan(plan_doc, profile_doc, ckplan=program, solve_flags=solve_flags, batches=batches)
+    return Plan(plan_doc, profile_doc, ckplan=program, solve_flags=solve_flags, batches=batches, seconds=seconds)
 
 
 def enable(model: torch.nn.Module, example_inputs: Union[torch.Tensor, Sequence[Any]], budget: Union[int, str],
