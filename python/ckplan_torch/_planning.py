@@ -22,7 +22,7 @@ from ._errors import PlanError
 from ._export import check_autocast, check_loss, export
 from ._model import _first_batch, _model_device, is_meta_model
 from ._optimizer import OptimizerChoice
-from ._plan_file import _describe_bytes, _write_json, plan_batch
+from ._plan_file import _describe_bytes, _write_json, plan_batch, schema_refusal
 from ._programs import _run, find_ckplan
 from ._selective import measure_sac_dispatch_us
 from ._transformers import _cache_configs
@@ -78,10 +78,18 @@ class Plan:
         solve_flags: the optimizer's flags (and ``--sac-dispatch-us``) it was solved with, which
             ``report`` passes on.
         batches: the batch or sequence table (``ckplan.batches/1``) of a search, if any.
+
+    Raises:
+        PlanError: a profile that is not ``ckplan.profile/1`` (one of a newer ckplan says so).
     """
 
     def __init__(self, doc: Dict[str, Any], profile: Optional[Dict[str, Any]] = None, ckplan: Optional[str] = None,
                  solve_flags: Sequence[str] = (), batches: Optional[Dict[str, Any]] = None):
+        if profile is not None:
+            refusal = schema_refusal(profile, "profile", "ckplan profile") if isinstance(profile, dict) else \
+                f"not a ckplan profile (a {type(profile).__name__}, expected a dict)"
+            if refusal is not None:
+                raise PlanError(f"the plan's profile: {refusal}")
         self.doc = doc
         self.batches = batches
         self.profile = profile
@@ -175,6 +183,9 @@ class Plan:
 
         Args:
             path: the file to write (written beside and renamed: a failure leaves none).
+
+        Raises:
+            ArgumentError: ``path`` cannot be written (its folder does not exist, ...), naming it.
         """
         _write_json(path, self.doc)
 
@@ -186,6 +197,7 @@ class Plan:
 
         Raises:
             PlanError: the plan was made without its profile.
+            ArgumentError: ``path`` cannot be written, naming it.
         """
         if self.profile is None:
             raise PlanError("this plan was loaded without its profile")
