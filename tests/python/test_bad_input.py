@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -281,28 +282,36 @@ def test_plan_warns_of_a_maximizing_optimizer(ckplan):
 # ---- two calls at once in one workdir ----------------------------------------------------------------
 
 PLAN_IN_A_PROCESS = """
-import json, sys
+import json, os, sys, time
 import torch
 torch.set_num_threads(1)
 sys.path.insert(0, {here!r})
 import ckplan_torch
 import test_bad_input
-model, example_inputs, kwargs = test_bad_input.MODELS[sys.argv[1]]()
-plan = ckplan_torch.plan(model, example_inputs, "1GB", kwargs=kwargs, ckplan=sys.argv[3], workdir=sys.argv[2])
+kind, workdir, ckplan, barrier = sys.argv[1:5]
+model, example_inputs, kwargs = test_bad_input.MODELS[kind]()
+open(os.path.join(barrier, kind), "w").close()
+while not os.path.exists(os.path.join(barrier, "go")):  # both call plan() together
+    time.sleep(0.01)
+plan = ckplan_torch.plan(model, example_inputs, "1GB", kwargs=kwargs, ckplan=ckplan, workdir=workdir)
 print(json.dumps({{"param_count": plan.doc["source"]["param_count"], "workdir": plan.workdir}}))
 """
 
 
 def test_two_calls_at_once_in_one_workdir_get_their_own_plans(ckplan, tmp_path):
-    """An MLP and a GPT-2 planned by two processes started together with the same workdir: each gets
-    its own model's plan, from a folder of its own, whose files are its model's."""
-    workdir = tmp_path / "shared"
+    """An MLP and a GPT-2 planned by two processes with the same workdir, each calling plan() once both
+    are ready: each gets its own model's plan, from a folder of its own, whose files are its model's."""
+    workdir, barrier = tmp_path / "shared", tmp_path / "barrier"
+    barrier.mkdir()
     package = os.path.dirname(os.path.dirname(os.path.abspath(ckplan_torch.__file__)))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([package, os.environ.get("PYTHONPATH", "")])}
     script = PLAN_IN_A_PROCESS.format(here=HERE)
     kinds = ["mlp", "gpt2"]
-    processes = [subprocess.Popen([sys.executable, "-c", script, kind, str(workdir), ckplan], env=env,
+    processes = [subprocess.Popen([sys.executable, "-c", script, kind, str(workdir), ckplan, str(barrier)], env=env,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for kind in kinds]
+    while not all((barrier / kind).exists() for kind in kinds) and all(p.poll() is None for p in processes):
+        time.sleep(0.01)
+    (barrier / "go").touch()
     results = {}
     for kind, process in zip(kinds, processes):
         out, err = process.communicate()
