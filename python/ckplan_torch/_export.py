@@ -615,8 +615,9 @@ def _export_to(model, args, partial, path, kwargs, dynamic_batch, dynamic_seq, a
                                                 dynamic_seq=dynamic_seq, diagnose=diagnose, where=where)
             if not losses:
                 eager_peaks = _eager_module_peaks(model, args, kwargs)
-            if eager_peaks is None and all(t.device.type == "cpu" for t in values):
-                # The forward with autograd failed where torch.export's trace did not (an int64
+            on_cpu = list(model.parameters()) + list(model.buffers()) + values
+            if eager_peaks is None and all(t.device.type == "cpu" for t in on_cpu):
+                # The eager measurement ran and failed where torch.export's trace did not (an int64
                 # input into a Linear): the profile would fail on it.
                 diagnose(check_output=False)
     finally:
