@@ -124,11 +124,13 @@ MODEL_ERRORS = {
     "meta model, cpu inputs": (lambda: (meta_mlp(), (torch.randn(4, 8),), {}, {"gpu": "h100-sxm-80gb"}),
                                ["the model is on meta and example_inputs[0] on cpu", "x.to('meta')"]),
     "empty inputs": (lambda: (MLP(), (), {}, {}),
-                     ["example_inputs=()", "hold no tensor", "MLP.forward(x)"]),
+                     ["example_inputs=()", "hold no tensor", "pass the tensors MLP.forward(x) takes"]),
     "gpt2 without its ids": (lambda: gpt2_without_ids() + ({},),
-                             ["the forward raised ValueError", "input_ids", "kwargs['labels'] (2, 16) int64"]),
+                             ["the forward raised ValueError", "input_ids", "kwargs['labels'] (2, 16) int64",
+                              "must run"]),
     "gpt2 past its positions": (lambda: gpt2_longer_than_its_positions() + ({},),
-                                ["in module 'transformer.wpe' (Embedding)", "integer ids in 0..31", "40) int64"]),
+                                ["in module 'transformer.wpe' (Embedding)", "integer ids in 0..31", "40) int64",
+                                 "give example_inputs"]),
 }
 
 
@@ -183,7 +185,7 @@ BAD_ARGUMENTS = {
                             ["budget='1e400'", "not a finite number", "give bytes"]),
     "budget not a size": (lambda tmp: {"budget": "lots"}, ckplan_torch.ArgumentError,
                           ["budget='lots'", "expected a number such as 24GB"]),
-    "budget of a list": (lambda tmp: {"budget": [24]}, TypeError, ["budget", "not list"]),
+    "budget of a list": (lambda tmp: {"budget": [24]}, TypeError, ["budget", "not list", "'24GB'"]),
     "optimizer's name": (lambda tmp: {"optimizer": "lion"}, ckplan_torch.ArgumentError,
                          ["optimizer='lion'", "'adamw'", "'momentum'"]),
     "optimizer's implementation": (lambda tmp: {"optimizer_impl": "fast"}, ckplan_torch.ArgumentError,
