@@ -135,32 +135,34 @@ MODEL_ERRORS = {
 
 
 @pytest.mark.parametrize("case", MODEL_ERRORS)
-def test_the_models_own_error_is_told_as_such(case, ckplan, capfd):
+def test_the_models_own_error_is_told_as_such(case, ckplan, capfd, tmp_path):
+    """One line naming the input and the fix; torch's log, if any, in the call's folder (workdir), not
+    on the terminal."""
     make, fragments = MODEL_ERRORS[case]
     model, example_inputs, kwargs, options = make()
     capfd.readouterr()
     with pytest.raises(ckplan_torch.ExportError) as raised:
-        ckplan_torch.plan(model, example_inputs, "1GB", kwargs=kwargs, ckplan=ckplan, **options)
+        ckplan_torch.plan(model, example_inputs, "1GB", kwargs=kwargs, ckplan=ckplan, workdir=tmp_path, **options)
     text = one_line(raised)
     assert_names(text, *fragments)
     assert "make forward traceable" not in text, text
     assert "--input" not in text and ".pt2" not in text, f"names the CLI or a temporary file: {text}"
     log = re.search(r"\(torch's log: (.+)\)$", text)
-    assert log is None or os.path.getsize(log.group(1)) > 0, text
+    assert log is None or (log.group(1).startswith(str(tmp_path)) and os.path.getsize(log.group(1)) > 0), text
     terminal = capfd.readouterr().err
     assert "Traceback" not in terminal and "def forward(" not in terminal, f"torch's log on the terminal:\n{terminal}"
 
 
-def test_a_real_tracing_limit_keeps_its_advice(ckplan, capfd):
+def test_a_real_tracing_limit_keeps_its_advice(ckplan, capfd, tmp_path):
     """A forward that runs eagerly but does not trace: PyTorch's reason, "make forward traceable", and
-    where torch's log of it is (a file that holds it), the terminal left clean."""
+    where torch's log of it is (the call's export.log, which holds it), the terminal left clean."""
     capfd.readouterr()
     with pytest.raises(ckplan_torch.ExportError) as raised:
-        ckplan_torch.plan(DataDependent(), (torch.randn(4, 8),), "1GB", ckplan=ckplan)
+        ckplan_torch.plan(DataDependent(), (torch.randn(4, 8),), "1GB", ckplan=ckplan, workdir=tmp_path)
     text = one_line(raised)
     assert_names(text, "torch.export could not export DataDependent", "make forward traceable")
     log = re.search(r"\(torch's log: (.+)\)$", text)
-    assert log and os.path.getsize(log.group(1)) > 0, text
+    assert log and log.group(1).endswith("export.log") and os.path.getsize(log.group(1)) > 0, text
     terminal = capfd.readouterr().err
     assert "Traceback" not in terminal and "def forward(" not in terminal, f"torch's log on the terminal:\n{terminal}"
 
