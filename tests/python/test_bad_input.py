@@ -167,6 +167,17 @@ def test_a_real_tracing_limit_keeps_its_advice(ckplan, capfd, tmp_path):
     assert "Traceback" not in terminal and "def forward(" not in terminal, f"torch's log on the terminal:\n{terminal}"
 
 
+def test_ckplans_refusal_of_the_inputs_names_the_argument(ckplan, tmp_path):
+    """int64 into a Linear on the meta device: the meta forward lets it through, `ckplan profile`
+    refuses it; the message names example_inputs[0], not --input and the temporary archive."""
+    with pytest.raises(ckplan_torch.CkplanError) as raised:
+        ckplan_torch.plan(meta_mlp(), (torch.zeros(4, 8, dtype=torch.int64, device="meta"),), "1GB",
+                          gpu="h100-sxm-80gb", ckplan=ckplan, workdir=tmp_path)
+    text = one_line(raised)
+    assert_names(text, "the exported MLP", "module 'a'", "example_inputs[0] 4x8:int64", "give example_inputs")
+    assert "--input" not in text and ".pt2" not in text, text
+
+
 # ---- every argument checked before the model is exported ---------------------------------------------
 
 def a_file(tmp_path):
