@@ -24,7 +24,7 @@ beyond torch.
 """
 from ._apply import apply_plan, apply_rank_plan, checkpointed_modules, remove_plan
 from ._checks import check_model, check_optimizer, check_trainable, check_trainable_optimizer
-from ._errors import CkplanError, ExportError, MissingModuleError, PlanError
+from ._errors import ArgumentError, CkplanError, ExportError, MissingModuleError, PlanError
 from ._export import check_autocast, check_loss, export
 from ._model import is_meta_model
 from ._plan_file import fsdp_units, load_plan, plan_autocast, plan_batch, rank_plan
@@ -34,7 +34,7 @@ from ._selective import measure_sac_dispatch_us
 
 __all__ = ["apply_plan", "remove_plan", "load_plan", "checkpointed_modules", "check_model", "check_optimizer",
            "check_trainable", "check_trainable_optimizer", "plan_autocast", "check_autocast", "check_loss",
-           "export", "ExportError", "PlanError", "MissingModuleError",
+           "export", "ExportError", "PlanError", "MissingModuleError", "ArgumentError",
            "rank_plan", "fsdp_units", "apply_rank_plan", "is_meta_model", "plan_batch",
            "plan", "enable", "Plan", "CkplanError", "find_ckplan", "auto_budget", "AUTO_BUDGET_MARGIN",
            "measure_sac_dispatch_us"]

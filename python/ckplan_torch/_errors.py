@@ -4,7 +4,8 @@ Every error the package raises about a plan, an export or the ckplan program is 
 that a caller catches them all with one class; each is also the built-in exception it was before
 the package had its own (ExportError a RuntimeError, PlanError a ValueError, MissingModuleError a
 KeyError). An argument of the wrong type or value raises TypeError or ValueError, as Python's own
-functions do.
+functions do; one that only ckplan can judge (a budget's text, an optimizer's name, a folder to
+write) raises ArgumentError, which is both a CkplanError and a ValueError.
 """
 
 
@@ -19,7 +20,18 @@ class CkplanError(RuntimeError):
 
 
 class ExportError(CkplanError):
-    """torch.export could not export, save or load back the model: PyTorch's reason and the fix are in the message."""
+    """The model cannot be exported: its own forward (or loss) fails on the example inputs or returns
+    no tensor (the message says what it raised, where, and on which input), or torch.export cannot
+    trace, save or load back what runs eagerly (PyTorch's reason and the fix)."""
+
+
+class ArgumentError(CkplanError, ValueError):
+    """An argument refused before any work is done (``exit_code`` 2, the CLI's bad input): a budget
+    that is not a size, an optimizer or a cost model's device ckplan does not know, a folder or file
+    that cannot be written. The message names the argument, its value and the fix."""
+
+    def __init__(self, message):
+        super().__init__(message, exit_code=2)
 
 
 class PlanError(CkplanError, ValueError):

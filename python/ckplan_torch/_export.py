@@ -6,13 +6,15 @@ import inspect
 import json
 import os
 import warnings
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 
+from ._diagnosis import _first_line, forward_failure, named_inputs
 from ._errors import ExportError
 from ._measure import _eager_module_peaks
 from ._model import _is_container, _ordered_inputs, _state_restored, is_meta_model
+from ._torch_log import ExportLog, quiet, torch_log_to
 from ._transformers import _caches_off, _follow_eager, _model_output_fields
 
 
@@ -33,11 +35,6 @@ def _aliases(model):
         else:
             first[id(t)] = name
     return aliases
-
-
-def _first_line(error):
-    text = str(error).strip()
-    return f"{type(error).__name__}: {text.splitlines()[0]}" if text else type(error).__name__
 
 
 def _namedtuple_in(spec):
@@ -143,39 +140,48 @@ def _plain_call_paths(model, args, kwargs, paths):
     return tuple(p for p in paths if p not in odd)
 
 
-def _export_program(model, args, kwargs, dynamic_batch, dynamic_seq=False):
+def _export_program(model, args, kwargs, dynamic_batch, dynamic_seq=False, diagnose=None, where=lambda: ""):
     # Every module's call signature is kept in the program (the graph is the
     # same): the tensors each module is called with, those its ops never read
     # included (a decoder layer's position ids), which torch.utils.checkpoint
     # holds when the module is wrapped. A model whose signatures cannot be
     # kept is exported without them, with a warning.
+    # At the first failure, diagnose() raises ExportError when the model's own
+    # forward fails eagerly too (a wrong shape, its own exception): no other
+    # way of exporting changes that. where(): where torch's log is, for messages.
     paths = tuple(name for name, _ in model.named_modules() if name)
+    diagnosed = []
+
+    def trace(dynamic_shapes, signatures=()):
+        with quiet():  # a failing export prints the graph it traced: into the log
+            return torch.export.export(model, args, kwargs=kwargs, dynamic_shapes=dynamic_shapes, strict=False,
+                                       **({"preserve_module_call_signature": signatures} if signatures else {}))
 
     def attempt(dynamic_shapes):
         with _follow_eager(model, args, kwargs):
-            if not paths:
-                return torch.export.export(model, args, kwargs=kwargs, dynamic_shapes=dynamic_shapes, strict=False)
             try:
-                return torch.export.export(model, args, kwargs=kwargs, dynamic_shapes=dynamic_shapes, strict=False,
-                                           preserve_module_call_signature=paths)
+                return trace(dynamic_shapes, paths)
             except ExportError:
                 raise  # the job's own code refused (loss_fn): no other way of exporting changes that
             except Exception as error:  # noqa: BLE001 - PyTorch raises many kinds
+                if diagnose is not None and not diagnosed:
+                    diagnosed.append(True)
+                    diagnose()
+                if not paths:
+                    raise
                 # torch.export keeps no signature of a module called with a
                 # string (Gemma's rotary embedding, given its layer type):
                 # the others' are kept.
                 plain = _plain_call_paths(model, args, kwargs, paths)
                 if plain != paths:
                     try:
-                        return torch.export.export(model, args, kwargs=kwargs, dynamic_shapes=dynamic_shapes,
-                                                   strict=False, preserve_module_call_signature=plain)
+                        return trace(dynamic_shapes, plain)
                     except ExportError:
                         raise
                     except Exception:  # noqa: BLE001
                         pass
                 # A model that does not export at all raises its own reason here.
-                program = torch.export.export(model, args, kwargs=kwargs, dynamic_shapes=dynamic_shapes,
-                                              strict=False)
+                program = trace(dynamic_shapes)
                 warnings.warn(f"ckplan_torch.export: the modules' call signatures cannot be kept "
                               f"({_first_line(error)[:200]}); exported without them: a wrapped module's "
                               f"arguments its ops never read are not counted")
@@ -219,10 +225,11 @@ def _export_program(model, args, kwargs, dynamic_batch, dynamic_seq=False):
         else:
             fix = ("make forward traceable by torch.export (no Python branches on tensor values, tensors in and out), "
                    "or save a trace (torch.jit.trace(model.train(), inputs).save(\"model.pt\")) and profile that")
-        raise ExportError(f"torch.export could not export {type(model).__name__}: {reason}; {fix}") from error
+        raise ExportError(f"torch.export could not export {type(model).__name__}: {reason}; {fix}{where()}") from error
 
 
-def _export_plain_outputs(model, args, kwargs, dynamic_batch, field=None, dynamic_seq=False):
+def _export_plain_outputs(model, args, kwargs, dynamic_batch, field=None, dynamic_seq=False, diagnose=None,
+                          where=lambda: ""):
     """The model exported with its forward returning plain tuples where it
     returns namedtuples (torch.export.save cannot save a namedtuple output
     spec), or only its output's `field` when given (a ModelOutput's
@@ -236,7 +243,7 @@ def _export_plain_outputs(model, args, kwargs, dynamic_batch, field=None, dynami
         return out[field] if field is not None else _plain(out)
 
     with _forward_replaced(model, forward):
-        return _export_program(model, args, kwargs, dynamic_batch, dynamic_seq)
+        return _export_program(model, args, kwargs, dynamic_batch, dynamic_seq, diagnose, where)
 
 
 _TARGET_NAME = "ckplan_target_{}"
@@ -392,10 +399,52 @@ def check_loss(loss_fn: Optional[Callable[..., torch.Tensor]], targets: Union[to
     return targets
 
 
+def _example(args, kwargs):
+    """The example inputs as export takes them: a tuple, and the keyword ones given (not None)."""
+    if isinstance(args, torch.Tensor):
+        args = (args,)
+    if not isinstance(args, tuple):
+        args = tuple(args) if isinstance(args, list) else (args,)
+    return args, {name: value for name, value in (kwargs or {}).items() if value is not None}
+
+
+def forward_fails(model: torch.nn.Module, args: Any, kwargs: Optional[Dict[str, Any]] = None,
+                  autocast: Optional[torch.dtype] = None, loss_fn: Optional[Callable[..., torch.Tensor]] = None,
+                  targets: Sequence[torch.Tensor] = (), args_name: str = "args") -> Optional[str]:
+    """Whether the model's own forward (and loss) fails on the example inputs, run once eagerly as
+    ``export`` runs it (train mode, caches off, under the autocast), without gradients, its buffers
+    and the RNG state put back.
+
+    Returns:
+        One line saying what it raised, where and on which input, with the fix; None when it runs.
+    """
+    args, kwargs = _example(args, kwargs)
+    named = named_inputs(args, kwargs, args_name) + [(f"targets[{i}]", t) for i, t in enumerate(targets)]
+    loss = (_loss_name(loss_fn), loss_fn, tuple(targets)) if loss_fn is not None else None
+    was_training = model.training
+    model.train()
+    traced_autocast = None if is_meta_model(model, _ordered_inputs(args, kwargs)) else autocast
+    try:
+        with _caches_off(model), _autocast_context(model, args, kwargs, traced_autocast):
+            return forward_failure(model, model.forward, args, kwargs, named, args_name, loss)
+    finally:
+        model.train(was_training)
+
+
+def named_specs(args: Any, kwargs: Optional[Dict[str, Any]], targets: Sequence[torch.Tensor] = (),
+                args_name: str = "args") -> List[Tuple[str, str]]:
+    """(each example tensor's name in the call, its ``--input`` text as the archive records it), in
+    the program's order (the loss's targets last)."""
+    args, kwargs = _example(args, kwargs)
+    named = named_inputs(args, kwargs, args_name) + [(f"targets[{i}]", t) for i, t in enumerate(targets)]
+    return [(name, spec) for name, spec in ((name, _input_spec(t)) for name, t in named) if spec is not None]
+
+
 def export(model: torch.nn.Module, args: Any, path: Union[str, os.PathLike[str]],
            kwargs: Optional[Dict[str, Any]] = None, dynamic_batch: bool = True, dynamic_seq: bool = False,
            autocast: Optional[torch.dtype] = None, loss_fn: Optional[Callable[..., torch.Tensor]] = None,
-           targets: Union[torch.Tensor, Sequence[torch.Tensor]] = ()) -> "torch.export.ExportedProgram":
+           targets: Union[torch.Tensor, Sequence[torch.Tensor]] = (),
+           log: Union[str, os.PathLike[str], None] = None) -> "torch.export.ExportedProgram":
     """Exports ``model`` in train mode for ``ckplan profile``, with ``torch.export.export``'s
     arguments in its order. Non-strict, the training IR (ATen ops with autograd, dropout and batch
     norm as in training); saved with ``torch.export.save`` and loaded back to check the round trip,
@@ -442,25 +491,91 @@ def export(model: torch.nn.Module, args: Any, path: Union[str, os.PathLike[str]]
             nothing).
         targets: the tensors the loss takes beside the output (class indices, a segmentation
             map), batch first like the inputs; the program takes them after the model's inputs.
+        log: the file torch's log of the export is appended to (the tracebacks and graphs it logs
+            as an export fails), instead of the terminal; None: a temporary file, kept and named in
+            the error when the export fails, else removed.
 
     Returns:
         The ExportedProgram.
 
     Raises:
-        ExportError: the model does not export, save or load back: PyTorch's reason and the fix.
+        ExportError: the model's own forward (or loss) fails on the example inputs or returns no
+            tensor (what it raised, in which module, on which input, and the fix), or the model does
+            not export, save or load back (PyTorch's reason and the fix). torch's log of the export
+            goes to ``log``, not the terminal; the message names it.
         TypeError, ValueError: ``autocast``, ``loss_fn`` or ``targets`` not as described.
     """
+    return _export(model, args, path, kwargs=kwargs, dynamic_batch=dynamic_batch, dynamic_seq=dynamic_seq,
+                   autocast=autocast, loss_fn=loss_fn, targets=targets, log=log)
+
+
+def _export(model, args, path, kwargs=None, dynamic_batch=True, dynamic_seq=False, autocast=None, loss_fn=None,
+            targets=(), log=None, args_name="args"):
+    """``export``, its messages naming the positional inputs ``args_name`` (plan()'s
+    ``example_inputs``)."""
+    log = ExportLog(None if log is None else os.fspath(log), type(model).__name__)
+    failed = True
+    try:
+        with torch_log_to(log.path):
+            program = _export_logged(model, args, path, kwargs, dynamic_batch, dynamic_seq, autocast, loss_fn,
+                                     targets, log, args_name)
+        failed = False
+        return program
+    finally:
+        log.close(failed)
+
+
+def _export_logged(model, args, path, kwargs, dynamic_batch, dynamic_seq, autocast, loss_fn, targets, log,
+                   args_name):
     autocast = check_autocast(autocast)
-    if isinstance(args, torch.Tensor):
-        args = (args,)
-    if not isinstance(args, tuple):
-        args = tuple(args) if isinstance(args, list) else (args,)
-    kwargs = {name: value for name, value in (kwargs or {}).items() if value is not None}
+    args, kwargs = _example(args, kwargs)
     targets = check_loss(loss_fn, targets)
+    model_name = type(model).__name__
+    forward = model.forward  # the model's own, before the export replaces it
     values = _ordered_inputs(args, kwargs)
     if not values:
-        raise ExportError(f"the example inputs of {type(model).__name__} hold no tensor: pass the tensors its forward "
-                          "takes (a tuple of tensors, lists or dicts of them, and Python values as options)")
+        try:
+            takes = f"{model_name}.forward{inspect.signature(forward)}"
+        except (TypeError, ValueError):
+            takes = f"{model_name}'s forward"
+        raise ExportError(f"{args_name}={_short(args)} and kwargs={_short(kwargs)} hold no tensor: pass the tensors "
+                          f"{takes} takes (a tuple of tensors, lists or dicts of them, and Python values as options)")
+    named = named_inputs(args, kwargs, args_name) + [(f"targets[{i}]", t) for i, t in enumerate(targets)]
+    loss = (_loss_name(loss_fn), loss_fn, targets) if loss_fn is not None else None
+
+    def diagnose(check_output=True):
+        """Raises ExportError when the model's own forward (or loss) fails on the example inputs."""
+        message = forward_failure(model, forward, args, kwargs, named, args_name, loss, check_output)
+        if message is not None:
+            raise ExportError(message + log.where())
+
+    # Written beside the target and renamed once it loads back; a path that cannot be written is
+    # refused before the export.
+    directory, name = os.path.split(os.path.abspath(os.fspath(path)))
+    partial = os.path.join(directory, f".{name}.{os.getpid()}.partial")
+    try:
+        open(partial, "wb").close()
+    except OSError as error:
+        raise ExportError(f"{path}: cannot write: {error.strerror}; give a path in a folder that exists and "
+                          f"you may write to") from error
+    try:
+        program = _export_to(model, args, partial, path, kwargs, dynamic_batch, dynamic_seq, autocast, loss_fn,
+                             targets, values, diagnose, log.where)
+        os.replace(partial, path)
+    finally:
+        if os.path.exists(partial):
+            os.remove(partial)
+    return program
+
+
+def _short(value, limit=60):
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _export_to(model, args, partial, path, kwargs, dynamic_batch, dynamic_seq, autocast, loss_fn, targets, values,
+               diagnose, where):
+    """The export, saved to ``partial`` and loaded back."""
     # A container input: shapes static (its first dimension need not be the batch).
     if any(_is_container(v) for v in list(args) + list(kwargs.values())):
         dynamic_batch = dynamic_seq = False
@@ -474,7 +589,7 @@ def export(model: torch.nn.Module, args: Any, path: Union[str, os.PathLike[str]]
     loss_context = _with_loss(model, loss_fn, len(targets)) if loss_fn is not None else contextlib.nullcontext()
     try:
         with _caches_off(model), _autocast_context(model, args, kwargs, traced_autocast), loss_context:
-            program = _export_program(model, args, kwargs, dynamic_batch, dynamic_seq)
+            program = _export_program(model, args, kwargs, dynamic_batch, dynamic_seq, diagnose, where)
             named = None if loss_fn is not None else _namedtuple_in(program.call_spec.out_spec)
             fields = None if loss_fn is not None else _model_output_fields(program.call_spec.out_spec)
             losses = None if loss_fn is not None else _loss_dict_keys(program.call_spec.out_spec)
@@ -484,21 +599,27 @@ def export(model: torch.nn.Module, args: Any, path: Union[str, os.PathLike[str]]
                               f"references do (pass loss_fn= for another)")
                 loss_fn, targets = _sum_losses, ()
                 with _with_loss(model, _sum_losses, 0):
-                    program = _export_program(model, args, kwargs, dynamic_batch, dynamic_seq)
+                    program = _export_program(model, args, kwargs, dynamic_batch, dynamic_seq, diagnose, where)
                     eager_peaks = _eager_module_peaks(model, args, kwargs)
             elif named is not None:
                 warnings.warn(f"ckplan_torch.export: {type(model).__name__} returns a namedtuple ({named.__name__}), "
                               f"which torch.export.save cannot save; exported returning a plain tuple of its fields "
                               f"({', '.join(named._fields)})")
-                program = _export_plain_outputs(model, args, kwargs, dynamic_batch, dynamic_seq=dynamic_seq)
+                program = _export_plain_outputs(model, args, kwargs, dynamic_batch, dynamic_seq=dynamic_seq,
+                                                diagnose=diagnose, where=where)
             elif fields and "loss" not in fields and len(fields) > 1:
                 warnings.warn(f"ckplan_torch.export: {type(model).__name__} returns no loss (pass its labels in "
                               f"kwargs for the loss it trains with); exported returning its {fields[0]} (of "
                               f"{', '.join(fields)}), which ckplan profile's --loss reads")
                 program = _export_plain_outputs(model, args, kwargs, dynamic_batch, field=fields[0],
-                                                dynamic_seq=dynamic_seq)
+                                                dynamic_seq=dynamic_seq, diagnose=diagnose, where=where)
             if not losses:
                 eager_peaks = _eager_module_peaks(model, args, kwargs)
+            on_cpu = list(model.parameters()) + list(model.buffers()) + values
+            if eager_peaks is None and all(t.device.type == "cpu" for t in on_cpu):
+                # The eager measurement ran and failed where torch.export's trace did not (an int64
+                # input into a Linear): the profile would fail on it.
+                diagnose(check_output=False)
     finally:
         model.train(was_training)
     inputs = _ordered_inputs(args, kwargs)
@@ -515,35 +636,22 @@ def export(model: torch.nn.Module, args: Any, path: Union[str, os.PathLike[str]]
     if eager_peaks is not None:
         record["eager_module_peaks"] = eager_peaks
     extra = json.dumps(record)
-    # Written beside the target and renamed once it loads back.
-    directory, name = os.path.split(os.path.abspath(os.fspath(path)))
-    partial = os.path.join(directory, f".{name}.{os.getpid()}.partial")
     try:
-        f = open(partial, "wb")
-    except OSError as error:
-        raise ExportError(f"{path}: cannot write: {error.strerror}; give a path in a folder that exists and "
-                          f"you may write to") from error
+        with open(partial, "wb") as f:
+            torch.export.save(program, f, extra_files={CKPLAN_EXTRA_FILE: extra})
+    except Exception as error:  # noqa: BLE001
+        raise ExportError(f"torch.export.save could not save the program of {type(model).__name__}: "
+                          f"{_first_line(error)}; make forward return tensors (or tuples, lists or dicts "
+                          f"of tensors), e.g. with a wrapper module{where()}") from error
     try:
-        try:
-            with f:
-                torch.export.save(program, f, extra_files={CKPLAN_EXTRA_FILE: extra})
-        except Exception as error:  # noqa: BLE001
-            raise ExportError(f"torch.export.save could not save the program of {type(model).__name__}: "
-                              f"{_first_line(error)}; make forward return tensors (or tuples, lists or dicts "
-                              f"of tensors), e.g. with a wrapper module") from error
-        try:
-            with open(partial, "rb") as f:
-                loaded = torch.export.load(f)
-        except Exception as error:  # noqa: BLE001
-            raise ExportError(f"{path}: the saved program of {type(model).__name__} does not load back with "
-                              f"torch.export.load: {_first_line(error)}; make forward return tensors (or tuples, "
-                              f"lists or dicts of tensors) and take tensors only") from error
-        if len(loaded.graph.nodes) != len(program.graph.nodes):
-            raise ExportError(f"{path}: the saved program does not load back as it was saved "
-                              f"({len(loaded.graph.nodes)} nodes, {len(program.graph.nodes)} exported); "
-                              f"report it with the torch version ({torch.__version__})")
-        os.replace(partial, path)
-    finally:
-        if os.path.exists(partial):
-            os.remove(partial)
+        with open(partial, "rb") as f:
+            loaded = torch.export.load(f)
+    except Exception as error:  # noqa: BLE001
+        raise ExportError(f"{path}: the saved program of {type(model).__name__} does not load back with "
+                          f"torch.export.load: {_first_line(error)}; make forward return tensors (or tuples, "
+                          f"lists or dicts of tensors) and take tensors only{where()}") from error
+    if len(loaded.graph.nodes) != len(program.graph.nodes):
+        raise ExportError(f"{path}: the saved program does not load back as it was saved "
+                          f"({len(loaded.graph.nodes)} nodes, {len(program.graph.nodes)} exported); "
+                          f"report it with the torch version ({torch.__version__})")
     return program

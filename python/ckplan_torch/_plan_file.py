@@ -2,11 +2,12 @@
 autocast, a rank's plan, FSDP units), and writing one."""
 import json
 import os
+import re
 from typing import IO, Any, Dict, List, Optional, Union
 
 import torch
 
-from ._errors import PlanError
+from ._errors import ArgumentError, PlanError
 
 # A plan as the functions here take it: a path, a file object or the document itself.
 PlanSource = Union[str, os.PathLike[str], IO[str], Dict[str, Any]]
@@ -22,7 +23,8 @@ def load_plan(plan: PlanSource) -> Dict[str, Any]:
         The plan document (the dict itself when given one).
 
     Raises:
-        PlanError: malformed JSON, not a ckplan plan, or no list of ``checkpoint_modules``.
+        PlanError: malformed JSON, not a ckplan plan, a plan of a newer ckplan (``ckplan.plan/2``
+            and after), or no list of ``checkpoint_modules``.
     """
     try:
         if isinstance(plan, dict):
@@ -37,16 +39,40 @@ def load_plan(plan: PlanSource) -> Dict[str, Any]:
     except json.JSONDecodeError as e:
         where = getattr(plan, "name", plan) if not isinstance(plan, dict) else "the plan"
         raise PlanError(f"{where}: malformed JSON ({e}): make the plan again with `ckplan solve`") from None
+    where = "" if isinstance(plan, dict) else f"{getattr(plan, 'name', plan)}: "
     if not isinstance(doc, dict):
-        raise PlanError(f"not a ckplan plan (a JSON {type(doc).__name__}, expected an object)")
-    if doc.get("schema") != "ckplan.plan/1":
-        raise PlanError(f"not a ckplan plan (schema {doc.get('schema')!r}, expected 'ckplan.plan/1')")
+        raise PlanError(f"{where}not a ckplan plan (a JSON {type(doc).__name__}, expected an object)")
+    refusal = schema_refusal(doc, "plan", "ckplan solve")
+    if refusal is not None:
+        raise PlanError(where + refusal)
     if "checkpoint_modules" not in doc:
         raise PlanError("the plan has no 'checkpoint_modules': make it with `ckplan solve` on a profile")
     modules = doc["checkpoint_modules"]
     if not isinstance(modules, list) or not all(isinstance(p, str) for p in modules):
         raise PlanError("the plan's 'checkpoint_modules' is not a list of module paths (strings)")
     return doc
+
+
+def schema_refusal(doc: Dict[str, Any], kind: str, command: str) -> Optional[str]:
+    """Why ``doc`` is not a ``ckplan.KIND/1`` this package reads, or None when it is one.
+
+    Args:
+        doc: the document (a dict).
+        kind: ``"plan"`` or ``"profile"``.
+        command: the command that makes one (``ckplan solve``), for the fix.
+
+    Returns:
+        ``made by a newer ckplan (plan/2); this one reads plan/1: ...`` for a later version of the
+        schema, ``not a ckplan plan (...)`` for anything else; None for ``ckplan.KIND/1``.
+    """
+    schema = doc.get("schema")
+    if schema == f"ckplan.{kind}/1":
+        return None
+    version = re.fullmatch(rf"ckplan\.{kind}/(\d+)", schema) if isinstance(schema, str) else None
+    if version is not None and int(version.group(1)) > 1:
+        return (f"made by a newer ckplan ({kind}/{version.group(1)}); this one reads {kind}/1: install the "
+                f"ckplan (and ckplan_torch) that made it, or make the {kind} again with this one (`{command}`)")
+    return f"not a ckplan {kind} (schema {schema!r}, expected 'ckplan.{kind}/1')"
 
 
 def _describe_bytes(n, style="decimal"):
@@ -130,7 +156,8 @@ def fsdp_units(plan: PlanSource) -> List[str]:
 
 
 def _write_json(path, doc):
-    """Writes beside ``path`` and renames: a failure leaves no half-written file."""
+    """Writes beside ``path`` and renames: a failure leaves no half-written file, and raises
+    ArgumentError naming ``path``."""
     path = os.fspath(path)
     partial = f"{path}.{os.getpid()}.partial"
     try:
@@ -138,6 +165,12 @@ def _write_json(path, doc):
             json.dump(doc, f, indent=2)
             f.write("\n")
         os.replace(partial, path)
+    except OSError as error:
+        folder = os.path.dirname(os.path.abspath(path))
+        why = (f"the folder {folder} does not exist" if not os.path.isdir(folder) else
+               "it is a folder" if os.path.isdir(path) else error.strerror)
+        raise ArgumentError(f"{path}: cannot write: {why}; give a file's path in a folder that exists and you may "
+                            "write to") from None
     finally:
         if os.path.exists(partial):
             os.remove(partial)

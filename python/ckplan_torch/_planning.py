@@ -18,12 +18,14 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 import torch
 
 from ._apply import apply_plan
-from ._checks import check_trainable_optimizer
-from ._errors import PlanError
-from ._export import check_autocast, check_loss, export
+from ._arguments import budget_text, call_folder, check_gpu, check_optimizer_choice
+from ._checks import check_optimizer, check_trainable_optimizer
+from ._diagnosis import in_python_terms
+from ._errors import CkplanError, ExportError, PlanError
+from ._export import _export, check_autocast, check_loss, forward_fails, named_specs
 from ._model import _first_batch, _model_device, is_meta_model
 from ._optimizer import OptimizerChoice
-from ._plan_file import _describe_bytes, _write_json, plan_batch
+from ._plan_file import _describe_bytes, _write_json, plan_batch, schema_refusal
 from ._programs import _run, find_ckplan
 from ._selective import measure_sac_dispatch_us
 from ._transformers import _cache_configs
@@ -75,12 +77,6 @@ def _check_target(target):
     return target
 
 
-def _check_budget(budget):
-    if isinstance(budget, bool) or not isinstance(budget, (int, str)):
-        raise TypeError(f"budget: bytes (int) or text such as '24GB', not {type(budget).__name__}")
-    return budget
-
-
 def _sac_flag(flags):
     """The ``--sac-dispatch-us`` value in ``flags``, or None."""
     for i, flag in enumerate(flags[:-1]):
@@ -108,7 +104,8 @@ class Plan:
     ``time_ms``/``overhead_pct``: the predicted step (for the PyTorch target, eager PyTorch under
     ``apply``); ``min_budget_bytes``: the smallest budget any plan of this target fits;
     ``strategies``: the strategy table at the budget, one dict per row (``name``, ``peak_bytes``,
-    ``time_ms``, ``overhead_pct``, ``fits``); ``doc``: the plan as JSON; ``profile``: the profile.
+    ``time_ms``, ``overhead_pct``, ``fits``); ``doc``: the plan as JSON; ``profile``: the profile;
+    ``workdir``: the folder of the call's files under ``plan(workdir=...)``, or None.
 
     Args:
         doc: the plan document (``ckplan.plan/1``).
@@ -117,14 +114,24 @@ class Plan:
         solve_flags: the optimizer's flags (and ``--sac-dispatch-us``) it was solved with, which
             ``report`` passes on.
         batches: the batch or sequence table (``ckplan.batches/1``) of a search, if any.
+        workdir: the folder of the call's files (``plan(workdir=...)``), if kept.
+
+    Raises:
+        PlanError: a profile that is not ``ckplan.profile/1`` (one of a newer ckplan says so).
     """
 
     def __init__(self, doc: Dict[str, Any], profile: Optional[Dict[str, Any]] = None, ckplan: Optional[str] = None,
                  solve_flags: Sequence[str] = (), batches: Optional[Dict[str, Any]] = None,
-                 seconds: Optional[Dict[str, float]] = None):
+                 workdir: Optional[str] = None, seconds: Optional[Dict[str, float]] = None):
+        if profile is not None:
+            refusal = schema_refusal(profile, "profile", "ckplan profile") if isinstance(profile, dict) else \
+                f"not a ckplan profile (a {type(profile).__name__}, expected a dict)"
+            if refusal is not None:
+                raise PlanError(f"the plan's profile: {refusal}")
         self.doc = doc
         self.batches = batches
         self.profile = profile
+        self.workdir = workdir
         self._ckplan = ckplan
         self._solve_flags = list(solve_flags)
         self.seconds = dict(seconds or {})
@@ -174,11 +181,13 @@ class Plan:
             raise PlanError("this plan was loaded without its profile: replan needs the plan from "
                             "ckplan_torch.plan(...), or run `ckplan solve PROFILE --budget ...`")
         target = self.target if target is None else _check_target(target)
-        budget = _check_budget(budget)
+        budget = budget_text(budget)
         if optimizer is None:
             flags = [f for f in _without_sac_flag(self._solve_flags)]
         else:
-            flags = OptimizerChoice.of(optimizer, optimizer_impl).solve_flags()
+            choice = OptimizerChoice.of(optimizer, optimizer_impl)
+            check_optimizer_choice(optimizer, choice.name, choice.impl)
+            flags = choice.solve_flags()
         if target == "sac":
             old = _sac_flag(self._solve_flags)
             per_op = (float(sac_dispatch_us) if sac_dispatch_us is not None else
@@ -288,6 +297,9 @@ class Plan:
 
         Args:
             path: the file to write (written beside and renamed: a failure leaves none).
+
+        Raises:
+            ArgumentError: ``path`` cannot be written (its folder does not exist, ...), naming it.
         """
         _write_json(path, self.doc)
 
@@ -299,6 +311,7 @@ class Plan:
 
         Raises:
             PlanError: the plan was made without its profile.
+            ArgumentError: ``path`` cannot be written, naming it.
         """
         if self.profile is None:
             raise PlanError("this plan was loaded without its profile")
@@ -379,17 +392,23 @@ def plan(model: torch.nn.Module, example_inputs: Union[torch.Tensor, Sequence[An
     (``requires_grad_(False)``: LoRA's base weights, a frozen backbone) are read from the model as it
     is: no gradient, no optimizer state, and what autograd saves with them frozen.
 
+    Every argument is checked before the model is exported (the budget's text as ``ckplan solve``
+    reads it, the optimizer, ``gpu``, ``workdir``). torch's log of the export goes to a file, not the
+    terminal: ``export.log`` in the call's folder under ``workdir``, else a temporary file kept when
+    the export fails; the error names it.
+
     Args:
         model: the model, on the device it trains on (or the meta device).
         example_inputs: as ``torch.export.export`` takes them (a tuple of tensors, or one tensor), at
             the shapes the job trains with; the first dimension of every input is the batch.
         budget: the whole training step's memory (weights, gradients, optimizer state, activations):
-            bytes, or text as ``ckplan solve --budget`` takes it (``"24GB"``, ``"24GiB"``), or
-            ``"auto"`` on a CUDA device (auto_budget: its free memory less a margin).
+            bytes (an int, or a float such as ``24e9``), or text as ``ckplan solve --budget`` takes
+            it (``"24GB"``, ``"24GiB"``), or ``"auto"`` on a CUDA device (auto_budget: its free
+            memory less a margin).
         kwargs: tensors by forward's parameter names (a Hugging Face model's ``labels`` and
             ``attention_mask``).
         gpu: a cost model's device (``"h100-sxm-80gb"``, ...; ``ckplan profile --help``) for the op
-            times instead of measured ones.
+            times instead of measured ones; required for a model on the meta device.
         optimizer: the job's torch.optim optimizer itself (checked to hold exactly the trainable
             parameters), or its name (``"adamw"``, ``"adam"``, ``"sgd"``, ``"momentum"``,
             ``"none"``).
@@ -399,7 +418,12 @@ def plan(model: torch.nn.Module, example_inputs: Union[torch.Tensor, Sequence[An
         optimizer_impl: with an optimizer's name, its implementation (``"auto"``, ``"for-loop"``,
             ``"foreach"``, ``"fused"``).
         ckplan: the program's path (find_ckplan).
-        workdir: keep the archive, profile and plan there (default: a temporary folder, removed).
+        workdir: keep the call's files in a folder of its own there, ``MODEL-YYYYmmdd-HHMMSS-PID``
+            (``Plan.workdir``; ``-2``, ``-3``... after it when taken): the archive ``model.pt2``,
+            ``profile.json``, ``plan.json`` and ``export.log`` (torch's log of the export, when it
+            logged anything), and with ``batch`` or ``seq`` the ``profiles`` and ``batches.json``
+            of the search. Calls at once with one ``workdir`` (a sweep, several ranks) never share
+            a file. Default: a temporary folder, removed.
         batch: None plans the example inputs' batch. ``"auto"`` profiles the model at the batches
             needed to find the largest that fits the budget, with and without checkpointing, and
             plans the batch that trains the most samples per second (``ckplan solve MODEL --batch
@@ -434,8 +458,12 @@ def plan(model: torch.nn.Module, example_inputs: Union[torch.Tensor, Sequence[An
 
     Raises:
         CkplanError: ckplan's one-line message (``exit_code`` 3: the budget is below the smallest
-            that fits; the message gives it).
-        ExportError: the model does not export.
+            that fits; the message gives it), its ``--input`` told as the argument's name.
+        ExportError: the model's own forward (or loss) fails on the example inputs or returns no
+            tensor (what it raised, in which module, on which input, and the fix), or the model does
+            not export.
+        ArgumentError: a budget, optimizer or ``gpu`` ckplan refuses, or a ``workdir`` that cannot be
+            made or written (also a ValueError), before anything is exported.
         TypeError, ValueError: an argument not as described.
     """
     program = find_ckplan(ckplan)
@@ -443,15 +471,21 @@ def plan(model: torch.nn.Module, example_inputs: Union[torch.Tensor, Sequence[An
         example_inputs = (example_inputs,)
     example_inputs = tuple(example_inputs)
     kwargs = dict(kwargs or {})
+    # Every argument is checked before the model is exported: an export and a profile take minutes on a
+    # large model.
     _check_target(target)
     device = _model_device(model)
     if isinstance(budget, str) and budget == "auto":
         budget = auto_budget(device)
-    _check_budget(budget)
+    budget = budget_text(budget)
     autocast = check_autocast(autocast)
     targets = check_loss(loss_fn, targets)
     if batch is not None and seq is not None:
         raise ValueError("batch= and seq= search one dimension each: give one")
+    for name, value in (("batch", batch), ("seq", seq)):
+        if value is not None and (isinstance(value, bool) or not (value in ("auto", "largest") or
+                                                                  (isinstance(value, int) and value > 0))):
+            raise ValueError(f"{name}={value!r}: 'auto' (the fastest that fits), 'largest' or a number")
     if max_batch is not None and batch not in ("auto", "largest"):
         raise ValueError(f"max_batch={max_batch!r} caps the search of batch='auto' or 'largest'; "
                          f"with batch={batch!r} there is none: drop it or search")
@@ -475,17 +509,15 @@ def plan(model: torch.nn.Module, example_inputs: Union[torch.Tensor, Sequence[An
                       "key-value cache, which the plan does not count (a step keeps none); Plan.apply turns it off, "
                       "as gradient_checkpointing_enable() does, or set use_cache=False on every config of the "
                       "model (T5's decoder has its own) or pass it to forward", stacklevel=2)
-    solve_flags = OptimizerChoice.of(optimizer, optimizer_impl).solve_flags()
+    choice = OptimizerChoice.of(optimizer, optimizer_impl)
+    check_optimizer_choice(optimizer, choice.name, choice.impl)
+    solve_flags = choice.solve_flags()
     if isinstance(optimizer, torch.optim.Optimizer):
         check_trainable_optimizer(model, optimizer)
     seconds = {}
-    if target == "sac":
-        start = time.perf_counter()
-        per_op = measure_sac_dispatch_us() if sac_dispatch_us is None else float(sac_dispatch_us)
-        solve_flags += ["--sac-dispatch-us", f"{per_op:.2f}"]
-        seconds["sac_dispatch"] = time.perf_counter() - start
     inputs = list(example_inputs) + list(kwargs.values())
     meta = is_meta_model(model, [x for x in inputs if isinstance(x, torch.Tensor)])
+    check_gpu(program, gpu, meta)
     profile_flags = []
     if meta:
         profile_flags += ["--device", "meta"]
@@ -495,31 +527,43 @@ def plan(model: torch.nn.Module, example_inputs: Union[torch.Tensor, Sequence[An
         profile_flags += ["--gpu", gpu]
 
     with tempfile.TemporaryDirectory(prefix="ckplan-") as temporary:
-        work = os.fspath(workdir) if workdir is not None else temporary
-        os.makedirs(work, exist_ok=True)
+        work = call_folder(workdir, type(model).__name__) if workdir is not None else temporary
+        if target == "sac":
+            start = time.perf_counter()
+            per_op = measure_sac_dispatch_us() if sac_dispatch_us is None else float(sac_dispatch_us)
+            solve_flags += ["--sac-dispatch-us", f"{per_op:.2f}"]
+            seconds["sac_dispatch"] = time.perf_counter() - start
         archive = os.path.join(work, "model.pt2")
         profile = os.path.join(work, "profile.json")
         plan_path = os.path.join(work, "plan.json")
         start = time.perf_counter()
-        export(model, example_inputs, archive, kwargs=kwargs, dynamic_seq=seq is not None, autocast=autocast,
-               loss_fn=loss_fn, targets=targets)
+        _export(model, example_inputs, archive, kwargs=kwargs, dynamic_seq=seq is not None, autocast=autocast,
+                loss_fn=loss_fn, targets=targets, log=os.path.join(work, "export.log") if workdir is not None else None,
+                args_name="example_inputs")
         seconds["export"] = time.perf_counter() - start
+
+        def measure(*args):
+            """``ckplan ARGS`` on the archive: its errors about the model told in this call's terms."""
+            try:
+                return _run(program, *args)
+            except CkplanError as error:
+                raise _told_in_python(error, model, archive, example_inputs, kwargs, autocast, loss_fn,
+                                      targets) from None
+
         batches = None
         if batch is None and seq is None:
             # One measured step (memory needs one; ops that do the same work are timed together), and
             # recomputation timed for the target's own runs only (Plan.replan to another target
             # prices the schedule's at its ops' forward without autograd).
             start = time.perf_counter()
-            _run(program, "profile", archive, *profile_flags, "--reps", PLAN_PROFILE_REPS,
-                 "--calibrate", "all" if target == "schedule" else "pytorch", "-o", profile)
+            measure("profile", archive, *profile_flags, "--reps", PLAN_PROFILE_REPS,
+                    "--calibrate", "all" if target == "schedule" else "pytorch", "-o", profile)
             seconds["profile"] = time.perf_counter() - start
             start = time.perf_counter()
             _run(program, "solve", profile, "--budget", budget, "--target", target, *solve_flags, "-o", plan_path)
             seconds["solve"] = time.perf_counter() - start
         else:
             name, value, cap = ("seq", seq, max_seq) if seq is not None else ("batch", batch, max_batch)
-            if isinstance(value, bool) or not (value in ("auto", "largest") or (isinstance(value, int) and value > 0)):
-                raise ValueError(f"{name}={value!r}: 'auto' (the fastest that fits), 'largest' or a number")
             profiles = os.path.join(work, "profiles")
             table = os.path.join(work, "batches.json")
             flags = [f"--{name}", str(value), "--profiles", profiles, "--batch-table", table]
@@ -527,8 +571,8 @@ def plan(model: torch.nn.Module, example_inputs: Union[torch.Tensor, Sequence[An
                 flags += [f"--max-{name}", str(cap)]
             if global_batch is not None:
                 flags += ["--global-batch", str(global_batch)]
-            _run(program, "solve", archive, "--budget", budget, "--target", target, *profile_flags, *flags,
-                 *solve_flags, "-o", plan_path)
+            measure("solve", archive, "--budget", budget, "--target", target, *profile_flags, *flags,
+                    *solve_flags, "-o", plan_path)
             with open(table) as f:
                 batches = json.load(f)
             profile = os.path.join(profiles, f"{name}-{batches['chosen']}.json")
@@ -536,7 +580,26 @@ def plan(model: torch.nn.Module, example_inputs: Union[torch.Tensor, Sequence[An
             profile_doc = json.load(f)
         with open(plan_path) as f:
             plan_doc = json.load(f)
-    return Plan(plan_doc, profile_doc, ckplan=program, solve_flags=solve_flags, batches=batches, seconds=seconds)
+    if isinstance(optimizer, torch.optim.Optimizer) and any(g.get("maximize") for g in optimizer.param_groups):
+        check_optimizer(optimizer, plan_doc)  # the warning apply gives: maximize=True is priced by no plan
+    return Plan(plan_doc, profile_doc, ckplan=program, solve_flags=solve_flags, batches=batches,
+                workdir=work if workdir is not None else None, seconds=seconds)
+
+
+def _told_in_python(error, model, archive, example_inputs, kwargs, autocast, loss_fn, targets):
+    """ckplan's error about the archive plan() exported, told as the Python call made it: ExportError when the
+    model's own forward fails on the example inputs in Python too (what it raised, where, on which input);
+    else ckplan's message with the model's name for the archive and the arguments' names for its ``--input``."""
+    if "rejected the inputs" in str(error):
+        message = forward_fails(model, example_inputs, kwargs, autocast=autocast, loss_fn=loss_fn, targets=targets,
+                                args_name="example_inputs")
+        if message is not None:
+            return ExportError(message)
+    specs = named_specs(example_inputs, kwargs, targets, args_name="example_inputs")
+    message = in_python_terms(str(error), archive, type(model).__name__, specs)
+    if "rejected the inputs" in message:
+        message += "; give example_inputs as the training step passes them, on the model's device"
+    return CkplanError(message, error.exit_code)
 
 
 def enable(model: torch.nn.Module, example_inputs: Union[torch.Tensor, Sequence[Any]], budget: Union[int, str],

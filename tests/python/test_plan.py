@@ -168,9 +168,11 @@ def test_errors_are_one_line_python_exceptions(gpt2_plan, ckplan, tmp_path):
         ckplan_torch.find_ckplan(str(tmp_path / "nothing"))
     with pytest.raises(ckplan_torch.CkplanError, match="budget"):
         ckplan_torch.plan(model, (ids,), budget="lots", ckplan=ckplan)
-    # The work folder keeps the archive, the profile and the plan when asked.
-    ckplan_torch.plan(model, (ids,), budget="1GB", kwargs={"labels": ids}, ckplan=ckplan, workdir=tmp_path / "w")
-    assert sorted(os.listdir(tmp_path / "w")) == ["model.pt2", "plan.json", "profile.json"]
+    # The work folder keeps the archive, the profile and the plan when asked, in the call's own folder.
+    kept = ckplan_torch.plan(model, (ids,), budget="1GB", kwargs={"labels": ids}, ckplan=ckplan,
+                             workdir=tmp_path / "w")
+    assert os.listdir(tmp_path / "w") == [os.path.basename(kept.workdir)]
+    assert {"model.pt2", "plan.json", "profile.json"} <= set(os.listdir(kept.workdir))
 
 
 def test_a_model_on_the_meta_device(ckplan):
