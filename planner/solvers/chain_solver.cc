@@ -138,7 +138,7 @@ class Modules : public ChainSolver {
                                                " B, above the activation budget " + std::to_string(budget_bytes) + " B");
     }
     AddModules(solution, &out);
-    if (chain.pytorch.time_noise_pct > 0) {
+    if (chain.pytorch.time_noise_pct > 0 && solution.tie_ms > 0) {
       out.solver.time_noise_pct = chain.pytorch.time_noise_pct;
       out.solver.tie_ms = solution.tie_ms;
       out.solver.tied_plans = solution.tied_plans;

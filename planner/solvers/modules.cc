@@ -666,7 +666,12 @@ ModuleSolution SolveModules(const Chain& chain, const std::vector<WrappableModul
   // the measurement's chance), and the one PreferredOnTie is chosen.
   FrontierWalk walk = WalkFrontier(chain, modules, all, input, budget_bytes, accounting, 0);
   if (walk.fastest < 0) return solution;
-  if (chain.pytorch.time_noise_pct > 0) {
+  // Not for selective checkpointing: its variants' peaks are priced less
+  // exactly than whole modules' (the larger peak would favour one priced
+  // too high); its ties between layers that do the same work stay exact.
+  const bool selective = std::any_of(given.begin(), given.end(),
+                                     [](const WrappableModule& m) { return !m.sac_variants.empty(); });
+  if (chain.pytorch.time_noise_pct > 0 && !selective) {
     double plain_ms = 0;  // every stage run normally
     for (int k = 0; k < length; ++k) plain_ms += units[static_cast<size_t>(k)].front().time_ms;
     const double fastest_ms = walk.frontier.back()[static_cast<size_t>(walk.fastest)].time_ms;
