@@ -21,7 +21,7 @@ from ._checks import check_trainable_optimizer
 from ._errors import PlanError
 from ._export import check_autocast, check_loss, export
 from ._model import _first_batch, _model_device, is_meta_model
-from ._optimizer import OptimizerChoice
+from ._optimizer import OptimizerChoice, plan_groups_flags
 from ._plan_file import _describe_bytes, _write_json, plan_batch
 from ._programs import _run, find_ckplan
 from ._selective import measure_sac_dispatch_us
@@ -211,7 +211,7 @@ class Plan:
             profile = os.path.join(work, "profile.json")
             _write_json(profile, self.profile)
             _run(self._ckplan or find_ckplan(), "report", profile, "--budget", self.budget_bytes,
-                 *self._solve_flags, "-o", os.fspath(path))
+                 *self._solve_flags, *plan_groups_flags(self.doc, work), "-o", os.fspath(path))
         return path
 
     def __repr__(self):
@@ -360,7 +360,8 @@ def plan(model: torch.nn.Module, example_inputs: Union[torch.Tensor, Sequence[An
                       "key-value cache, which the plan does not count (a step keeps none); Plan.apply turns it off, "
                       "as gradient_checkpointing_enable() does, or set use_cache=False on every config of the "
                       "model (T5's decoder has its own) or pass it to forward", stacklevel=2)
-    solve_flags = OptimizerChoice.of(optimizer, optimizer_impl).solve_flags()
+    choice = OptimizerChoice.of(optimizer, optimizer_impl, model)
+    solve_flags = choice.solve_flags()
     if isinstance(optimizer, torch.optim.Optimizer):
         check_trainable_optimizer(model, optimizer)
     if target == "sac":
@@ -387,7 +388,8 @@ def plan(model: torch.nn.Module, example_inputs: Union[torch.Tensor, Sequence[An
         batches = None
         if batch is None and seq is None:
             _run(program, "profile", archive, *profile_flags, "-o", profile)
-            _run(program, "solve", profile, "--budget", budget, "--target", target, *solve_flags, "-o", plan_path)
+            _run(program, "solve", profile, "--budget", budget, "--target", target, *solve_flags,
+                 *choice.groups_flags(work), "-o", plan_path)
         else:
             name, value, cap = ("seq", seq, max_seq) if seq is not None else ("batch", batch, max_batch)
             if isinstance(value, bool) or not (value in ("auto", "largest") or (isinstance(value, int) and value > 0)):
@@ -400,7 +402,7 @@ def plan(model: torch.nn.Module, example_inputs: Union[torch.Tensor, Sequence[An
             if global_batch is not None:
                 flags += ["--global-batch", str(global_batch)]
             _run(program, "solve", archive, "--budget", budget, "--target", target, *profile_flags, *flags,
-                 *solve_flags, "-o", plan_path)
+                 *solve_flags, *choice.groups_flags(work), "-o", plan_path)
             with open(table) as f:
                 batches = json.load(f)
             profile = os.path.join(profiles, f"{name}-{batches['chosen']}.json")
