@@ -273,7 +273,7 @@ def plan(model: torch.nn.Module, example_inputs: Union[torch.Tensor, Sequence[An
         gpu: a cost model's device (``"h100-sxm-80gb"``, ...; ``ckplan profile --help``) for the op
             times instead of measured ones.
         optimizer: the job's torch.optim optimizer itself (checked to hold exactly the trainable
-            parameters), or its name (``"adamw"``, ``"adam"``, ``"sgd"``, ``"momentum"``,
+            parameters; several param groups priced each with its own options), or its name (``"adamw"``, ``"adam"``, ``"sgd"``, ``"momentum"``,
             ``"none"``).
         target: ``"pytorch"`` (modules to wrap, what ``Plan.apply`` does), ``"sac"`` (the same, and
             inside each the ops whose outputs a selective-checkpointing policy saves:
