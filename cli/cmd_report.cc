@@ -61,8 +61,7 @@ int RunReportCommand(const ReportOptions& o) {
   if (!o.plan.empty()) distributed = ReadDistributedPlan(o.plan);
   std::optional<BatchTable> batches;
   if (!o.batches.empty()) batches = BatchTableFromJson(ReadJsonFile(o.batches), o.batches);
-  PlannerInput in =
-      LoadPlannerInput(o.input, ChooseOptimizer(o.optimizer.named, o.optimizer.momentum, o.optimizer.impl, false));
+  PlannerInput in = LoadPlannerInput(o.input, ChosenOptimizer(o.optimizer, false));
   Report report;
   {
     ProgressBar bar(Format("planning %d stages", in.chain.length()), StderrIsTerminal(), ProgressDelaySeconds());

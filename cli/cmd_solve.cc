@@ -139,8 +139,12 @@ int RunSolve(const SolveOptions& o) {
       throw BadInput("--batch plans with the optimal solver: --algo, --every, --show-stages and --chain-out do not apply");
     }
   }
-  const OptimizerChoice optimizer =
-      ChooseOptimizer(o.optimizer.named, o.optimizer.momentum, o.optimizer.impl, !o.gpu.empty() && o.gpu != "cpu");
+  const OptimizerChoice optimizer = ChosenOptimizer(o.optimizer, !o.gpu.empty() && o.gpu != "cpu");
+  if (o.distributed_given && !optimizer.groups.empty()) {
+    throw BadInput(
+        "--optimizer-groups is not available with --data-parallel, --shard or --pipeline: a rank's "
+        "state is priced for one group (give the options of the group that sets the most)");
+  }
   BatchOptions batch = o.batch.Normalized();
   if (o.distributed_given) {
     batch.scope = o.distributed.pipeline > 1

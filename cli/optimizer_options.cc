@@ -2,6 +2,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "planner/base/json_io.h"
+#include "planner/contracts/plan_document.h"
 #include "planner/cost/optimizer_memory.h"
 
 namespace ckplan {
@@ -25,6 +27,20 @@ void AddOptimizerOptions(CLI::App* cmd, OptimizerOptions* options) {
                 "with adam or adamw: amsgrad=True, one more state tensor per parameter (the largest second moment)");
   cmd->add_flag("--nesterov", options->named.flags.nesterov,
                 "with sgd --momentum: nesterov=True, whose look-ahead gradient is a new tensor in the for-loop update");
+  cmd->add_option("--optimizer-groups", options->groups,
+                  "the optimizer's param groups, each priced with its own options and parameters (torch.optim "
+                  "updates one group at a time): a ckplan.optimizer_groups/1 JSON file, {\"schema\", \"groups\": "
+                  "[{\"params\": [names as named_parameters()], \"optimizer\", \"optimizer_impl\", "
+                  "\"optimizer_options\"}]}, as ckplan_torch.plan writes it for a torch.optim optimizer with "
+                  "several groups (a group without optimizer or optimizer_impl has --optimizer's, and "
+                  "--momentum's for sgd); a trainable parameter in no group has no state and no update");
+}
+
+OptimizerChoice ChosenOptimizer(const OptimizerOptions& options, bool on_gpu) {
+  const OptimizerChoice chosen = ChooseOptimizer(options.named, options.momentum, options.impl, on_gpu);
+  if (options.groups.empty()) return chosen;
+  return WithOptimizerGroups(chosen, OptimizerGroupsFileFromJson(ReadJsonFile(options.groups), options.groups),
+                             options.groups);
 }
 
 }  // namespace ckplan

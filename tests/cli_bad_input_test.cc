@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/cli_helpers.h"
+#include "planner/base/json_io.h"
 #include "planner/contracts/chain.h"
 #include "tests/test_chains.h"
 
@@ -361,4 +362,46 @@ TEST_CASE("optimizer options that torch.optim refuses or that change nothing are
                  c.expected);
     CHECK_FALSE(FileExists(dir + "/plan.json"));
   }
+}
+
+TEST_CASE("--optimizer-groups: a file that names no parameter of the profile, another kind, or a distributed job "
+          "is refused in one line; a good one is recorded in the plan") {
+  std::string dir = TempDir();
+  const nlohmann::json profile = ReadJsonFile(ExampleProfile());
+  const std::string first = profile["parameters"][0]["name"], second = profile["parameters"][1]["name"];
+  auto groups_file = [&](const std::string& name, const nlohmann::json& groups) {
+    return Write(dir, name, nlohmann::json{{"schema", "ckplan.optimizer_groups/1"}, {"groups", groups}}.dump());
+  };
+  const std::string good = groups_file(
+      "good.json", nlohmann::json::array({{{"params", {first}}, {"optimizer_options", {{"weight_decay", 0.1}}}},
+                                          {{"params", {second}}, {"optimizer_impl", "foreach"}}}));
+  struct Case {
+    std::string options;
+    const char* expected;
+  };
+  for (const Case& c :
+       {Case{"--optimizer-groups " + groups_file("unknown.json", nlohmann::json::array({{{"params", {"nope.weight"}}}})),
+             "names parameter 'nope.weight'"},
+        Case{"--optimizer-groups " +
+                 groups_file("kind.json", nlohmann::json::array({{{"params", {first}}, {"optimizer", "sgd"}}})),
+             "of its kind"},
+        Case{"--optimizer-groups " + Write(dir, "schema.json", R"({"schema": "ckplan.plan/1", "groups": []})"),
+             "field 'schema'"},
+        Case{"--optimizer-groups " + good + " --data-parallel 2", "--optimizer-groups is not available"}}) {
+    CAPTURE(c.options);
+    CheckRefusal(RunCkplan("solve " + ExampleProfile() + " --budget 1GB " + c.options + " -o " + dir + "/plan.json",
+                           dir),
+                 2, c.expected);
+    CHECK_FALSE(FileExists(dir + "/plan.json"));
+  }
+  CommandResult r = RunCkplan("solve " + ExampleProfile() + " --budget 1GB --optimizer-groups " + good + " -o " + dir +
+                                  "/plan.json",
+                              dir);
+  REQUIRE(r.exit_code == 0);
+  const nlohmann::json plan = ReadJsonFile(dir + "/plan.json");
+  const nlohmann::json& recorded = plan["fixed"]["optimizer_groups"];
+  REQUIRE(recorded.size() == 2);
+  CHECK(recorded[0]["params"][0] == first);
+  CHECK(recorded[0]["optimizer_options"]["weight_decay"] == 0.1);
+  CHECK(recorded[1]["optimizer_impl"] == "foreach");
 }

@@ -38,6 +38,12 @@ OptimizerImpl ParseOptimizerImpl(const std::string& name) {
   throw BadInput("unknown optimizer implementation '" + name + "' (use for-loop, foreach or fused)");
 }
 
+OptimizerChoice GroupOptimizer(const OptimizerChoice& optimizer, const OptimizerGroup& group) {
+  OptimizerChoice one(group.name, group.impl ? group.impl : optimizer.impl);
+  one.flags = group.flags;
+  return one;
+}
+
 bool ShardUnit::operator==(const ShardUnit& o) const {
   return module == o.module && param_bytes == o.param_bytes && shard_bytes == o.shard_bytes;
 }
@@ -55,7 +61,9 @@ std::string DescribeFixed(const FixedMemory& fixed, UnitStyle style) {
   const int64_t whole_step_grads = fixed.grad_bytes - fixed.backward_grad_bytes;
   std::string text = Format("parameters %s + buffers %s + ", bytes(fixed.param_bytes).c_str(), bytes(fixed.buffer_bytes).c_str());
   if (whole_step_grads > 0 || fixed.backward_grad_bytes == 0) text += "gradients " + bytes(whole_step_grads) + " + ";
-  text += Format("%s state %s = %s", fixed.optimizer.name.c_str(), bytes(fixed.optimizer_bytes).c_str(), bytes(fixed.total()).c_str());
+  text += Format("%s state %s", fixed.optimizer.name.c_str(), bytes(fixed.optimizer_bytes).c_str());
+  if (!fixed.optimizer.groups.empty()) text += Format(" (%zu param groups)", fixed.optimizer.groups.size());
+  text += " = " + bytes(fixed.total());
   // One memory model: gradients appear during backward, stage by stage.
   if (fixed.backward_grad_bytes > 0) text += "; gradients " + bytes(fixed.backward_grad_bytes) + " counted as they appear in backward";
   return text;

@@ -48,20 +48,46 @@ struct OptimizerFlags {
   bool any() const { return weight_decay != 0 || amsgrad || nesterov; }
 };
 
+/// One of torch.optim's param groups (`ckplan solve --optimizer-groups`):
+/// torch.optim's step() updates each group on its own, with its own
+/// options, implementation and temporaries (freed before the next group).
+/// `name` is the optimizer's (`sgd` or `momentum` per group: SGD's momentum
+/// is a group option); `params` the parameters it updates, by name (as
+/// named_parameters()), in its order. No `impl`: the optimizer's.
+struct OptimizerGroup {
+  std::string name;
+  std::optional<OptimizerImpl> impl;
+  OptimizerFlags flags;
+  std::vector<std::string> params;
+  bool operator==(const OptimizerGroup& o) const {
+    return name == o.name && impl == o.impl && flags == o.flags && params == o.params;
+  }
+};
+
 /// The optimizer a plan is priced for: its torch.optim name (`none`, `sgd`,
 /// `momentum` for SGD with momentum, `adam`, `adamw`), how it runs and its
 /// options. No `impl`: what torch picks on the plan's device
 /// (DefaultOptimizerImpl). The one definition: `ckplan solve` parses its
 /// options into it (ChooseOptimizer) and a plan's fixed part holds it.
+/// `groups`: its param groups where given (`--optimizer-groups`), each
+/// priced with its own options and parameters; none: one group of every
+/// trainable parameter with `flags`.
 struct OptimizerChoice {
   std::string name = "adam";
   std::optional<OptimizerImpl> impl;
   OptimizerFlags flags;
+  std::vector<OptimizerGroup> groups;
   OptimizerChoice() = default;
   OptimizerChoice(const char* n) : name(n) {}  // NOLINT: "adam" reads as a choice
   OptimizerChoice(std::string n, std::optional<OptimizerImpl> i = std::nullopt) : name(std::move(n)), impl(i) {}
-  bool operator==(const OptimizerChoice& o) const { return name == o.name && impl == o.impl && flags == o.flags; }
+  bool operator==(const OptimizerChoice& o) const {
+    return name == o.name && impl == o.impl && flags == o.flags && groups == o.groups;
+  }
 };
+
+/// A param group as an optimizer of its own (its name, impl or else
+/// `optimizer`'s, and flags; no groups).
+OptimizerChoice GroupOptimizer(const OptimizerChoice& optimizer, const OptimizerGroup& group);
 
 /// A module FSDP shards on its own (`fully_shard(module)`): its parameters
 /// are gathered unsharded while it runs. The root unit (empty module) holds

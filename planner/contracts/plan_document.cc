@@ -185,6 +185,7 @@ nlohmann::json FixedToJson(const FixedMemory& f) {
                         {"optimizer_impl", ImplName(f.optimizer)},
                         {"total_bytes", f.total()}};
   WriteOptimizerFlags(f.optimizer.flags, &doc);
+  if (!f.optimizer.groups.empty()) doc["optimizer_groups"] = OptimizerGroupsToJson(f.optimizer.groups);
   // The update's temporary at the step's end: counted with the chain, not in total_bytes.
   if (f.update_tmp_bytes > 0) doc["update_tmp_bytes"] = f.update_tmp_bytes;
   // Gradients counted as they appear in backward: not in total_bytes.
@@ -454,6 +455,8 @@ PlanDocument ReadPlan(const JsonReader& root) {
   p.fixed.optimizer.name = fixed.Field("optimizer").String();
   if (fixed.Has("optimizer_impl")) p.fixed.optimizer.impl = ImplFromJson(fixed.Field("optimizer_impl"));
   p.fixed.optimizer.flags = ReadOptimizerFlags(fixed);
+  if (fixed.Has("optimizer_groups"))
+    p.fixed.optimizer.groups = OptimizerGroupsFromJson(fixed.Field("optimizer_groups"));
   if (fixed.Has("update_tmp_bytes")) p.fixed.update_tmp_bytes = fixed.Field("update_tmp_bytes").NonNegativeBytes();
   if (fixed.Has("param_bytes")) p.fixed.param_bytes = fixed.Field("param_bytes").NonNegativeBytes();
   if (fixed.Has("buffer_bytes")) p.fixed.buffer_bytes = fixed.Field("buffer_bytes").NonNegativeBytes();
@@ -598,6 +601,44 @@ PlanDocument ReadPlan(const JsonReader& root) {
 }
 
 }  // namespace
+
+nlohmann::json OptimizerGroupsToJson(const std::vector<OptimizerGroup>& groups) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const OptimizerGroup& g : groups) {
+    nlohmann::json doc = nlohmann::json::object();
+    if (!g.name.empty()) doc["optimizer"] = g.name;
+    if (g.impl) doc["optimizer_impl"] = OptimizerImplName(*g.impl);
+    WriteOptimizerFlags(g.flags, &doc);
+    doc["params"] = g.params;
+    list.push_back(doc);
+  }
+  return list;
+}
+
+std::vector<OptimizerGroup> OptimizerGroupsFromJson(const JsonReader& list) {
+  std::vector<OptimizerGroup> groups;
+  for (size_t k = 0; k < list.ArraySize(); ++k) {
+    const JsonReader g = list.Item(k);
+    g.ExpectObject();
+    OptimizerGroup group;
+    if (g.Has("optimizer")) group.name = g.Field("optimizer").String();
+    if (g.Has("optimizer_impl")) group.impl = ImplFromJson(g.Field("optimizer_impl"));
+    group.flags = ReadOptimizerFlags(g);
+    group.params = Strings(g.Field("params"));
+    groups.push_back(std::move(group));
+  }
+  return groups;
+}
+
+std::vector<OptimizerGroup> OptimizerGroupsFileFromJson(const nlohmann::json& doc, const std::string& file) {
+  const JsonReader root(doc, file);
+  root.ExpectObject();
+  const std::string schema = root.Field("schema").String();
+  if (schema != kOptimizerGroupsSchema) {
+    root.Field("schema").Fail(std::string("expected \"") + kOptimizerGroupsSchema + "\", got \"" + schema + "\"");
+  }
+  return OptimizerGroupsFromJson(root.Field("groups"));
+}
 
 PlanDocument PlanFromJson(const nlohmann::json& json, const std::string& file) { return ReadPlan(JsonReader(json, file)); }
 

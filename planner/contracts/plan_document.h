@@ -190,6 +190,23 @@ nlohmann::json StrategyPointToJson(const StrategyPoint& point);
 /// naming the file and the field.
 std::vector<StrategyPoint> StrategyPointsFromJson(const JsonReader& list);
 
+/// An optimizer's param groups (`fixed.optimizer_groups`, and the groups of
+/// a `--optimizer-groups` file): `[{"optimizer", "optimizer_impl",
+/// "optimizer_options", "params": [names]}]`, each key as the fixed part
+/// writes it for the whole optimizer; `optimizer_impl` where set,
+/// `optimizer_options` where some.
+nlohmann::json OptimizerGroupsToJson(const std::vector<OptimizerGroup>& groups);
+/// Reads them: `params` required, the others optional (a group without
+/// `optimizer` has an empty name; without `optimizer_options`, none).
+/// Throws BadInput naming the file and the field.
+std::vector<OptimizerGroup> OptimizerGroupsFromJson(const JsonReader& list);
+
+/// The schema of a `--optimizer-groups` file: `{"schema":
+/// "ckplan.optimizer_groups/1", "groups": [...]}` (OptimizerGroupsFromJson's).
+inline constexpr const char* kOptimizerGroupsSchema = "ckplan.optimizer_groups/1";
+/// Reads a `--optimizer-groups` file's document; throws BadInput naming `file`.
+std::vector<OptimizerGroup> OptimizerGroupsFileFromJson(const nlohmann::json& doc, const std::string& file);
+
 struct PlanDocument {
   /// A pipeline plan's top level (`--pipeline`), told by its
   /// `distributed.stages`: schema, algorithm, source, budget_bytes,

@@ -5,16 +5,17 @@
 
 #include <doctest/doctest.h>
 
-#include "tests/test_chains.h"
-#include "tests/test_errors.h"
 #include "planner/base/error.h"
 #include "planner/base/json_io.h"
-#include "planner/plan/planner_input.h"
+#include "planner/cost/optimizer_memory.h"
+#include "planner/cost/sac_candidates.h"
 #include "planner/plan/plan.h"
 #include "planner/plan/plan_to_document.h"
+#include "planner/plan/planner_input.h"
 #include "planner/solvers/modules.h"
-#include "planner/cost/sac_candidates.h"
 #include "planner/solvers/recurrence.h"
+#include "tests/test_chains.h"
+#include "tests/test_errors.h"
 
 using namespace ckplan;
 
@@ -322,4 +323,48 @@ TEST_CASE("a fine-tuning, mixed-precision plan's source says what trains and the
   PlannerInput plain = LoadPlannerInput(ExampleProfile(), "adam");
   CHECK_FALSE(plain.source.trainable_count.has_value());
   CHECK_FALSE(plain.source.autocast.has_value());
+}
+
+TEST_CASE("a plan priced for param groups records each group, and round-trips; one group writes none") {
+  Profile profile = ProfileFromJson(ReadJsonFile(ExampleProfile()), "example");
+  REQUIRE(profile.parameters.size() >= 3);
+  OptimizerChoice adam("adam");
+  const PlannerInput plain = PlannerInputFromProfile(profile, "p.json", adam);
+  OptimizerGroup decayed, rest;
+  decayed.params = {profile.parameters[0].name};
+  decayed.flags.weight_decay = 0.1;
+  for (size_t k = 1; k < profile.parameters.size(); ++k) rest.params.push_back(profile.parameters[k].name);
+  rest.impl = OptimizerImpl::kFused;
+  const nlohmann::json file = {{"schema", kOptimizerGroupsSchema}, {"groups", OptimizerGroupsToJson({decayed, rest})}};
+  OptimizerChoice grouped = WithOptimizerGroups(adam, OptimizerGroupsFileFromJson(file, "groups.json"), "groups.json");
+  const PlannerInput in = PlannerInputFromProfile(profile, "p.json", grouped);
+  PlanRequest request;
+  request.algorithm = Algorithm::kNone;
+  request.budget.bytes = int64_t{1} << 40;
+  const nlohmann::json doc = PlanToJson(MakePlan(in.chain, in.fixed, request), in.chain, in.source);
+  const nlohmann::json& groups = doc["fixed"]["optimizer_groups"];
+  REQUIRE(groups.size() == 2);
+  CHECK(groups[0]["optimizer"] == "adam");
+  CHECK(groups[0]["optimizer_impl"] == "for-loop");  // the profile's device's (the CPU)
+  CHECK(groups[0]["optimizer_options"]["weight_decay"] == 0.1);
+  CHECK(groups[0]["params"] == nlohmann::json::array({profile.parameters[0].name}));
+  CHECK(groups[1]["optimizer_impl"] == "fused");
+  CHECK_FALSE(groups[1].contains("optimizer_options"));
+  CheckRoundTrip(doc);
+  CHECK(PlanFromJson(doc, "plan.json").fixed.optimizer.groups.size() == 2);
+  // The state is the same (adam's moments and counters whatever the options); a decay adds none.
+  CHECK(in.fixed.optimizer_bytes == plain.fixed.optimizer_bytes);
+  Plan none = MakePlan(plain.chain, plain.fixed, request);
+  CHECK_FALSE(PlanToJson(none, plain.chain, plain.source)["fixed"].contains("optimizer_groups"));
+  // A groups file is refused field by field.
+  auto read = [](const nlohmann::json& d) { OptimizerGroupsFileFromJson(d, "groups.json"); };
+  CHECK(Refusal(
+            file, [](nlohmann::json& d) { d["schema"] = "ckplan.plan/1"; }, read)
+            .find("schema") != std::string::npos);
+  CHECK(Refusal(
+            file, [](nlohmann::json& d) { d["groups"][0].erase("params"); }, read)
+            .find("groups[0].params") != std::string::npos);
+  CHECK(Refusal(
+            file, [](nlohmann::json& d) { d["groups"][1]["optimizer_impl"] = "fast"; }, read)
+            .find("groups[1].optimizer_impl") != std::string::npos);
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 
 #include "planner/base/error.h"
 
@@ -34,6 +35,62 @@ OptimizerChoice ChooseOptimizer(const OptimizerChoice& named, double momentum, c
     choice.impl = OptimizerImpl::kForeach;
   }
   return choice;
+}
+
+namespace {
+
+// The optimizers whose groups may differ in name: SGD's momentum is a group option.
+std::string Family(const std::string& name) { return name == "momentum" ? "sgd" : name; }
+
+}  // namespace
+
+OptimizerChoice WithOptimizerGroups(OptimizerChoice chosen, std::vector<OptimizerGroup> groups,
+                                    const std::string& file) {
+  const std::string where = file + ": --optimizer-groups: ";
+  if (groups.empty()) throw BadInput(where + "no group: give one or more (each its parameters and options)");
+  if (chosen.name == "none") throw BadInput(where + "--optimizer none updates nothing and has no param groups");
+  std::set<std::string> seen;
+  for (size_t k = 0; k < groups.size(); ++k) {
+    OptimizerGroup& group = groups[k];
+    const std::string which = where + "group " + std::to_string(k) + ": ";
+    if (group.name.empty()) group.name = chosen.name;
+    if (Family(group.name) != Family(chosen.name)) {
+      throw BadInput(which + "optimizer '" + group.name + "', and --optimizer is " + chosen.name +
+                     ": the groups of one optimizer are of its kind (sgd and momentum: SGD with or without momentum)");
+    }
+    const OptimizerFlags& flags = group.flags;
+    if (!(flags.weight_decay >= 0) || !std::isfinite(flags.weight_decay)) {
+      throw BadInput(which + "invalid weight_decay " + std::to_string(flags.weight_decay) + ": must be 0 or more");
+    }
+    if (flags.amsgrad && group.name != "adam" && group.name != "adamw")
+      throw BadInput(which + "amsgrad is for adam or adamw");
+    if (flags.nesterov && group.name != "momentum")
+      throw BadInput(which + "nesterov needs SGD with momentum (momentum)");
+    for (const std::string& name : group.params) {
+      if (!seen.insert(name).second) {
+        throw BadInput(which + "parameter '" + name + "' is in another group too (torch.optim refuses that)");
+      }
+    }
+  }
+  chosen.groups = std::move(groups);
+  return chosen;
+}
+
+void CheckOptimizerGroups(const OptimizerChoice& optimizer, const Profile& profile, const std::string& profile_path) {
+  if (optimizer.groups.empty()) return;
+  if (profile.parameters.empty()) {
+    throw BadInput(profile_path + ": lists no parameters, which --optimizer-groups names: profile the model again");
+  }
+  std::set<std::string> names;
+  for (const ParameterRecord& p : profile.parameters) names.insert(p.name);
+  for (size_t k = 0; k < optimizer.groups.size(); ++k) {
+    for (const std::string& name : optimizer.groups[k].params) {
+      if (names.count(name) == 0) {
+        throw BadInput("--optimizer-groups: group " + std::to_string(k) + " names parameter '" + name + "', which " +
+                       profile_path + " does not list: name the model's parameters as named_parameters() does");
+      }
+    }
+  }
 }
 
 FixedMemory FixedMemoryFor(int64_t param_bytes, int64_t buffer_bytes, const std::string& optimizer) {
@@ -160,8 +217,45 @@ int64_t SgdTmpBytes(const std::vector<ParameterRecord>& parameters, OptimizerImp
 
 }  // namespace
 
+namespace {
+
+// Those of `parameters` that `group` names, in its order.
+std::vector<ParameterRecord> GroupParameters(const OptimizerGroup& group,
+                                             const std::vector<ParameterRecord>& parameters) {
+  std::map<std::string, const ParameterRecord*> by_name;
+  for (const ParameterRecord& p : parameters) by_name.emplace(p.name, &p);
+  std::vector<ParameterRecord> mine;
+  for (const std::string& name : group.params) {
+    auto it = by_name.find(name);
+    if (it != by_name.end()) mine.push_back(*it->second);
+  }
+  return mine;
+}
+
+// Beyond the moments adam's and adamw's state holds: each parameter's
+// `step`, a float32 scalar tensor; with amsgrad, the largest second moment
+// so far (max_exp_avg_sq), `bytes` of `parameters`. 0 for the others.
+int64_t StepCounterBytes(const OptimizerChoice& optimizer, const std::vector<ParameterRecord>& parameters,
+                         int64_t bytes) {
+  if (optimizer.name != "adam" && optimizer.name != "adamw") return 0;
+  int64_t total = 0;
+  for (const ParameterRecord& p : parameters) total += ElementSize(p) > 0 ? 4 : 0;
+  return total + (EffectiveFlags(optimizer).amsgrad ? bytes : 0);
+}
+
+}  // namespace
+
 int64_t UpdateTmpBytes(const OptimizerChoice& optimizer, OptimizerImpl impl,
                        const std::vector<ParameterRecord>& parameters) {
+  if (!optimizer.groups.empty()) {
+    // One group at a time, each freeing its temporaries before the next.
+    int64_t most = 0;
+    for (const OptimizerGroup& group : optimizer.groups) {
+      const OptimizerChoice one = GroupOptimizer(optimizer, group);
+      most = std::max(most, UpdateTmpBytes(one, one.impl.value_or(impl), GroupParameters(group, parameters)));
+    }
+    return most;
+  }
   int64_t element = 0;
   for (const ParameterRecord& p : parameters) element = std::max(element, ElementSize(p));
   if (element == 0) return 0;  // nothing to update
@@ -188,14 +282,23 @@ FixedMemory FixedMemoryOf(const Profile& profile, const Chain& chain, const Opti
   FixedMemory fixed = FixedMemoryFor(trainable, profile.totals.buffer_bytes, optimizer.name);
   fixed.param_bytes = profile.totals.param_bytes;
   fixed.optimizer.impl = ResolvedImpl(optimizer, profile);
+  fixed.optimizer.groups = optimizer.groups;
   fixed.optimizer.flags = EffectiveFlags(optimizer);
-  if (optimizer.name == "adam" || optimizer.name == "adamw") {
-    // Each parameter's `step`: a float32 scalar tensor; with amsgrad, the
-    // largest second moment so far (max_exp_avg_sq) too.
-    for (const ParameterRecord& p : TrainableParameters(profile.parameters)) {
-      fixed.optimizer_bytes += ElementSize(p) > 0 ? 4 : 0;
+  if (optimizer.groups.empty()) {
+    fixed.optimizer_bytes += StepCounterBytes(optimizer, TrainableParameters(profile.parameters), trainable);
+  } else {
+    // Each group's state, with its own options; a parameter in no group has none.
+    fixed.optimizer_bytes = 0;
+    const std::vector<ParameterRecord> trained = TrainableParameters(profile.parameters);
+    for (OptimizerGroup& group : fixed.optimizer.groups) {
+      const OptimizerChoice one = GroupOptimizer(fixed.optimizer, group);
+      group.impl = one.impl;  // resolved: the group's, else the optimizer's
+      group.flags = EffectiveFlags(one);
+      const std::vector<ParameterRecord> mine = GroupParameters(group, trained);
+      int64_t bytes = 0;
+      for (const ParameterRecord& p : mine) bytes += p.bytes;
+      fixed.optimizer_bytes += FixedMemoryFor(bytes, 0, one.name).optimizer_bytes + StepCounterBytes(one, mine, bytes);
     }
-    if (fixed.optimizer.flags.amsgrad) fixed.optimizer_bytes += trainable;
   }
   // fp16 autocast trains with torch.amp.GradScaler: its scale, growth
   // tracker and found-inf flag (float32, int32, float32 scalars) are held

@@ -24,6 +24,19 @@ const std::vector<std::string>& OptimizerNames();
 /// BadInput naming an option the optimizer does not have.
 OptimizerChoice ChooseOptimizer(const OptimizerChoice& named, double momentum, const std::string& impl, bool on_gpu);
 
+/// `chosen` (ChooseOptimizer's) with its param groups (`--optimizer-groups`
+/// FILE, read from `file`): a group without a name is `chosen`'s, and each
+/// is an optimizer of its kind (adam, adamw, or SGD with or without
+/// momentum, each group its own) with the options it has; no parameter in
+/// two groups. Throws BadInput naming `file` and the group.
+OptimizerChoice WithOptimizerGroups(OptimizerChoice chosen, std::vector<OptimizerGroup> groups,
+                                    const std::string& file);
+
+/// Checks that every parameter `optimizer`'s groups name is one of
+/// `profile`'s (by name, as named_parameters()); throws BadInput naming
+/// the first that is not, and `profile_path`. No groups: nothing to check.
+void CheckOptimizerGroups(const OptimizerChoice& optimizer, const Profile& profile, const std::string& profile_path);
+
 /// Optimizer state per parameter byte: none/sgd 0, momentum 1 (SGD's
 /// momentum buffer), adam/adamw 2 (both moments; their `step` counters, 4 B
 /// per parameter, are added by FixedMemoryOf, which knows the parameters).
@@ -61,6 +74,11 @@ OptimizerFlags EffectiveFlags(const OptimizerChoice& optimizer);
 ///   foreach); momentum's scalars with the first; plain sgd 0.
 /// The scalars the update wraps as tensors (a double and one of the
 /// parameter's dtype) are added where they are alive.
+/// With param groups (`optimizer.groups`), torch.optim updates one group
+/// at a time, its temporaries freed before the next: the largest group's,
+/// each over those of `parameters` it names, in its order, with its own
+/// options and implementation (`impl` where it has none); a parameter in
+/// no group is not updated.
 int64_t UpdateTmpBytes(const OptimizerChoice& optimizer, OptimizerImpl impl,
                        const std::vector<ParameterRecord>& parameters);
 
@@ -75,6 +93,11 @@ constexpr int64_t kGradScalerBytes = 12;
 /// `chain` (ChainFromProfile's) carries counted as they appear in backward
 /// (backward_grad_bytes), the update's temporary (listed, counted in the
 /// chain) and the optimizer's update time where the profile timed it.
+/// With param groups, the state is each group's, with its options (SGD's
+/// momentum buffer only in a group with momentum, amsgrad's tensor only
+/// where set), and a trainable parameter in no group has none; the
+/// groups' `impl` are resolved as the optimizer's (ResolvedImpl) and
+/// their flags are those that change their memory (EffectiveFlags).
 /// Throws BadInput for an unknown optimizer.
 FixedMemory FixedMemoryOf(const Profile& profile, const Chain& chain, const OptimizerChoice& optimizer);
 

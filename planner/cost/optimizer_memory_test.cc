@@ -6,6 +6,11 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "planner/base/error.h"
 #include "planner/contracts/profile.h"
 
 using namespace ckplan;
@@ -82,4 +87,111 @@ TEST_CASE("profile contract: a frozen parameter and the autocast round-trip, wri
   CHECK_FALSE(back.parameters[0].requires_grad);
   CHECK(back.parameters[1].requires_grad);
   CHECK(back.environment.autocast == std::optional<std::string>("bfloat16"));
+}
+
+namespace {
+
+// Two float32 Linear(512, 512) layers, as named_parameters() names them.
+Profile TwoLinears() {
+  Profile profile;
+  for (const char* layer : {"0", "1"}) {
+    profile.parameters.push_back({std::string(layer) + ".weight", {512, 512}, 512 * 512 * 4, true});
+    profile.parameters.push_back({std::string(layer) + ".bias", {512}, 512 * 4, true});
+  }
+  profile.totals.param_bytes = 2 * (512 * 512 * 4 + 512 * 4);
+  return profile;
+}
+
+OptimizerGroup Group(std::vector<std::string> params, double weight_decay = 0, const std::string& name = "") {
+  OptimizerGroup group;
+  group.name = name;
+  group.params = std::move(params);
+  group.flags.weight_decay = weight_decay;
+  return group;
+}
+
+// The optimizer `name` (for-loop) with `groups`, as `--optimizer-groups` gives them.
+OptimizerChoice Grouped(const std::string& name, std::vector<OptimizerGroup> groups) {
+  return WithOptimizerGroups(OptimizerChoice(name, OptimizerImpl::kForLoop), std::move(groups), "groups.json");
+}
+
+int64_t UpdateOf(const Profile& profile, const OptimizerChoice& optimizer) {
+  return UpdateTmpBytes(optimizer, OptimizerImpl::kForLoop, TrainableParameters(profile.parameters));
+}
+
+}  // namespace
+
+TEST_CASE("optimizer groups: each group's update with its own options, one group at a time") {
+  const Profile profile = TwoLinears();
+  const int64_t weight = 512 * 512 * 4, bias = 512 * 4;
+  // Adam's coupled decay in the second group only: its weight's `grad + wd * param` beside the
+  // denominator, and no earlier parameter of its group held (the first group's are freed).
+  const OptimizerChoice split = Grouped("adam", {Group({"0.weight", "0.bias"}), Group({"1.weight", "1.bias"}, 0.1)});
+  CHECK(UpdateOf(profile, split) == 3 * weight + 12);
+  // One group priced with the first group's options (no decay) counted less; with the decay
+  // everywhere, the previous parameter (0.bias) too.
+  CHECK(UpdateOf(profile, OptimizerChoice("adam", OptimizerImpl::kForLoop)) == 2 * weight + bias + 12);
+  OptimizerChoice decayed("adam", OptimizerImpl::kForLoop);
+  decayed.flags.weight_decay = 0.1;
+  CHECK(UpdateOf(profile, decayed) == 3 * weight + bias + 12);
+  // The state is each group's: the same moments and step counters as one group.
+  CHECK(FixedMemoryOf(profile, Chain{}, split).optimizer_bytes ==
+        FixedMemoryOf(profile, Chain{}, OptimizerChoice("adam", OptimizerImpl::kForLoop)).optimizer_bytes);
+  // Foreach in one group: its square roots of the whole group, made at once.
+  OptimizerChoice foreach = split;
+  foreach
+    .groups[0].impl = OptimizerImpl::kForeach;
+  foreach
+    .groups[1].flags.weight_decay = 0;
+  CHECK(UpdateOf(profile, foreach) == std::max(weight + bias + 12, 2 * weight + 12));
+}
+
+TEST_CASE("optimizer groups: state follows each group's options, and a parameter in no group has none") {
+  const Profile profile = TwoLinears();
+  const int64_t layer = 512 * 512 * 4 + 512 * 4;
+  // SGD with momentum in one group: that group's buffers alone.
+  const OptimizerChoice sgd =
+      Grouped("sgd", {Group({"0.weight", "0.bias"}, 0, "momentum"), Group({"1.weight", "1.bias"}, 0, "sgd")});
+  CHECK(FixedMemoryOf(profile, Chain{}, sgd).optimizer_bytes == layer);
+  // amsgrad in one group: one more tensor per parameter of it.
+  OptimizerChoice amsgrad = Grouped("adam", {Group({"0.weight", "0.bias"}), Group({"1.weight", "1.bias"})});
+  amsgrad.groups[1].flags.amsgrad = true;
+  CHECK(FixedMemoryOf(profile, Chain{}, amsgrad).optimizer_bytes == 2 * 2 * layer + 4 * 4 + layer);
+  // The second layer in no group: no state, no update; its gradients held all the same.
+  const OptimizerChoice first = Grouped("adam", {Group({"0.weight"}), Group({"0.bias"})});
+  const FixedMemory fixed = FixedMemoryOf(profile, Chain{}, first);
+  CHECK(fixed.optimizer_bytes == 2 * layer + 2 * 4);
+  CHECK(fixed.grad_bytes == 2 * layer);
+  CHECK(UpdateOf(profile, first) == 2 * 512 * 512 * 4 + 12);
+  // Each group's implementation resolved, its flags those that change its memory (adamw's decay does not).
+  const FixedMemory adamw = FixedMemoryOf(profile, Chain{}, Grouped("adamw", {Group({"0.weight"}, 0.1)}));
+  REQUIRE(adamw.optimizer.groups.size() == 1);
+  CHECK(adamw.optimizer.groups[0].impl == std::optional<OptimizerImpl>(OptimizerImpl::kForLoop));
+  CHECK(adamw.optimizer.groups[0].flags.weight_decay == 0);
+}
+
+TEST_CASE("optimizer groups: refused where torch.optim would not run them or the profile lacks a parameter") {
+  auto refusal = [](const std::string& name, std::vector<OptimizerGroup> groups) -> std::string {
+    try {
+      Grouped(name, std::move(groups));
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "(no error)";
+  };
+  CHECK(refusal("adam", {}).find("no group") != std::string::npos);
+  CHECK(refusal("adam", {Group({"0.weight"}, 0, "sgd")}).find("of its kind") != std::string::npos);
+  CHECK(refusal("adam", {Group({"0.weight"}), Group({"0.weight"})}).find("in another group") != std::string::npos);
+  CHECK(refusal("none", {Group({"0.weight"})}).find("updates nothing") != std::string::npos);
+  OptimizerGroup amsgrad = Group({"0.weight"}, 0, "sgd");
+  amsgrad.flags.amsgrad = true;
+  CHECK(refusal("sgd", {amsgrad}).find("amsgrad is for adam") != std::string::npos);
+  OptimizerGroup nesterov = Group({"0.weight"}, 0, "sgd");
+  nesterov.flags.nesterov = true;
+  CHECK(refusal("sgd", {nesterov}).find("nesterov needs") != std::string::npos);
+  CHECK(refusal("sgd", {Group({"0.weight"}, -1)}).find("weight_decay") != std::string::npos);
+  CHECK(refusal("momentum", {Group({"0.weight"}, 0, "sgd")}) == "(no error)");
+  const OptimizerChoice unknown = Grouped("adam", {Group({"0.weight", "2.weight"})});
+  CHECK_THROWS_WITH_AS(CheckOptimizerGroups(unknown, TwoLinears(), "p.json"), doctest::Contains("'2.weight'"), Error);
+  CHECK_NOTHROW(CheckOptimizerGroups(Grouped("adam", {Group({"1.bias"})}), TwoLinears(), "p.json"));
 }

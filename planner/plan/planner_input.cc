@@ -36,6 +36,7 @@ PlannerInput PlannerInputFromProfile(Profile profile, const std::string& path, c
   PlannerInput input;
   input.from_profile = true;
   input.profile = std::move(profile);
+  CheckOptimizerGroups(optimizer, input.profile, path);
   input.chain = ChainFromProfile(input.profile, path, optimizer);
   input.fixed = FixedMemoryOf(input.profile, input.chain, optimizer);
   input.source = ProfileSource(input.profile, path);

@@ -187,7 +187,7 @@ def apply_plan(model: torch.nn.Module, plan: PlanSource, optimizer: Optional[tor
     if strict:
         check_model(model, doc)
     if optimizer is not None:
-        check_optimizer(optimizer, doc)
+        check_optimizer(optimizer, doc, model)
         check_trainable_optimizer(model, optimizer)
     model = _eager(model)
     paths = list(doc["checkpoint_modules"])

@@ -101,15 +101,19 @@ def check_trainable_optimizer(model: torch.nn.Module, optimizer: torch.optim.Opt
     """
     trainable = {id(p) for p in _eager(model).parameters() if p.requires_grad}
     everything = {id(p) for p in _eager(model).parameters()}
-    held = {id(p) for g in optimizer.param_groups for p in g["params"]}
-    foreign = len(held - everything)
+    tensors = {id(p): p for g in optimizer.param_groups for p in g["params"]}
+    held = set(tensors)
+    outside = held - everything
+    foreign = len(outside)
     frozen = len((held & everything) - trainable)
     missing = len(trainable - held)
     if not (foreign or frozen or missing):
         return None
     parts = []
     if foreign:
-        parts.append(f"holds {foreign} parameters that are not the model's")
+        nbytes = sum(tensors[i].numel() * tensors[i].element_size() for i in outside)
+        parts.append(f"holds {foreign} parameter{'s' if foreign != 1 else ''} ({_describe_bytes(nbytes)}) that "
+                     f"{'are' if foreign != 1 else 'is'} not the model's")
     if frozen:
         parts.append(f"holds {frozen} that the model froze (requires_grad False)")
     if missing:
@@ -121,23 +125,27 @@ def check_trainable_optimizer(model: torch.nn.Module, optimizer: torch.optim.Opt
     return text
 
 
-def check_optimizer(optimizer: torch.optim.Optimizer, plan: PlanSource) -> Optional[str]:
+def check_optimizer(optimizer: torch.optim.Optimizer, plan: PlanSource,
+                    model: Optional[torch.nn.Module] = None) -> Optional[str]:
     """Warns when the job's optimizer is not the one the plan was priced for:
     its state and its update's temporaries at the step's end are in the plan's
     prediction (``ckplan solve --optimizer NAME --optimizer-impl IMPL`` and
     the options that change them: ``--weight-decay``, ``--amsgrad``,
-    ``--nesterov``), and ``maximize=True`` (a negated gradient per
-    parameter) is priced by none.
+    ``--nesterov``; with several param groups, each group's options and
+    parameters, ``--optimizer-groups``), and ``maximize=True`` (a negated
+    gradient per parameter) is priced by none.
 
     Args:
         optimizer: the job's optimizer (anything with torch.optim's ``param_groups``).
         plan: the plan (as ``load_plan`` takes it).
+        model: the model, whose parameter names tell which parameters each group holds; without
+            it, the groups' options are compared and not their parameters.
 
     Returns:
         The warning's text, or None when they agree (or the plan names no optimizer).
     """
     fixed = load_plan(plan).get("fixed", {})
-    have = OptimizerChoice.from_torch(optimizer)
+    have = OptimizerChoice.from_torch(optimizer, model)
     maximize = any(g.get("maximize") for g in optimizer.param_groups)
     want = OptimizerChoice.from_plan(fixed)
     if want is None or (want.prices_like(have) and not maximize):
@@ -145,8 +153,13 @@ def check_optimizer(optimizer: torch.optim.Optimizer, plan: PlanSource) -> Optio
     if maximize and want.prices_like(have):
         text = ("ckplan_torch: the job's optimizer has maximize=True, which makes a negated gradient per parameter "
                 "that no plan prices: the step may go over the plan's budget by the largest parameter's size")
+    elif want.groups or have.groups:
+        text = (f"ckplan_torch: the plan was priced for {want.describe()} but the job's optimizer is "
+                f"{have.describe()}: its state and its update's temporaries differ, so the step may not fit the "
+                "plan's budget; plan with the job's optimizer (ckplan_torch.plan(..., optimizer=optimizer) prices "
+                "each param group with its own options)")
     else:
-        wanted, had = " ".join(want.solve_flags()), " ".join(have.solve_flags())
+        wanted, had = want.describe(), have.describe()
         text = (f"ckplan_torch: the plan was priced for {wanted} but the job's optimizer is {had}: its state and "
                 f"its update's temporaries differ, so the step may not fit the plan's budget; solve with {had}")
     warnings.warn(text)

@@ -24,7 +24,7 @@ from ._diagnosis import in_python_terms
 from ._errors import CkplanError, ExportError, PlanError
 from ._export import _export, check_autocast, check_loss, forward_fails, named_specs
 from ._model import _first_batch, _model_device, is_meta_model
-from ._optimizer import OptimizerChoice
+from ._optimizer import OptimizerChoice, plan_groups_flags
 from ._plan_file import _describe_bytes, _write_json, plan_batch, schema_refusal
 from ._programs import _run, find_ckplan
 from ._selective import measure_sac_dispatch_us
@@ -157,7 +157,7 @@ class Plan:
 
     def replan(self, budget: Union[int, str], target: Optional[str] = None,
                optimizer: Union[str, torch.optim.Optimizer, None] = None, optimizer_impl: str = "auto",
-               sac_dispatch_us: Optional[float] = None) -> "Plan":
+               sac_dispatch_us: Optional[float] = None, model: Optional[torch.nn.Module] = None) -> "Plan":
         """A plan at another budget (or target, or optimizer) from this plan's profile, with no new
         measurement: ``ckplan solve`` alone, in well under a second. Equals ``plan(...)`` with these
         arguments on the same profile.
@@ -168,6 +168,8 @@ class Plan:
             optimizer: as ``plan`` takes it; None: the one this plan was priced for.
             optimizer_impl: with an optimizer's name, its implementation.
             sac_dispatch_us: for ``"sac"``, as ``plan`` takes it; None: this plan's, or measured.
+            model: with a torch.optim optimizer of several param groups, the model (its parameters
+                name the groups').
 
         Returns:
             The new Plan, with the same profile.
@@ -182,11 +184,15 @@ class Plan:
                             "ckplan_torch.plan(...), or run `ckplan solve PROFILE --budget ...`")
         target = self.target if target is None else _check_target(target)
         budget = budget_text(budget)
-        if optimizer is None:
-            flags = [f for f in _without_sac_flag(self._solve_flags)]
+        if optimizer is None:  # this plan's, its param groups too
+            flags = _without_sac_flag(self._solve_flags)
+            choice = OptimizerChoice.from_plan(self.doc.get("fixed") or {})
         else:
-            choice = OptimizerChoice.of(optimizer, optimizer_impl)
+            choice = OptimizerChoice.of(optimizer, optimizer_impl, model)
             check_optimizer_choice(optimizer, choice.name, choice.impl)
+            if choice.groups and model is None:
+                raise ValueError("Plan.replan: an optimizer of several param groups is priced group by group: "
+                                 "give model= too, whose parameters name the groups'")
             flags = choice.solve_flags()
         if target == "sac":
             old = _sac_flag(self._solve_flags)
@@ -204,7 +210,8 @@ class Plan:
             plan_path = os.path.join(work, "plan.json")
             _write_json(profile, self.profile)
             program = self._ckplan or find_ckplan()
-            _run(program, "solve", profile, "--budget", budget, "--target", target, *flags, "-o", plan_path)
+            groups = choice.groups_flags(work) if choice is not None else []
+            _run(program, "solve", profile, "--budget", budget, "--target", target, *flags, *groups, "-o", plan_path)
             with open(plan_path) as f:
                 doc = json.load(f)
         return Plan(doc, self.profile, ckplan=program, solve_flags=flags, batches=None,
@@ -337,7 +344,7 @@ class Plan:
             profile = os.path.join(work, "profile.json")
             _write_json(profile, self.profile)
             _run(self._ckplan or find_ckplan(), "report", profile, "--budget", self.budget_bytes,
-                 *self._solve_flags, "-o", os.fspath(path))
+                 *self._solve_flags, *plan_groups_flags(self.doc, work), "-o", os.fspath(path))
         return path
 
     def __repr__(self):
@@ -410,7 +417,7 @@ def plan(model: torch.nn.Module, example_inputs: Union[torch.Tensor, Sequence[An
         gpu: a cost model's device (``"h100-sxm-80gb"``, ...; ``ckplan profile --help``) for the op
             times instead of measured ones; required for a model on the meta device.
         optimizer: the job's torch.optim optimizer itself (checked to hold exactly the trainable
-            parameters), or its name (``"adamw"``, ``"adam"``, ``"sgd"``, ``"momentum"``,
+            parameters; several param groups priced each with its own options), or its name (``"adamw"``, ``"adam"``, ``"sgd"``, ``"momentum"``,
             ``"none"``).
         target: ``"pytorch"`` (modules to wrap, what ``Plan.apply`` does), ``"sac"`` (the same, and
             inside each the ops whose outputs a selective-checkpointing policy saves:
@@ -509,7 +516,7 @@ def plan(model: torch.nn.Module, example_inputs: Union[torch.Tensor, Sequence[An
                       "key-value cache, which the plan does not count (a step keeps none); Plan.apply turns it off, "
                       "as gradient_checkpointing_enable() does, or set use_cache=False on every config of the "
                       "model (T5's decoder has its own) or pass it to forward", stacklevel=2)
-    choice = OptimizerChoice.of(optimizer, optimizer_impl)
+    choice = OptimizerChoice.of(optimizer, optimizer_impl, model)
     check_optimizer_choice(optimizer, choice.name, choice.impl)
     solve_flags = choice.solve_flags()
     if isinstance(optimizer, torch.optim.Optimizer):
@@ -560,7 +567,8 @@ def plan(model: torch.nn.Module, example_inputs: Union[torch.Tensor, Sequence[An
                     "--calibrate", "all" if target == "schedule" else "pytorch", "-o", profile)
             seconds["profile"] = time.perf_counter() - start
             start = time.perf_counter()
-            _run(program, "solve", profile, "--budget", budget, "--target", target, *solve_flags, "-o", plan_path)
+            _run(program, "solve", profile, "--budget", budget, "--target", target, *solve_flags,
+                 *choice.groups_flags(work), "-o", plan_path)
             seconds["solve"] = time.perf_counter() - start
         else:
             name, value, cap = ("seq", seq, max_seq) if seq is not None else ("batch", batch, max_batch)
@@ -572,7 +580,7 @@ def plan(model: torch.nn.Module, example_inputs: Union[torch.Tensor, Sequence[An
             if global_batch is not None:
                 flags += ["--global-batch", str(global_batch)]
             measure("solve", archive, "--budget", budget, "--target", target, *profile_flags, *flags,
-                    *solve_flags, "-o", plan_path)
+                    *solve_flags, *choice.groups_flags(work), "-o", plan_path)
             with open(table) as f:
                 batches = json.load(f)
             profile = os.path.join(profiles, f"{name}-{batches['chosen']}.json")

@@ -20,6 +20,7 @@ import gc
 import json
 import os
 import subprocess
+import warnings
 
 import pytest
 import torch
@@ -204,3 +205,179 @@ def test_check_optimizer_finds_the_plans(model, optimizer, impl):
     """check_optimizer (what apply_plan warns with) finds the job's optimizer the plan's: no warning."""
     warning = model.measure(optimizer, impl)["warning"]
     assert warning is None, f"{model.name}, {optimizer} ({impl}): check_optimizer warns: {warning}"
+
+
+# Param groups: torch.optim's step() updates each group on its own, with its own options and
+# implementation, its temporaries freed before the next group's. ckplan_torch.plan(optimizer=...) prices
+# each group (`ckplan solve --optimizer-groups`). Two float32 Linear(512, 512) at batch 2, where the
+# update is the step's peak; one case per way the groups can differ.
+def _layers(model):
+    return [list(model[0].parameters()), list(model[1].parameters())]
+
+
+GROUP_CASES = {
+    # Adam's coupled decay in the second group only (issue 48): its weight's `grad + wd * param` held.
+    "adam-decay-second": lambda m: torch.optim.Adam([{"params": _layers(m)[0], "weight_decay": 0.0},
+                                                     {"params": _layers(m)[1], "weight_decay": 0.1}],
+                                                    lr=1e-3, foreach=False),
+    "adam-decay-first": lambda m: torch.optim.Adam([{"params": _layers(m)[0], "weight_decay": 0.1},
+                                                    {"params": _layers(m)[1], "weight_decay": 0.0}],
+                                                   lr=1e-3, foreach=False),
+    # The usual decay / no-decay split: each weight's denominator made beside the previous weight's.
+    "adamw-weights-biases": lambda m: torch.optim.AdamW([{"params": [m[0].weight, m[1].weight], "weight_decay": 0.1},
+                                                         {"params": [m[0].bias, m[1].bias], "weight_decay": 0.0}],
+                                                        lr=1e-3, foreach=False),
+    # amsgrad's state in one group.
+    "adam-amsgrad-one": lambda m: torch.optim.Adam([{"params": _layers(m)[0]},
+                                                    {"params": _layers(m)[1], "amsgrad": True}],
+                                                   lr=1e-3, foreach=False),
+    # Each group its own implementation.
+    "adam-foreach-one": lambda m: torch.optim.Adam([{"params": _layers(m)[0], "foreach": True},
+                                                    {"params": _layers(m)[1], "foreach": False,
+                                                     "weight_decay": 0.1}], lr=1e-3),
+    # SGD's momentum per group: a buffer in the second group alone.
+    "sgd-momentum-one": lambda m: torch.optim.SGD([{"params": _layers(m)[0], "momentum": 0.0, "weight_decay": 1e-4},
+                                                   {"params": _layers(m)[1], "momentum": 0.9, "nesterov": True}],
+                                                  lr=1e-3, foreach=False),
+}
+
+
+def _two_linears():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.Linear(512, 512)), torch.randn(2, 512)
+
+
+class GroupedJob:
+    """One case: the model, the job's optimizer, its plan (ckplan_torch.plan with the optimizer), and what
+    torch.optim makes (the state on a first step, a later step's update) and a training step's peak, each
+    measured once."""
+
+    def __init__(self, case, ckplan):
+        import memory_timeline
+        self.case = case
+        self.make = GROUP_CASES[case]
+        self.model, self.x = _two_linears()
+        self.optimizer = self.make(self.model)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            self.plan = ckplan_torch.plan(self.model, (self.x,), budget="1GB", optimizer=self.optimizer, ckplan=ckplan)
+        self.plan_warnings = [str(w.message) for w in caught if str(w.message).startswith("ckplan_torch")]
+        self.step_peak = memory_timeline.training_step_peak(
+            self.model, lambda _: self.make(self.model), lambda: (lambda out: (out, out.sum()))(self.model(self.x)))
+        # The optimizer's own, as Measured.measure: a fresh one over the model with gradients.
+        params = list(self.model.parameters())
+        saved = [p.detach().clone() for p in params]
+        self.model.zero_grad(set_to_none=True)
+        self.model(self.x).sum().backward()
+        opt = self.make(self.model)
+        _, self.state_bytes = timeline_growth(opt.step)
+        self.update_peak, _ = timeline_growth(opt.step)
+        self.model.zero_grad(set_to_none=True)
+        with torch.no_grad():
+            for p, s in zip(params, saved):
+                p.copy_(s)
+
+
+@pytest.fixture(scope="module", params=list(GROUP_CASES))
+def grouped(request, ckplan):
+    return GroupedJob(request.param, ckplan)
+
+
+def test_groups_state_to_the_byte(grouped):
+    """Each group's state with its own options: the plan's fixed.optimizer_bytes is torch.optim's, to the byte."""
+    planned = grouped.plan.doc["fixed"]["optimizer_bytes"]
+    assert grouped.state_bytes == planned, f"{grouped.case}: torch.optim's state {grouped.state_bytes} B, the " \
+                                           f"plan's {planned} B"
+
+
+def test_groups_update_temporaries_to_the_byte(grouped):
+    """One group at a time: the plan's fixed.update_tmp_bytes is what a later step allocates at its highest."""
+    planned = grouped.plan.doc["fixed"].get("update_tmp_bytes", 0)
+    assert grouped.update_peak == planned, f"{grouped.case}: optimizer.step() allocates {grouped.update_peak} B " \
+                                           f"at its highest, the plan's update temporary {planned} B"
+
+
+def test_groups_step_measured_within_the_plan(grouped):
+    """The training step PyTorch measures (the update its peak) holds within the plan's predicted peak, within 1%
+    of it."""
+    predicted = grouped.plan.peak_bytes
+    assert grouped.step_peak <= predicted <= grouped.plan.budget_bytes, \
+        f"{grouped.case}: measured {grouped.step_peak} B, predicted {predicted} B"
+    assert grouped.step_peak >= predicted * 0.99, f"{grouped.case}: measured {grouped.step_peak} B, " \
+                                                  f"predicted {predicted} B"
+
+
+def test_groups_recorded_in_the_plan(grouped):
+    """The plan's fixed.optimizer_groups: each of the job's groups, its parameters by name, in its order."""
+    names = {id(p): n for n, p in grouped.model.named_parameters()}
+    want = [[names[id(p)] for p in g["params"]] for g in grouped.optimizer.param_groups]
+    recorded = [g["params"] for g in grouped.plan.doc["fixed"].get("optimizer_groups", [])]
+    assert recorded == want, f"{grouped.case}: the plan records groups {recorded}, the job's are {want}"
+    assert grouped.plan_warnings == [], f"{grouped.case}: plan() warned: {grouped.plan_warnings}"
+
+
+def test_check_optimizer_finds_the_grouped_plans(grouped):
+    """apply(optimizer=...) with the job's own optimizer: no warning."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        grouped.plan.apply(grouped.model, optimizer=grouped.optimizer)
+    ckplan_torch.remove_plan(grouped.model)
+    ours = [str(w.message) for w in caught if str(w.message).startswith("ckplan_torch")]
+    assert ours == [], f"{grouped.case}: apply_plan warns: {ours}"
+
+
+def test_plan_without_groups_warns_a_grouped_job(grouped):
+    """A plan priced as one group (the first's options, as a plan made with the optimizer's name is): the grouped
+    job gets a warning naming its param groups."""
+    fixed = {k: v for k, v in grouped.plan.doc["fixed"].items() if k != "optimizer_groups"}
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        text = ckplan_torch.check_optimizer(grouped.optimizer, dict(grouped.plan.doc, fixed=fixed), grouped.model)
+    assert text is not None and "2 param groups" in text, f"{grouped.case}: expected a warning, got {text}"
+
+
+def test_groups_with_other_options_warn(grouped):
+    """The job's groups with another group's options than the plan's: a warning."""
+    fixed = dict(grouped.plan.doc["fixed"])
+    fixed["optimizer_groups"] = [dict(g) for g in fixed["optimizer_groups"]]
+    last = fixed["optimizer_groups"][-1]
+    last["optimizer_impl"] = "fused" if last["optimizer_impl"] != "fused" else "foreach"
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        text = ckplan_torch.check_optimizer(grouped.optimizer, dict(grouped.plan.doc, fixed=fixed), grouped.model)
+    assert text is not None and "param groups" in text, f"{grouped.case}: expected a warning, got {text}"
+
+
+@pytest.mark.parametrize("grouped", ["adam-decay-second"], indirect=True)
+def test_grouped_plan_reports(grouped, tmp_path):
+    """Plan.report prices the plan's groups again (ckplan report --optimizer-groups): its no-checkpointing row is
+    the plan's."""
+    report = json.loads(open(grouped.plan.report(tmp_path / "report.json")).read())
+    none = [row for row in report["strategies"] if row["name"] == "none"]
+    assert none and none[0]["peak_bytes"] == grouped.plan.strategies[0]["peak_bytes"], \
+        f"the report's none row {none}, the plan's {grouped.plan.strategies[0]}"
+
+
+def test_one_group_is_priced_as_before():
+    """One param group: no groups (the plan and its flags as without them)."""
+    model, _ = _two_linears()
+    choice = ckplan_torch._optimizer.OptimizerChoice.from_torch(torch.optim.Adam(model.parameters(), weight_decay=0.1),
+                                                                model)
+    assert choice.groups == () and choice.solve_flags() == ["--optimizer", "adam", "--optimizer-impl", "for-loop",
+                                                            "--weight-decay", "0.1"]
+
+
+@pytest.mark.parametrize("with_model", [True, False], ids=["and-the-model's", "alone"])
+def test_foreign_parameters_warn_at_plan(ckplan, with_model):
+    """An optimizer holding a tensor that is not the model's (its gradient and state in no plan): plan() warns in
+    one line naming how many."""
+    model, x = _two_linears()
+    foreign = torch.nn.Parameter(torch.zeros(1000, 1000))
+    params = list(model.parameters()) + [foreign] if with_model else [foreign]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ckplan_torch.plan(model, (x,), budget="1GB", optimizer=torch.optim.Adam(params), ckplan=ckplan)
+    ours = [str(w.message) for w in caught if "not the model's" in str(w.message)]
+    assert len(ours) == 1 and "\n" not in ours[0], f"expected one warning, got {ours}"
+    assert "holds 1 parameter (4.00 MB) that is not the model's" in ours[0], ours[0]
+    assert ("leaves out" in ours[0]) != with_model, ours[0]
