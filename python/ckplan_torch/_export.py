@@ -510,15 +510,17 @@ def export(model: torch.nn.Module, args: Any, path: Union[str, os.PathLike[str]]
 
 
 def _export(model, args, path, kwargs=None, dynamic_batch=True, dynamic_seq=False, autocast=None, loss_fn=None,
-            targets=(), log=None, args_name="args"):
+            targets=(), log=None, args_name="args", load_back=True):
     """``export``, its messages naming the positional inputs ``args_name`` (plan()'s
-    ``example_inputs``)."""
+    ``example_inputs``). Without ``load_back`` the saved program is not loaded back with
+    torch.export.load (plan(): ckplan reads the archive next, and says so where it cannot; the check
+    costs a third of the export)."""
     log = ExportLog(None if log is None else os.fspath(log), type(model).__name__)
     failed = True
     try:
         with torch_log_to(log.path):
             program = _export_logged(model, args, path, kwargs, dynamic_batch, dynamic_seq, autocast, loss_fn,
-                                     targets, log, args_name)
+                                     targets, log, args_name, load_back)
         failed = False
         return program
     finally:
@@ -526,7 +528,7 @@ def _export(model, args, path, kwargs=None, dynamic_batch=True, dynamic_seq=Fals
 
 
 def _export_logged(model, args, path, kwargs, dynamic_batch, dynamic_seq, autocast, loss_fn, targets, log,
-                   args_name):
+                   args_name, load_back=True):
     autocast = check_autocast(autocast)
     args, kwargs = _example(args, kwargs)
     targets = check_loss(loss_fn, targets)
@@ -560,7 +562,7 @@ def _export_logged(model, args, path, kwargs, dynamic_batch, dynamic_seq, autoca
                           f"you may write to") from error
     try:
         program = _export_to(model, args, partial, path, kwargs, dynamic_batch, dynamic_seq, autocast, loss_fn,
-                             targets, values, diagnose, log.where)
+                             targets, values, diagnose, log.where, load_back)
         os.replace(partial, path)
     finally:
         if os.path.exists(partial):
@@ -574,8 +576,8 @@ def _short(value, limit=60):
 
 
 def _export_to(model, args, partial, path, kwargs, dynamic_batch, dynamic_seq, autocast, loss_fn, targets, values,
-               diagnose, where):
-    """The export, saved to ``partial`` and loaded back."""
+               diagnose, where, load_back=True):
+    """The export, saved to ``partial`` and (``load_back``) loaded back."""
     # A container input: shapes static (its first dimension need not be the batch).
     if any(_is_container(v) for v in list(args) + list(kwargs.values())):
         dynamic_batch = dynamic_seq = False
@@ -643,6 +645,8 @@ def _export_to(model, args, partial, path, kwargs, dynamic_batch, dynamic_seq, a
         raise ExportError(f"torch.export.save could not save the program of {type(model).__name__}: "
                           f"{_first_line(error)}; make forward return tensors (or tuples, lists or dicts "
                           f"of tensors), e.g. with a wrapper module{where()}") from error
+    if not load_back:
+        return program
     try:
         with open(partial, "rb") as f:
             loaded = torch.export.load(f)

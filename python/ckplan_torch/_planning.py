@@ -546,7 +546,7 @@ def plan(model: torch.nn.Module, example_inputs: Union[torch.Tensor, Sequence[An
         start = time.perf_counter()
         _export(model, example_inputs, archive, kwargs=kwargs, dynamic_seq=seq is not None, autocast=autocast,
                 loss_fn=loss_fn, targets=targets, log=os.path.join(work, "export.log") if workdir is not None else None,
-                args_name="example_inputs")
+                args_name="example_inputs", load_back=False)
         seconds["export"] = time.perf_counter() - start
 
         def measure(*args):
