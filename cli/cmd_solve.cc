@@ -52,7 +52,7 @@ struct SolveOptions {
 // error either way.
 std::optional<ByteQuantity> ParseBudgetOption(const SolveOptions& o) {
   if (o.budget != "gpu") {
-    if (!o.gpu.empty()) FindGpu(o.gpu);
+    if (!o.gpu.empty() && o.gpu != "cpu") FindGpu(o.gpu);  // cpu: the profiles' (--batch) measured peak
     if (o.budget.empty()) return std::nullopt;
     return ParseBytes(o.budget);
   }

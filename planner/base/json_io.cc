@@ -323,6 +323,24 @@ void JsonReader::ExpectObject() const {
   if (!node_.is_object()) Fail("expected an object");
 }
 
+void JsonReader::ExpectSchema(const std::string& kind) const {
+  const JsonReader field = Field("schema");
+  const std::string schema = field.String();
+  const std::string expected = "ckplan." + kind + "/1";
+  if (schema == expected) return;
+  const std::string prefix = "ckplan." + kind + "/";
+  if (schema.rfind(prefix, 0) == 0) {
+    const std::string version = schema.substr(prefix.size());
+    if (!version.empty() && version.size() < 9 &&
+        std::all_of(version.begin(), version.end(), [](char c) { return c >= '0' && c <= '9'; }) &&
+        std::stoi(version) > 1) {
+      field.Fail("made by a newer ckplan (" + kind + "/" + version + "); this one reads " + kind +
+                 "/1: use the ckplan that made it, or make it again with this one");
+    }
+  }
+  field.Fail("expected \"" + expected + "\", got \"" + schema + "\"");
+}
+
 bool JsonReader::Has(const std::string& key) const {
   return node_.is_object() && node_.contains(key);
 }

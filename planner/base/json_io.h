@@ -57,6 +57,9 @@ class JsonReader {
   JsonReader Item(size_t index) const;             ///< array element
   size_t ArraySize() const;                        ///< throws if not an array
   void ExpectObject() const;
+  /// This object's `schema` is `ckplan.KIND/1`; one of a later version
+  /// fails saying it was made by a newer ckplan, anything else as expected.
+  void ExpectSchema(const std::string& kind) const;
 
   std::string String() const;
   /// Finite, >= 0 and at most `max` (by default kMaxFieldMs: the fields read

@@ -63,8 +63,7 @@ nlohmann::json BatchTableToJson(const BatchTable& t) {
 BatchTable BatchTableFromJson(const nlohmann::json& doc, const std::string& file) {
   const JsonReader root(doc, file);
   root.ExpectObject();
-  const std::string schema = root.Field("schema").String();
-  if (schema != "ckplan.batches/1") root.Field("schema").Fail("expected \"ckplan.batches/1\", got \"" + schema + "\"");
+  root.ExpectSchema("batches");
   BatchTable t;
   constexpr int kMaxBatch = 1 << 30;
   if (root.Has("dimension")) {

@@ -188,10 +188,7 @@ void ValidateChain(const Chain& chain, const std::string& file, const std::strin
 Chain ChainFromJson(const nlohmann::json& doc, const std::string& file) {
   JsonReader root(doc, file);
   root.ExpectObject();
-  std::string schema = root.Field("schema").String();
-  if (schema != "ckplan.chain/1") {
-    root.Field("schema").Fail("expected \"ckplan.chain/1\", got \"" + schema + "\"");
-  }
+  root.ExpectSchema("chain");
   Chain chain;
   chain.input_bytes = root.Field("input_bytes").NonNegativeBytes();
   JsonReader stages = root.Field("stages");

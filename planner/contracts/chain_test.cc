@@ -81,7 +81,10 @@ TEST_CASE("chains, plain and cut from a profile with storages, round-trip both w
 TEST_CASE("chain errors name the file and the field") {
   nlohmann::json doc = Valid();
   doc["schema"] = "ckplan.chain/2";
-  CHECK(ErrorOf(doc) == "c.json: field 'schema': expected \"ckplan.chain/1\", got \"ckplan.chain/2\"");
+  CHECK(ErrorOf(doc) == "c.json: field 'schema': made by a newer ckplan (chain/2); this one reads chain/1: use the "
+                        "ckplan that made it, or make it again with this one");
+  doc["schema"] = "ckplan.plan/1";
+  CHECK(ErrorOf(doc) == "c.json: field 'schema': expected \"ckplan.chain/1\", got \"ckplan.plan/1\"");
 
   doc = Valid();
   doc["stages"][1].erase("saved_bytes");

@@ -425,8 +425,7 @@ PlanDistributed DistributedFromJson(const JsonReader& d) {
 // document inside it: messages name the field's whole path).
 PlanDocument ReadPlan(const JsonReader& root) {
   root.ExpectObject();
-  const std::string schema = root.Field("schema").String();
-  if (schema != "ckplan.plan/1") root.Field("schema").Fail("expected \"ckplan.plan/1\", got \"" + schema + "\"");
+  root.ExpectSchema("plan");
   PlanDocument p;
   const JsonReader source = root.Field("source");
   p.source = PlanSourceFromJson(source.node(), source.file(), source.path());

@@ -171,10 +171,7 @@ int64_t TrainableBytes(const std::vector<ParameterRecord>& parameters) {
 Profile ProfileFromJson(const nlohmann::json& doc, const std::string& file) {
   JsonReader root(doc, file);
   root.ExpectObject();
-  std::string schema = root.Field("schema").String();
-  if (schema != "ckplan.profile/1") {
-    root.Field("schema").Fail("expected \"ckplan.profile/1\", got \"" + schema + "\"");
-  }
+  root.ExpectSchema("profile");
   Profile p;
   p.model = ModelFromJson(root.Field("model"));
   if (root.Has("environment") && !root.Field("environment").node().is_null()) {

@@ -369,6 +369,7 @@ double PredictedLossMs(const Profile& profile, const GpuSpec& gpu, const CostMod
 
 void ApplyCostModel(Profile* profile, const GpuSpec& gpu, const CostModelConstants& c) {
   const double measured_ms = profile->totals.fwd_ms + profile->totals.bwd_ms;
+  profile->totals.time_noise_pct.reset();  // the model's times have none
   double measured_ops_ms = 0;  // the ops' own times (the step's also holds the autograd engine's)
   for (const OpRecord& op : profile->ops) measured_ops_ms += op.fwd_ms + op.bwd_ms;
   double fwd = 0, bwd = 0, flops = 0;

@@ -225,7 +225,7 @@ def _export_program(model, args, kwargs, dynamic_batch, dynamic_seq=False, diagn
         else:
             fix = ("make forward traceable by torch.export (no Python branches on tensor values, tensors in and out), "
                    "or save a trace (torch.jit.trace(model.train(), inputs).save(\"model.pt\")) and profile that")
-        raise ExportError(f"torch.export could not export {type(model).__name__}: {reason}; {fix}{where()}") from error
+        raise ExportError(f"torch.export could not export {type(model).__name__}: {reason}; {fix}{where()}") from None
 
 
 def _export_plain_outputs(model, args, kwargs, dynamic_batch, field=None, dynamic_seq=False, diagnose=None,
@@ -549,7 +549,11 @@ def _export_logged(model, args, path, kwargs, dynamic_batch, dynamic_seq, autoca
         """Raises ExportError when the model's own forward (or loss) fails on the example inputs."""
         message = forward_failure(model, forward, args, kwargs, named, args_name, loss, check_output)
         if message is not None:
-            raise ExportError(message + log.where())
+            # Raised while torch's own error is handled: without the context, an uncaught one prints
+            # its one line, not torch's traceback (in the log, named in the message).
+            error = ExportError(message + log.where())
+            error.__suppress_context__ = True
+            raise error
 
     # Written beside the target and renamed once it loads back; a path that cannot be written is
     # refused before the export.

@@ -11,6 +11,7 @@ errors into ``CkplanError``.
 import json
 import os
 import tempfile
+import threading
 import time
 import warnings
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
@@ -38,9 +39,11 @@ AUTO_BUDGET_MARGIN = 0.10
 AUTO_BUDGET_MIN_MARGIN = 1 << 30
 
 # plan()'s profile: measured steps after the warm-up (`ckplan profile --reps`). Memory needs one, and
-# ops that do the same work are timed together (a transformer's layers, a ResNet's blocks): more
-# repetitions move no plan of the test models (docs/measurements.md).
+# ops that do the same work are timed together (a transformer's layers, a ResNet's blocks); the noise
+# one step leaves is measured, and plans within it are ties (Plan.time_noise_pct).
 PLAN_PROFILE_REPS = 1
+
+_EXPORT_LOCK = threading.Lock()
 
 
 def auto_budget(device: Union[str, torch.device]) -> int:
@@ -143,6 +146,8 @@ class Plan:
         ``profile.``, the profile's own (``load``, ``warm_up``, ``steps``, ``optimizers``,
         ``calibration``, ...), where known."""
         phases = dict(self.seconds)
+        if "profile" not in phases:  # a replan measured nothing
+            return phases
         environment = (self.profile or {}).get("environment") or {}
         for name, value in (environment.get("phase_seconds") or {}).items():
             phases[f"profile.{name}"] = value
@@ -544,9 +549,11 @@ def plan(model: torch.nn.Module, example_inputs: Union[torch.Tensor, Sequence[An
         profile = os.path.join(work, "profile.json")
         plan_path = os.path.join(work, "plan.json")
         start = time.perf_counter()
-        _export(model, example_inputs, archive, kwargs=kwargs, dynamic_seq=seq is not None, autocast=autocast,
-                loss_fn=loss_fn, targets=targets, log=os.path.join(work, "export.log") if workdir is not None else None,
-                args_name="example_inputs", load_back=False)
+        with _EXPORT_LOCK:  # torch.export is not thread-safe: calls from threads take turns
+            _export(model, example_inputs, archive, kwargs=kwargs, dynamic_seq=seq is not None, autocast=autocast,
+                    loss_fn=loss_fn, targets=targets,
+                    log=os.path.join(work, "export.log") if workdir is not None else None,
+                    args_name="example_inputs", load_back=False)
         seconds["export"] = time.perf_counter() - start
 
         def measure(*args):
