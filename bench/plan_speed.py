@@ -10,7 +10,7 @@ after 2), then ``plan()`` at a budget of 1 TB (the solve's cost does not depend 
 and by phase (export, profile, solve; ``Plan.phase_seconds`` has the profile's own phases where the
 ckplan that ran has them), then ``Plan.replan`` at the smallest budget. Prints a Markdown table.
 
-The phases are timed by wrapping ``ckplan_torch._planning``'s ``export`` and ``_run`` (so that an
+The phases are timed by wrapping ``ckplan_torch._planning``'s export and ``_run`` (so that an
 older package times the same way): PYTHONPATH=OLD/python CKPLAN=OLD/build/ckplan gives the before.
 """
 import os
@@ -89,7 +89,8 @@ def main(names):
     if names:
         models = {k: v for k, v in models.items() if k.split(" ")[0] in names}
     phases = {}
-    real_run, real_export = _planning._run, _planning.export
+    export_name = "_export" if hasattr(_planning, "_export") else "export"  # the older package: export
+    real_run, real_export = _planning._run, getattr(_planning, export_name)
 
     def run(program, command, *args):
         start = time.perf_counter()
@@ -105,7 +106,8 @@ def main(names):
         finally:
             phases["export"] = phases.get("export", 0) + time.perf_counter() - start
 
-    _planning._run, _planning.export = run, export
+    _planning._run = run
+    setattr(_planning, export_name, export)
     print("| model | step | plan() | in steps | export | profile | solve | profile's own phases | replan |")
     print("|---|---:|---:|---:|---:|---:|---:|---|---:|")
     for name, make in models.items():
