@@ -42,12 +42,12 @@ def two_profiles(ckplan, models_dir, tmp_path_factory):
     return make
 
 
-def _priced_on(ckplan, profile, budget, modules):
+def _priced_on(ckplan, profile, budget, modules, *flags):
     """The predicted step time of wrapping exactly `modules` on `profile`'s figures."""
     if not modules:
-        plan = _solve(ckplan, profile, budget)
+        plan = _solve(ckplan, profile, budget, *flags)
         return next(row["time_ms"] for row in plan["strategies"] if row["name"] == "none")
-    return _solve(ckplan, profile, budget, "--wrap", ",".join(modules))["pytorch"]["predicted"]["time_ms"]
+    return _solve(ckplan, profile, budget, *flags, "--wrap", ",".join(modules))["pytorch"]["predicted"]["time_ms"]
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -140,9 +140,16 @@ def test_replan_below_the_smallest_budget_says_it(gpt_plan):
     assert "\n" not in str(error.value)
 
 
-def test_fresh_plan_equals_replan(gpt_plan, ckplan):
-    # A second plan() profiles again: at the first's smallest budget it gives the first's replan.
+def test_fresh_plan_equals_replan(gpt_plan, ckplan, tmp_path):
+    # A second plan() profiles again: near the first's smallest budget it gives the first's replan, or
+    # one within the first's stated band of it (a tie the noise decided), priced on the first's profile.
     plan, model, ids = gpt_plan
     budget = plan.min_budget_bytes * 21 // 20
     fresh = ckplan_torch.plan(model, (ids,), budget, ckplan=ckplan)
-    assert fresh.checkpoint_modules == plan.replan(budget).checkpoint_modules
+    again = plan.replan(budget)
+    assert fresh.checkpoint_modules
+    if fresh.checkpoint_modules != again.checkpoint_modules:
+        profile = str(tmp_path / "profile.json")
+        plan.save_profile(profile)
+        theirs = _priced_on(ckplan, profile, budget, fresh.checkpoint_modules, "--optimizer", "adamw")
+        assert theirs <= again.time_ms + again.doc["solver"].get("tie_ms", 0) + 1e-6
