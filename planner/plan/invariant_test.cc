@@ -82,6 +82,14 @@ TEST_CASE("optimal against every baseline in one memory model: the example profi
   REQUIRE(!modules.empty());
   CheckInvariant(in.chain, in.fixed, {"pytorch", &modules});
   CheckInvariant(in.chain, in.fixed, {"schedule", nullptr});
+  // With a time noise stated, ties within its band are chosen by memory,
+  // and still never slower than a baseline that fits (a wide band: 50%).
+  for (double noise : {5.0, 50.0}) {
+    CAPTURE(noise);
+    Chain noisy = in.chain;
+    noisy.pytorch.time_noise_pct = noise;
+    CheckInvariant(noisy, in.fixed, {"pytorch", &modules});
+  }
   // Both targets price each stage's backward by its replay, the schedule
   // target as `ckplan run`'s executor runs it: that holds the gradient of a
   // stage's output to the stage's end, where PyTorch frees it once consumed,

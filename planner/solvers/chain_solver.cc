@@ -116,6 +116,12 @@ void AddModules(const ModuleSolution& solution, ChainSolution* out) {
   out->held_at_loss_bytes = solution.kept_bytes;
 }
 
+// Whether a baseline the strategy table prices (wrapping every n-th
+// stage's modules: none, every, every-2, -4, -8, sqrt) fits `budget_bytes`
+// and is faster than `time_ms` (defined after ModuleBaseline).
+bool BaselineFaster(const Chain& chain, const std::vector<WrappableModule>& modules, int64_t budget_bytes,
+                    double time_ms);
+
 // The PyTorch target: exact in bytes, no slots. One memory model: the
 // gradients the chain carries appear during backward.
 class Modules : public ChainSolver {
@@ -130,8 +136,15 @@ class Modules : public ChainSolver {
     out.min_budget_bytes = out.solver.min_budget_lower_bytes =
         MinimumModulesMemory(chain, modules_, ModuleAccounting::kPyTorch);
     if (budget_bytes <= 0) return out;
-    const ModuleSolution solution = SolveModules(chain, modules_, budget_bytes, ModuleAccounting::kPyTorch);
+    ModuleSolution solution = SolveModules(chain, modules_, budget_bytes, ModuleAccounting::kPyTorch);
     if (!solution.feasible) return out;
+    // A plan the band chose is never slower than a baseline that fits: the
+    // band gives way to the fastest where one is (the optimum beats them all).
+    if (solution.tie_ms > 0 && BaselineFaster(chain, modules_, budget_bytes, solution.time_ms)) {
+      Chain exact = chain;
+      exact.pytorch.time_noise_pct = 0;
+      solution = SolveModules(exact, modules_, budget_bytes, ModuleAccounting::kPyTorch);
+    }
     if (solution.peak_bytes > budget_bytes) {
       throw Error(ExitCode::kVerifyFailed, "internal check failed: the module plan peaks at " +
                                                std::to_string(solution.peak_bytes) +
@@ -204,6 +217,15 @@ class ModuleBaseline : public ChainSolver {
   const std::vector<WrappableModule>& modules_;
   int n_;
 };
+
+bool BaselineFaster(const Chain& chain, const std::vector<WrappableModule>& modules, int64_t budget_bytes,
+                    double time_ms) {
+  for (int n : {0, 1, 2, 4, 8, SqrtSegmentLength(chain.length())}) {
+    const ChainSolution baseline = ModuleBaseline(modules, n).Solve(chain, budget_bytes);
+    if (baseline.feasible && baseline.time_ms < time_ms * (1 - 1e-12)) return true;
+  }
+  return false;
+}
 
 }  // namespace
 

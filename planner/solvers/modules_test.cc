@@ -14,6 +14,7 @@
 #include "planner/contracts/profile.h"
 #include "planner/cost/chain_from_profile.h"
 #include "planner/solvers/baselines.h"
+#include "planner/solvers/chain_solver.h"
 #include "planner/plan/plan.h"
 #include "planner/plan/plan_to_document.h"
 #include "planner/plan/pytorch_export.h"
@@ -572,4 +573,30 @@ TEST_CASE("with a time noise stated, the module solver's plan is within its band
     }
   }
   CHECK(compared > 400);
+}
+
+TEST_CASE("with a wide time noise, the modules solver is still never slower than a module baseline that fits") {
+  int compared = 0;
+  for (int length = 3; length <= 9; ++length) {
+    for (uint32_t seed = 0; seed < 6; ++seed) {
+      Chain chain = testing::SmallIntegerChain(length, 900 * length + seed);
+      chain.pytorch.time_noise_pct = 60;
+      std::vector<WrappableModule> modules;
+      for (int i = 0; i < length; ++i) modules.push_back({"s" + std::to_string(i), i, i});
+      const int64_t minimum = MinimumModulesMemory(chain, modules, ModuleAccounting::kPyTorch);
+      for (int64_t budget = minimum; budget <= minimum + 12; ++budget) {
+        CAPTURE(length);
+        CAPTURE(seed);
+        CAPTURE(budget);
+        const ChainSolution optimal = ModulesSolver(modules)->Solve(chain, budget);
+        REQUIRE(optimal.feasible);
+        for (int n : {0, 1, 2, 4, 8, SqrtSegmentLength(length)}) {
+          const ChainSolution baseline = ModuleBaselineSolver(modules, n)->Solve(chain, budget);
+          if (baseline.feasible) CHECK(optimal.time_ms <= baseline.time_ms * (1 + 1e-12));
+          ++compared;
+        }
+      }
+    }
+  }
+  CHECK(compared > 1000);
 }

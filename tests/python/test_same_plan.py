@@ -24,7 +24,7 @@ DRIFT = 0.02
 
 def _solve(ckplan, profile, budget, *flags):
     done = subprocess.run([ckplan, "solve", profile, "--budget", str(budget), *flags, "-o", "-"],
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
@@ -38,7 +38,7 @@ def two_profiles(ckplan, models_dir, tmp_path_factory):
             path = str(folder / f"run{run}.json")
             done = subprocess.run([ckplan, "profile", model_file(models_dir, name, ".pt2"), "--reps",
                                    str(PLAN_PROFILE_REPS), "--calibrate", "pytorch", "-o", path],
-                                  capture_output=True, text=True)
+                                  capture_output=True, text=True, timeout=300)
             assert done.returncode == 0, done.stderr
             paths.append(path)
         return paths
