@@ -8,6 +8,7 @@ The ``ckplan`` program does the work; this module finds it (``pip install``
 puts it beside the environment's python), runs it, and turns its one-line
 errors into ``CkplanError``.
 """
+import contextlib
 import json
 import os
 import tempfile
@@ -189,9 +190,9 @@ class Plan:
                             "ckplan_torch.plan(...), or run `ckplan solve PROFILE --budget ...`")
         target = self.target if target is None else _check_target(target)
         budget = budget_text(budget)
-        if optimizer is None:  # this plan's, its param groups too
+        choice = None  # None: this plan's optimizer, its param groups too
+        if optimizer is None:
             flags = _without_sac_flag(self._solve_flags)
-            choice = OptimizerChoice.from_plan(self.doc.get("fixed") or {})
         else:
             choice = OptimizerChoice.of(optimizer, optimizer_impl, model)
             check_optimizer_choice(optimizer, choice.name, choice.impl)
@@ -210,17 +211,23 @@ class Plan:
                           "a schedule: the schedule's recomputation is priced at its ops' forward without autograd; "
                           "plan(target='schedule') measures it", stacklevel=2)
         start = time.perf_counter()
-        with tempfile.TemporaryDirectory(prefix="ckplan-") as work:
-            profile = os.path.join(work, "profile.json")
+        program = self._ckplan or find_ckplan()
+        with self._profile_file() as (work, profile):
             plan_path = os.path.join(work, "plan.json")
-            _write_json(profile, self.profile)
-            program = self._ckplan or find_ckplan()
-            groups = choice.groups_flags(work) if choice is not None else []
+            groups = plan_groups_flags(self.doc, work) if choice is None else choice.groups_flags(work)
             _run(program, "solve", profile, "--budget", budget, "--target", target, *flags, *groups, "-o", plan_path)
             with open(plan_path) as f:
                 doc = json.load(f)
         return Plan(doc, self.profile, ckplan=program, solve_flags=flags, batches=None,
                     seconds={"solve": time.perf_counter() - start})
+
+    @contextlib.contextmanager
+    def _profile_file(self):
+        """A temporary folder holding the plan's profile: (the folder, the profile's path)."""
+        with tempfile.TemporaryDirectory(prefix="ckplan-") as work:
+            profile = os.path.join(work, "profile.json")
+            _write_json(profile, self.profile)
+            yield work, profile
 
     @property
     def batch(self) -> Optional[int]:
@@ -345,9 +352,7 @@ class Plan:
         """
         if self.profile is None:
             raise PlanError("this plan was loaded without its profile: run `ckplan report PROFILE` instead")
-        with tempfile.TemporaryDirectory(prefix="ckplan-") as work:
-            profile = os.path.join(work, "profile.json")
-            _write_json(profile, self.profile)
+        with self._profile_file() as (work, profile):
             _run(self._ckplan or find_ckplan(), "report", profile, "--budget", self.budget_bytes,
                  *self._solve_flags, *plan_groups_flags(self.doc, work), "-o", os.fspath(path))
         return path
