@@ -23,6 +23,7 @@ has it; the RNG state is kept, so dropout gives the same masks. No dependency
 beyond torch.
 """
 from ._apply import apply_plan, apply_rank_plan, checkpointed_modules, remove_plan
+from ._compiled import CompiledPlan, CompiledProfile, profile_compiled
 from ._checks import check_model, check_optimizer, check_trainable, check_trainable_optimizer
 from ._errors import ArgumentError, CkplanError, ExportError, MissingModuleError, PlanError
 from ._export import check_autocast, check_loss, export
@@ -37,4 +38,4 @@ __all__ = ["apply_plan", "remove_plan", "load_plan", "checkpointed_modules", "ch
            "export", "ExportError", "PlanError", "MissingModuleError", "ArgumentError",
            "rank_plan", "fsdp_units", "apply_rank_plan", "is_meta_model", "plan_batch",
            "plan", "enable", "Plan", "CkplanError", "find_ckplan", "auto_budget", "AUTO_BUDGET_MARGIN",
-           "measure_sac_dispatch_us"]
+           "measure_sac_dispatch_us", "CompiledPlan", "CompiledProfile", "profile_compiled"]

@@ -23,7 +23,7 @@ from ._apply import apply_plan
 from ._arguments import budget_text, call_folder, check_gpu, check_optimizer_choice
 from ._checks import check_optimizer, check_trainable_optimizer
 from ._diagnosis import in_python_terms
-from ._errors import CkplanError, ExportError, PlanError
+from ._errors import ArgumentError, CkplanError, ExportError, PlanError
 from ._export import _export, check_autocast, check_loss, forward_fails, named_specs
 from ._model import _first_batch, _model_device, is_meta_model
 from ._optimizer import OptimizerChoice, plan_groups_flags
@@ -400,7 +400,8 @@ def plan(model: torch.nn.Module, example_inputs: Union[torch.Tensor, Sequence[An
          batch: Union[int, str, None] = None, max_batch: Optional[int] = None, global_batch: Optional[int] = None,
          seq: Union[int, str, None] = None, max_seq: Optional[int] = None, sac_dispatch_us: Optional[float] = None,
          autocast: Optional[torch.dtype] = None, loss_fn: Optional[Callable[..., torch.Tensor]] = None,
-         targets: Union[torch.Tensor, Sequence[torch.Tensor]] = ()) -> Plan:
+         targets: Union[torch.Tensor, Sequence[torch.Tensor]] = (),
+         compile: Union[bool, Dict[str, Any], None] = None) -> Plan:
     """Plans checkpointing for ``model`` under a memory ``budget``, in one call.
 
     The model is exported (``export``: train mode, caches off, shapes-only when it is on the meta
@@ -469,6 +470,11 @@ def plan(model: torch.nn.Module, example_inputs: Union[torch.Tensor, Sequence[An
             other is planned with ckplan's (the output summed, which keeps nothing): ``Plan.loss``
             says which, and ``print(plan)`` what a loss that keeps its input would add.
         targets: the tensors ``loss_fn`` takes beside the output, batch first.
+        compile: for a job that trains ``torch.compile(model, ...)``: True, or a dict of torch.compile's
+            arguments (``mode``, ``options``, ``dynamic``, ``fullgraph``; Inductor only). The plan is then
+            of the compiled step (a ``CompiledPlan``): which values each compiled graph saves for the
+            backward, measured under torch.compile; ``CompiledPlan.apply(model)`` returns the model
+            compiled to follow it. ``target``, ``gpu``, ``batch`` and ``seq`` are refused with it.
 
     Returns:
         The Plan, with the profile it was solved from.
@@ -528,6 +534,10 @@ def plan(model: torch.nn.Module, example_inputs: Union[torch.Tensor, Sequence[An
                       "model (T5's decoder has its own) or pass it to forward", stacklevel=2)
     choice = OptimizerChoice.of(optimizer, optimizer_impl, model)
     check_optimizer_choice(optimizer, choice.name, choice.impl)
+    if compile is not None and compile is not False:
+        return _plan_compiled_call(model, example_inputs, budget, kwargs, optimizer, compile, autocast, loss_fn,
+                                   targets, workdir, target=target, gpu=gpu, batch=batch, seq=seq,
+                                   global_batch=global_batch, sac_dispatch_us=sac_dispatch_us)
     solve_flags = choice.solve_flags()
     if isinstance(optimizer, torch.optim.Optimizer):
         check_trainable_optimizer(model, optimizer)
@@ -604,6 +614,30 @@ def plan(model: torch.nn.Module, example_inputs: Union[torch.Tensor, Sequence[An
         check_optimizer(optimizer, plan_doc)  # the warning apply gives: maximize=True is priced by no plan
     return Plan(plan_doc, profile_doc, ckplan=program, solve_flags=solve_flags, batches=batches,
                 workdir=work if workdir is not None else None, seconds=seconds)
+
+
+def _plan_compiled_call(model, example_inputs, budget, kwargs, optimizer, compile, autocast, loss_fn, targets,
+                        workdir, **others):
+    """plan(compile=...): the arguments it cannot take refused, then _compiled.plan_compiled."""
+    from ._compiled import _compile_options, plan_compiled
+    given = {"target": others["target"] != "pytorch", "gpu": others["gpu"] is not None,
+             "batch": others["batch"] is not None, "seq": others["seq"] is not None,
+             "global_batch": others["global_batch"] is not None,
+             "sac_dispatch_us": others["sac_dispatch_us"] is not None}
+    refused = [name for name, set_ in given.items() if set_]
+    if refused:
+        raise ArgumentError(f"compile=: {', '.join(refused)} plan(s) eager jobs only; a compiled plan is of the "
+                            "compiled step at the example's batch: leave it out")
+    _compile_options(compile)
+    if _model_device(model).type == "meta":
+        raise ArgumentError("compile=: the model is on the meta device; a compiled plan measures the compiled "
+                            "step: build it on the device it trains on")
+    why = forward_fails(model, example_inputs, kwargs, autocast, loss_fn, targets, args_name="example_inputs")
+    if why is not None:
+        raise ExportError(why)
+    work = call_folder(workdir, type(model).__name__) if workdir is not None else None
+    return plan_compiled(model, example_inputs, budget, kwargs, optimizer, compile, autocast, loss_fn, targets,
+                         workdir=work)
 
 
 def _told_in_python(error, model, archive, example_inputs, kwargs, autocast, loss_fn, targets):
