@@ -180,13 +180,14 @@ class _Graph:
                 else:
                     n.meta["recompute"] = value
 
-    def simulate(self, saved) -> int:
+    def simulate(self, saved, inplace=True) -> int:
         """The peak of the forward and backward when ``saved`` are saved, by the storages' liveness: a
         storage is made by the first value in it (a pointwise value only where it leaves its fused
         kernel: used by an op that is not pointwise, saved or an output; a view makes none) and held to
-        the last use of any value in it; the backward recomputes what it needs when it first needs it.
-        The compiled step's fixed memory is left out: the difference between two plans is what it
-        predicts."""
+        the last use of any value in it; the backward recomputes what it needs when it first needs it. A
+        pointwise kernel writes into an input of its size that dies there (Inductor's in-place buffers)
+        instead of a new one. The compiled step's fixed memory is left out: the difference between two
+        plans is what it predicts."""
         info, keep = self.info, set(saved)
         # The forward runs what it needs and what it saves (the min-cut may save a value of the
         # backward's that depends on the forward's only: it is computed in the forward then).
@@ -220,8 +221,9 @@ class _Graph:
                     cache[n] = (_storage(n), _storage_bytes(n))
             return cache[n]
 
-        def run(steps, start_live, pinned):
-            """steps: [(index, [nodes made then])]; the peak, storages freed after their last use."""
+        def sweep(steps, held, pinned):
+            """steps: [(index, [nodes run then])]; ``held``: storages alive at the start (key: bytes), each
+            freed after its last use; ``pinned``: storages never freed. The peak."""
             last = {}
             for i, made in steps:
                 for v in made:
@@ -229,24 +231,44 @@ class _Graph:
                         key = storage(x)[0]
                         if key is not None:
                             last[key] = max(last.get(key, -1), i)
-            live, peak, sizes = start_live, start_live, {}
-            ends: Dict[int, List[Any]] = {}
+            owner = {}  # a storage written in place into another's: the other
+            sizes = dict(held)
+            live = peak = sum(held.values())
+            ends: Dict[int, set] = {}
+            for key in held:
+                if key not in pinned:
+                    ends.setdefault(last.get(key, -1), set()).add(key)
+            live -= sum(sizes[k] for k in ends.pop(-1, ()))
             for i, made in steps:
                 for v in made:
                     key, nbytes = storage(v)
-                    if key is None or key in sizes or key in self.input_storages:
+                    if key is None or key in sizes or key in owner or key in self.input_storages:
                         continue
+                    end = max(last.get(key, i), i)
+                    if inplace and _is_pointwise_or_view(v) and not _is_view(v):
+                        dying = [owner.get(k, k) for x in v.all_input_nodes for k in [storage(x)[0]]
+                                 if k is not None and k not in pinned and k not in self.input_storages
+                                 and i in ends and owner.get(k, k) in ends[i] and sizes.get(owner.get(k, k)) == nbytes]
+                        if dying:
+                            reused = dying[0]
+                            owner[key] = reused
+                            ends[i].discard(reused)
+                            if key in pinned:
+                                pinned = pinned | {reused}
+                            else:
+                                ends.setdefault(end, set()).add(reused)
+                            continue
                     sizes[key] = nbytes
                     live += nbytes
                     if key not in pinned:
-                        ends.setdefault(max(last.get(key, i), i), []).append(key)
+                        ends.setdefault(end, set()).add(key)
                 peak = max(peak, live)
                 for key in ends.pop(i, ()):
                     live -= sizes[key]
-            return peak, live
+            return peak
 
         kept = {storage(n)[0] for n in keep | outputs if n in fw_set} - {None}
-        forward_peak, _ = run([(i, [n]) for i, n in enumerate(fw)], 0, kept)
+        forward_peak = sweep([(i, [n]) for i, n in enumerate(fw)], {}, kept)
         made: Dict[Any, int] = {}
         order: Dict[int, List[Any]] = {}
 
@@ -263,39 +285,14 @@ class _Graph:
             for x in b.all_input_nodes:
                 need(x, i)
             steps.append((i, order.get(i, []) + [b]))
-        # The saved values at the backward's start, each freed after its last use.
-        saved_keys = {}
+        # The saved values at the backward's start, each freed after its last use; the gradients kept.
+        held = {}
         for n in keep:
             key, nbytes = storage(n) if n in fw_set else (None, 0)
             if key is not None and key not in self.input_storages:
-                saved_keys[key] = nbytes
-        start = sum(saved_keys.values())
+                held[key] = nbytes
         grads = {storage(n)[0] for n in outputs if n not in fw_set} - {None}
-        last = {}
-        for i, made_then in steps:
-            for v in made_then:
-                for x in v.all_input_nodes:
-                    key = storage(x)[0]
-                    if key is not None:
-                        last[key] = max(last.get(key, -1), i)
-        live, peak = start, start
-        sizes = dict(saved_keys)
-        ends: Dict[int, List[Any]] = {}
-        for key in saved_keys:
-            ends.setdefault(last.get(key, 0), []).append(key)
-        for i, made_then in steps:
-            for v in made_then:
-                key, nbytes = storage(v)
-                if key is None or key in sizes or key in self.input_storages:
-                    continue
-                sizes[key] = nbytes
-                live += nbytes
-                if key not in grads:
-                    ends.setdefault(max(last.get(key, i), i), []).append(key)
-            peak = max(peak, live)
-            for key in ends.pop(i, ()):
-                live -= sizes[key]
-        return max(forward_peak, peak)
+        return max(forward_peak, sweep(steps, held, grads))
 
     def with_recomputed(self, dont_ban) -> List[Any]:
         from torch.utils._ordered_set import OrderedSet
@@ -356,6 +353,7 @@ class _Partitioner(_PartitionerBase):
         # A recording is never served from torch's caches: its key is its own.
         self.token = token if token is not None or saved_by_signature is not None else os.urandom(8).hex()
         self.graphs: List[_Graph] = []
+        self.recording = saved_by_signature is None
         self.unplanned: List[str] = []
         self.followed: List[str] = []
 
@@ -376,6 +374,8 @@ class _Partitioner(_PartitionerBase):
         original = P.choose_saved_values_set
 
         def choose(joint_graph, node_info, memory_budget=1.0):
+            if self.saved is None and not self.recording:
+                return original(joint_graph, node_info, memory_budget=memory_budget)
             if self.saved is None:
                 graph = _Graph(len(self.graphs), joint_graph, node_info, original)
                 self.graphs.append(graph)
@@ -385,8 +385,9 @@ class _Partitioner(_PartitionerBase):
             if names is None:
                 self.unplanned.append(signature)
                 warnings.warn("ckplan_torch: torch.compile made a graph the plan does not know (another input "
-                              "shape, a graph break, another torch): torch's own partition is used for it; plan "
-                              "again with the inputs the job trains with", stacklevel=2)
+                              "shape or dtype, autocast on where the plan had it off or the reverse, a graph "
+                              "break, another torch): torch's own partition is used for it; plan again with the "
+                              "inputs and autocast the job trains with", stacklevel=2)
                 return original(joint_graph, node_info, memory_budget=memory_budget)
             by_name = {n.name: n for n in joint_graph.nodes}
             self.followed.append(signature)
@@ -398,6 +399,25 @@ class _Partitioner(_PartitionerBase):
                 return P.min_cut_rematerialization_partition(gm, joint_inputs, **kwargs)
             finally:
                 P.choose_saved_values_set = original
+
+
+def _cache_hits() -> int:
+    """AOTAutograd's and Inductor's cache hits so far: a compile served from them partitions nothing."""
+    from torch._dynamo.utils import counters
+    return sum(counters["aot_autograd"].get(k, 0) for k in ("autograd_cache_hit",)) + \
+        counters["inductor"].get("fxgraph_cache_hit", 0)
+
+
+@contextlib.contextmanager
+def _followed(partitioner):
+    """The compile inside used ``partitioner`` (or a cache entry keyed by it): refused otherwise, as when
+    dynamo serves an earlier compile of the model."""
+    hits = _cache_hits()
+    yield
+    if not partitioner.followed and _cache_hits() == hits:
+        raise CkplanError("torch.compile did not compile the planned step with ckplan's partitioner (an earlier "
+                          "compile of the model served from dynamo's cache): call torch._dynamo.reset() and plan "
+                          "again")
 
 
 def _default_loss(out):
@@ -553,8 +573,9 @@ def _compile_options(compile):
     return kwargs, options
 
 
-def _compiled(model, kwargs, options, partitioner):
-    torch._dynamo.reset()
+def _compiled(model, kwargs, options, partitioner, reset=True):
+    if reset:
+        torch._dynamo.reset()
     return torch.compile(model, options={**options, "custom_partitioner_fn": partitioner}, **kwargs)
 
 
@@ -578,17 +599,44 @@ class _Candidate:
         self.simulated = sum(g.simulate(s) for g, s in zip(graphs, saved_by_graph))
         self.peak = None
         self.step_ms = None
+        self.measured_peak = None
 
     def key(self):
         return tuple(tuple(sorted(n.name for n in s)) for s in self.saved)
 
 
+def _work_key(node):
+    """Ops that do the same work: one target on arguments of the same shapes, strides and dtypes."""
+    def spec(x):
+        val = x.meta.get("val") if isinstance(x, torch.fx.Node) else x
+        if isinstance(val, torch.Tensor):
+            return ("t", tuple(val.shape), tuple(val.stride()), str(val.dtype))
+        return repr(val)
+    return (str(node.target), tuple(spec(a) for a in _pytree.tree_leaves((node.args, node.kwargs))))
+
+
+class _PooledTimes(dict):
+    """Each node's time, timed once per group of nodes doing the same work (``_work_key``): identical
+    layers cost exactly the same, so the knapsack's choice among them is a tie broken by position, the
+    same on every run."""
+
+    def __init__(self, generator):
+        super().__init__()
+        self.generator, self.by_work = generator, {}
+
+    def time(self, node):
+        key = _work_key(node)
+        if key not in self.by_work:
+            self.by_work[key] = _time_node(node, self.generator)
+        return self.by_work[key]
+
+
 def _candidates(graphs, generator):
     """The plans to choose from: knapsacks on the measured times at 21 sizes, and torch's own choices."""
-    runtimes: Dict[Any, Optional[float]] = {}
+    runtimes: Dict[Any, Optional[float]] = _PooledTimes(generator)
     banned = [(g, n) for g in graphs for n in g.banned]
     for g, n in banned:
-        runtimes[n] = _time_node(n, generator)
+        runtimes[n] = runtimes.time(n)
     found: Dict[tuple, _Candidate] = {}
 
     def add(source, saved_by_graph):
@@ -596,7 +644,7 @@ def _candidates(graphs, generator):
         for g, s in zip(graphs, saved_by_graph):
             for n in g.recomputed(s):
                 if n not in runtimes and not _is_pointwise_or_view(n):
-                    runtimes[n] = _time_node(n, generator)
+                    runtimes[n] = runtimes.time(n)
         c = _Candidate(source, saved_by_graph, graphs, runtimes)
         if c.recomputed_random:
             return
@@ -803,25 +851,29 @@ class CompiledProfile:
             self.fb0, self.opt0, self.mark0 = min(_step_peaks(step, self.held) for _ in range(2))
             self.base_ms = _step_ms(step)
             self.seconds["measure"] = time.perf_counter() - start
-        torch._dynamo.reset()
+        recorder.recording = False
         self.graphs = recorder.graphs
         start = time.perf_counter()
         self.candidates = _candidates(self.graphs, generator)
         self.seconds["candidates"] = time.perf_counter() - start
         self.default = next(c for c in self.candidates if c.source == "torch.compile")
+        self.default.measured_peak = max(self.fb0, self.opt0)
+        self.anchors = [(self.default, self.fb0)]  # (plan, its measured forward-backward peak)
         for c in self.candidates:
             self.predict(c)
 
-    def _step(self, partitioner):
-        run = _compiled(self.model, self.compile_kwargs, self.options, partitioner)
+    def _step(self, partitioner, reset=True):
+        run = _compiled(self.model, self.compile_kwargs, self.options, partitioner, reset=reset)
         opt = _fresh_optimizer(self.model, self.optimizer)
         return _Step(run, self.args, self.kwargs, self.loss_fn, self.targets, self.autocast, opt)
 
     def predict(self, c):
-        """A candidate's peak: the measured forward and backward's, moved by the difference of the two
-        plans' simulated peaks (``_Graph.simulate``); the optimizer's measured peak. Its time: the measured
-        step's with the recomputed ops'."""
-        c.peak = max(self.fb0 - self.default.simulated + c.simulated, self.opt0)
+        """A candidate's peak: the measured forward and backward peak of the measured plan whose simulated
+        peak is nearest, moved by the difference of the two simulated peaks (``_Graph.simulate``); the
+        optimizer's measured peak. Its time: the measured step's with the recomputed ops'."""
+        anchor, fb = min(self.anchors, key=lambda a: (abs(a[0].simulated - c.simulated), a[0].source))
+        c.peak = c.measured_peak if c.measured_peak is not None else max(fb - anchor.simulated + c.simulated,
+                                                                          self.opt0)
         c.step_ms = self.base_ms + c.recompute_ms - self.default.recompute_ms
 
     def saved_names(self, c):
@@ -832,11 +884,13 @@ class CompiledProfile:
         if c is self.default:
             return max(self.fb0, self.opt0), self.fb0, self.opt0, self.base_ms
         with _weights_kept(self.model):
-            step = self._step(_Partitioner(self.saved_names(c)))
-            step()
+            follower = _Partitioner(self.saved_names(c))
+            # dynamo would serve the step with no plan from its cache (it takes the two backends for one).
+            step = self._step(follower)
+            with _followed(follower):
+                step()
             fb, after, _ = min(_step_peaks(step, self.held) for _ in range(2))
             ms = _step_ms(step)
-        torch._dynamo.reset()
         return max(fb, after), fb, after, ms
 
     def smallest(self):
@@ -844,31 +898,45 @@ class CompiledProfile:
 
     def plan(self, budget, workdir=None, tries=3) -> "CompiledPlan":
         limit = _budget_bytes(budget)
-        if _choose(self.candidates, limit) is None:
-            raise _below(limit, self.smallest())
         start = time.perf_counter()
-        # The chosen plan compiled and measured; over the budget, the others' peaks raised by the miss.
-        tried, chosen = set(), None
-        misses = []
+        # The chosen plan compiled and measured, and kept as an anchor of the predictions; where it was over
+        # the budget, or a faster plan is now predicted to fit, that one is tried (at most ``tries``).
+        tried, fits, misses = set(), [], []
         for _ in range(tries):
-            pick = _choose([c for c in self.candidates if c.key() not in tried], limit)
-            if pick is None:
+            untried = [c for c in self.candidates if c.key() not in tried]
+            pick = _choose(untried, limit)
+            if pick is None and not fits and untried:
+                # None predicted to fit: the prediction is a simulation; the least predicted is measured
+                # before the budget is refused.
+                pick = min(untried, key=lambda c: (c.peak, c.step_ms, c.source))
+                if pick.peak > limit * 1.25:
+                    break
+            if pick is None or (fits and pick.step_ms >= min(f[0].step_ms for f in fits)):
                 break
+            predicted = pick.peak
             tried.add(pick.key())
             peak, fb, after, ms = self.measure(pick)
+            pick.measured_peak = peak
+            if pick is not self.default:
+                self.anchors.append((pick, fb))
             if peak <= limit:
-                chosen, measured = pick, (peak, ms)
-                break
-            misses.append({"source": pick.source, "predicted_peak_bytes": pick.peak, "measured_peak_bytes": peak})
-            miss = peak - pick.peak
+                fits.append((pick, peak, ms, predicted))
+            else:
+                misses.append({"source": pick.source, "predicted_peak_bytes": predicted,
+                               "measured_peak_bytes": peak})
             for c in self.candidates:
-                if c.key() not in tried:
-                    c.peak += max(miss, 0)
+                self.predict(c)
         self.seconds["verify"] = time.perf_counter() - start
-        if chosen is None:
-            raise CkplanError(f"no compiled plan measured within the budget {_describe(limit)} ({limit} B) in "
-                              f"{tries} tries: the smallest predicted is {_describe(self.smallest())}; give a "
-                              "larger budget", exit_code=3)
+        if not fits and not misses:
+            raise _below(limit, self.smallest())
+        if not fits:
+            least = min(misses, key=lambda m: m["measured_peak_bytes"])
+            raise CkplanError(f"no compiled plan measured within the budget {_describe(limit)} ({limit} B): "
+                              f"{len(misses)} tried, the least measured {_describe(least['measured_peak_bytes'])} "
+                              f"({least['measured_peak_bytes']} B; predicted {_describe(least['predicted_peak_bytes'])}"
+                              f"): give at least {least['measured_peak_bytes']} B", exit_code=3)
+        chosen, peak, ms, predicted = min(fits, key=lambda f: (round(f[0].step_ms, 6), f[1]))
+        measured = (peak, ms)
         table = sorted(({"source": c.source, "saved_bytes": c.saved_bytes, "peak_bytes": c.peak,
                          "step_ms": round(c.step_ms, 4), "recomputed_ops": c.recomputed_ops,
                          "graphs": self.saved_names(c)} for c in self.candidates),
@@ -876,7 +944,7 @@ class CompiledProfile:
         doc = {"schema": SCHEMA, "budget_bytes": limit, "compile": _json_or_true(self.compile),
                "torch": torch.__version__, "graphs": self.saved_names(chosen), "source": chosen.source,
                "saved_bytes": chosen.saved_bytes, "recomputed_ops": chosen.recomputed_ops,
-               "predicted": {"peak_bytes": chosen.peak, "step_ms": round(chosen.step_ms, 4)},
+               "predicted": {"peak_bytes": predicted, "step_ms": round(chosen.step_ms, 4)},
                "measured": {"peak_bytes": measured[0], "step_ms": round(measured[1], 4), "measured": True},
                "misses": misses,
                "baseline": {"peak_bytes": max(self.fb0, self.opt0), "step_ms": round(self.base_ms, 4),

@@ -526,6 +526,13 @@ def plan(model: torch.nn.Module, example_inputs: Union[torch.Tensor, Sequence[An
             if batch is None or global_batch % batch != 0:
                 raise ValueError(f"global_batch={global_batch} is not a multiple of the example's batch ({batch}): "
                                  f"give a global batch it divides, or batch='auto' to choose the micro-batch")
+    if compile is not None and compile is not False:
+        # The compiled step is measured as the job runs it (a cache it keeps, counted): no use_cache warning.
+        choice = OptimizerChoice.of(optimizer, optimizer_impl, model)
+        check_optimizer_choice(optimizer, choice.name, choice.impl)
+        return _plan_compiled_call(model, example_inputs, budget, kwargs, optimizer, compile, autocast, loss_fn,
+                                   targets, workdir, target=target, gpu=gpu, batch=batch, seq=seq,
+                                   global_batch=global_batch, sac_dispatch_us=sac_dispatch_us)
     if _cache_configs(model):
         # T5 gives its decoder a copy of the config: use_cache stays on there after model.config's is off.
         warnings.warn("ckplan_torch.plan: the model's config has use_cache=True: a training step run so keeps a "
@@ -534,10 +541,6 @@ def plan(model: torch.nn.Module, example_inputs: Union[torch.Tensor, Sequence[An
                       "model (T5's decoder has its own) or pass it to forward", stacklevel=2)
     choice = OptimizerChoice.of(optimizer, optimizer_impl, model)
     check_optimizer_choice(optimizer, choice.name, choice.impl)
-    if compile is not None and compile is not False:
-        return _plan_compiled_call(model, example_inputs, budget, kwargs, optimizer, compile, autocast, loss_fn,
-                                   targets, workdir, target=target, gpu=gpu, batch=batch, seq=seq,
-                                   global_batch=global_batch, sac_dispatch_us=sac_dispatch_us)
     solve_flags = choice.solve_flags()
     if isinstance(optimizer, torch.optim.Optimizer):
         check_trainable_optimizer(model, optimizer)
@@ -677,6 +680,9 @@ def enable(model: torch.nn.Module, example_inputs: Union[torch.Tensor, Sequence[
     Raises:
         CkplanError, ExportError, TypeError, ValueError: as ``plan`` raises them.
     """
+    if options.get("compile") not in (None, False):
+        raise ArgumentError("enable(compile=...): enable changes the model in place, and a compiled plan is a new "
+                            "compiled model: plan = plan(..., compile=...), then compiled = plan.apply(model)")
     solved = plan(model, example_inputs, budget, kwargs=kwargs, optimizer=optimizer, **options)
     solved.apply(model, optimizer=optimizer if isinstance(optimizer, torch.optim.Optimizer) else None)
     return solved
