@@ -900,16 +900,18 @@ class CompiledProfile:
         limit = _budget_bytes(budget)
         start = time.perf_counter()
         # The chosen plan compiled and measured, and kept as an anchor of the predictions; where it was over
-        # the budget, or a faster plan is now predicted to fit, that one is tried (at most ``tries``).
+        # the budget, or a faster plan is now predicted to fit, that one is tried (at most ``tries`` plans
+        # once one fits, ``2 * tries`` while none has).
         tried, fits, misses = set(), [], []
-        for _ in range(tries):
+        while len(tried) < (tries if fits else 2 * tries):  # more tries while none has fit
             untried = [c for c in self.candidates if c.key() not in tried]
             pick = _choose(untried, limit)
             if pick is None and not fits and untried:
                 # None predicted to fit: the prediction is a simulation; the least predicted is measured
                 # before the budget is refused.
-                pick = min(untried, key=lambda c: (c.peak, c.step_ms, c.source))
-                if pick.peak > limit * 1.25:
+                unmeasured = [c for c in untried if c.measured_peak is None]
+                pick = min(unmeasured, key=lambda c: (c.peak, c.step_ms, c.source)) if unmeasured else None
+                if pick is None or pick.peak > limit * 1.25:
                     break
             if pick is None or (fits and pick.step_ms >= min(f[0].step_ms for f in fits)):
                 break
