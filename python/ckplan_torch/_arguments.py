@@ -8,7 +8,7 @@ import os
 import re
 import tempfile
 import time
-from typing import Optional, Union
+from typing import Optional, Tuple, Union
 
 import torch
 
@@ -29,29 +29,34 @@ OPTIMIZER_NAMES = ("adamw", "adam", "sgd", "momentum", "none")
 OPTIMIZER_IMPLS = ("auto", "for-loop", "foreach", "fused")
 
 
-def _budget_refusal(text: str) -> Optional[str]:
-    """Why ``ckplan solve --budget TEXT`` refuses the text, or None when it takes it."""
+def _parse_budget(text: str) -> Tuple[Optional[float], Optional[str]]:
+    """``ckplan solve --budget TEXT`` read: (bytes, None), or (None, why it refuses the text)."""
     s = text.strip(" \t")
     if not s:
-        return "empty"
+        return None, "empty"
     number = _NUMBER.match(s)
     if number is None:
-        return "expected a number such as 24GB, 24GiB, 512MiB or 1.5e9"
+        return None, "expected a number such as 24GB, 24GiB, 512MiB or 1.5e9"
     unit = s[number.end():].lstrip(" ").lower()
     if unit not in _UNITS:
-        return f"unknown unit '{unit}' (use B, KB, MB, GB, TB, PB, KiB, MiB, GiB, TiB or PiB)"
+        return None, f"unknown unit '{unit}' (use B, KB, MB, GB, TB, PB, KiB, MiB, GiB, TiB or PiB)"
     digits = number.group(0)
     value = float.fromhex(digits) if "x" in digits.lower() else float(digits)
     if not math.isfinite(value):
-        return "not a finite number"
+        return None, "not a finite number"
     if value <= 0:
-        return "must be positive"
+        return None, "must be positive"
     size = value * _UNITS[unit]
     if size >= _LARGEST_BUDGET:
-        return "too large: at most 9.2e18 bytes (8 EiB)"
+        return None, "too large: at most 9.2e18 bytes (8 EiB)"
     if size < 1:
-        return "less than one byte"
-    return None
+        return None, "less than one byte"
+    return size, None
+
+
+def _budget_refusal(text: str) -> Optional[str]:
+    """Why ``ckplan solve --budget TEXT`` refuses the text, or None when it takes it."""
+    return _parse_budget(text)[1]
 
 
 def budget_text(budget: Union[int, float, str]) -> str:
@@ -76,6 +81,11 @@ def budget_text(budget: Union[int, float, str]) -> str:
         fix = "" if why.startswith("expected") else "; give bytes (an int) or text such as '24GB' or '24GiB'"
         raise ArgumentError(f"budget={budget!r}: {why}{fix}")
     return budget if isinstance(budget, str) else str(math.floor(budget))
+
+
+def budget_bytes(budget: Union[int, float, str]) -> int:
+    """The budget in bytes, as ``ckplan solve --budget`` reads it (checked as ``budget_text`` checks it)."""
+    return math.floor(_parse_budget(budget_text(budget))[0])
 
 
 def check_optimizer_choice(optimizer: object, name: str, impl: str) -> None:

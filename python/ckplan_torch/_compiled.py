@@ -25,7 +25,6 @@ import contextlib
 import hashlib
 import importlib
 import json
-import math
 import operator
 import os
 import statistics
@@ -37,7 +36,9 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 import torch
 from torch.utils import _pytree
 
+from ._arguments import budget_bytes
 from ._errors import ArgumentError, CkplanError, PlanError
+from ._plan_file import _describe_bytes
 
 SCHEMA = "ckplan.compiled_plan/1"
 _LOCK = threading.Lock()
@@ -580,21 +581,19 @@ def _compiled(model, kwargs, options, partitioner, reset=True):
 
 
 class _Candidate:
-    def __init__(self, source, saved_by_graph, graphs, runtimes):
+    def __init__(self, source, saved_by_graph, graphs, times):
         self.source = source
         self.saved = saved_by_graph  # per graph: list of nodes
         self.saved_bytes = sum(g.saved_bytes(s) for g, s in zip(graphs, saved_by_graph))
         self.recompute_ms = 0.0
         self.recomputed_random = False
         self.recomputed_ops = 0
-        self.largest = 0
         for g, s in zip(graphs, saved_by_graph):
             for n in g.recomputed(s):
-                self.largest = max(self.largest, _storage_bytes(n))
                 if n in g.random:
                     self.recomputed_random = True
                 if not _is_pointwise_or_view(n):
-                    self.recompute_ms += runtimes.setdefault(n, None) or 0.0
+                    self.recompute_ms += times.time(n)
                     self.recomputed_ops += 1
         self.simulated = sum(g.simulate(s) for g, s in zip(graphs, saved_by_graph))
         self.peak = None
@@ -615,13 +614,12 @@ def _work_key(node):
     return (str(node.target), tuple(spec(a) for a in _pytree.tree_leaves((node.args, node.kwargs))))
 
 
-class _PooledTimes(dict):
+class _PooledTimes:
     """Each node's time, timed once per group of nodes doing the same work (``_work_key``): identical
     layers cost exactly the same, so the knapsack's choice among them is a tie broken by position, the
     same on every run."""
 
     def __init__(self, generator):
-        super().__init__()
         self.generator, self.by_work = generator, {}
 
     def time(self, node):
@@ -633,24 +631,14 @@ class _PooledTimes(dict):
 
 def _candidates(graphs, generator):
     """The plans to choose from: knapsacks on the measured times at 21 sizes, and torch's own choices."""
-    runtimes: Dict[Any, Optional[float]] = _PooledTimes(generator)
+    times = _PooledTimes(generator)
     banned = [(g, n) for g in graphs for n in g.banned]
-    for g, n in banned:
-        runtimes[n] = runtimes.time(n)
     found: Dict[tuple, _Candidate] = {}
 
     def add(source, saved_by_graph):
-        # The recomputed ops no knapsack timed (torch's choices may recompute others).
-        for g, s in zip(graphs, saved_by_graph):
-            for n in g.recomputed(s):
-                if n not in runtimes and not _is_pointwise_or_view(n):
-                    runtimes[n] = runtimes.time(n)
-        c = _Candidate(source, saved_by_graph, graphs, runtimes)
-        if c.recomputed_random:
-            return
-        old = found.get(c.key())
-        if old is None:
-            found[c.key()] = c
+        c = _Candidate(source, saved_by_graph, graphs, times)
+        if not c.recomputed_random:
+            found.setdefault(c.key(), c)  # the first source of a saved set names it
 
     add("torch.compile", [g.default for g in graphs])
     for budget in _TORCH_BUDGETS:
@@ -661,10 +649,10 @@ def _candidates(graphs, generator):
         sizes = [float(max(n.meta["val"].numel() * n.meta["val"].element_size(), 1)) for _, n in banned]
         total = sum(sizes)
         memory = [s / total for s in sizes]
-        times = [max(runtimes[n], 1e-6) for _, n in banned]
+        runtimes = [max(times.time(n), 1e-6) for _, n in banned]
         for step in range(_KNAPSACK_STEPS):
             fraction = step / (_KNAPSACK_STEPS - 1)
-            _, saved_idx, recompute_idx = dp_knapsack(memory, times, fraction)
+            _, saved_idx, recompute_idx = dp_knapsack(memory, runtimes, fraction)
             dont_ban = [[] for _ in graphs]
             for i in recompute_idx:
                 g, n = banned[i]
@@ -673,22 +661,11 @@ def _candidates(graphs, generator):
     return list(found.values())
 
 
-def _smallest(candidates):
-    return min(c.peak for c in candidates)
-
-
 def _choose(candidates, budget):
     fits = [c for c in candidates if c.peak <= budget]
     if not fits:
         return None
     return min(fits, key=lambda c: (round(c.step_ms, 6), c.peak, c.source))
-
-
-def _describe(n):
-    for unit, size in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
-        if n >= size:
-            return f"{n / size:.2f} {unit}"
-    return f"{n} B"
 
 
 class CompiledPlan:
@@ -759,7 +736,7 @@ class CompiledPlan:
     def replan(self, budget: Union[int, str]) -> "CompiledPlan":
         """The fastest of this plan's candidates under another budget, from their predictions (not
         measured: ``plan()`` again to measure it). Raises CkplanError (exit_code 3) below the smallest."""
-        limit = _budget_bytes(budget)
+        limit = budget_bytes(budget)
         fits = [c for c in self.doc["candidates"] if c["peak_bytes"] <= limit]
         if not fits:
             raise _below(limit, min(c["peak_bytes"] for c in self.doc["candidates"]))
@@ -789,26 +766,17 @@ class CompiledPlan:
         base = self.doc["baseline"]
         m = self.doc["measured"]
         return (f"CompiledPlan: {self.source}, {self.recomputed_ops} op(s) recomputed beyond pointwise, "
-                f"saves {_describe(self.saved_bytes)}\n"
-                f"  compiled step: peak {_describe(m['peak_bytes'])} of {_describe(self.budget_bytes)}, "
+                f"saves {_describe_bytes(self.saved_bytes)}\n"
+                f"  compiled step: peak {_describe_bytes(m['peak_bytes'])} of {_describe_bytes(self.budget_bytes)}, "
                 f"{m['step_ms']:.1f} ms ({self.overhead_pct:+.1f}% against torch.compile with no budget: "
-                f"{_describe(base['peak_bytes'])}, {base['step_ms']:.1f} ms)"
+                f"{_describe_bytes(base['peak_bytes'])}, {base['step_ms']:.1f} ms)"
                 + ("" if m.get("measured", True) else " (predicted, not measured)") + "\n"
-                f"  smallest budget: {_describe(self.min_budget_bytes)} (CompiledPlan.replan(budget))")
-
-
-def _budget_bytes(budget) -> int:
-    from ._arguments import _NUMBER, _UNITS, budget_text
-    text = budget_text(budget).strip()
-    number = _NUMBER.match(text)
-    digits = number.group(0)
-    value = float.fromhex(digits) if "x" in digits.lower() else float(digits)
-    return int(math.floor(value * _UNITS[text[number.end():].strip().lower()]))
+                f"  smallest budget: {_describe_bytes(self.min_budget_bytes)} (CompiledPlan.replan(budget))")
 
 
 def _below(limit, smallest):
-    return CkplanError(f"budget {_describe(limit)} ({limit} B) is below the smallest compiled plan, "
-                       f"{_describe(smallest)} ({smallest} B): give at least that, or a smaller batch", exit_code=3)
+    return CkplanError(f"budget {_describe_bytes(limit)} ({limit} B) is below the smallest compiled plan, "
+                       f"{_describe_bytes(smallest)} ({smallest} B): give at least that, or a smaller batch", exit_code=3)
 
 
 def _json_or_true(compile):
@@ -897,7 +865,7 @@ class CompiledProfile:
         return min(c.peak for c in self.candidates)
 
     def plan(self, budget, workdir=None, tries=3) -> "CompiledPlan":
-        limit = _budget_bytes(budget)
+        limit = budget_bytes(budget)
         start = time.perf_counter()
         # The chosen plan compiled and measured, and kept as an anchor of the predictions; where it was over
         # the budget, or a faster plan is now predicted to fit, that one is tried (at most ``tries`` plans
@@ -933,9 +901,9 @@ class CompiledProfile:
             raise _below(limit, self.smallest())
         if not fits:
             least = min(misses, key=lambda m: m["measured_peak_bytes"])
-            raise CkplanError(f"no compiled plan measured within the budget {_describe(limit)} ({limit} B): "
-                              f"{len(misses)} tried, the least measured {_describe(least['measured_peak_bytes'])} "
-                              f"({least['measured_peak_bytes']} B; predicted {_describe(least['predicted_peak_bytes'])}"
+            raise CkplanError(f"no compiled plan measured within the budget {_describe_bytes(limit)} ({limit} B): "
+                              f"{len(misses)} tried, the least measured {_describe_bytes(least['measured_peak_bytes'])} "
+                              f"({least['measured_peak_bytes']} B; predicted {_describe_bytes(least['predicted_peak_bytes'])}"
                               f"): give at least {least['measured_peak_bytes']} B", exit_code=3)
         chosen, peak, ms, predicted = min(fits, key=lambda f: (round(f[0].step_ms, 6), f[1]))
         measured = (peak, ms)
@@ -978,6 +946,6 @@ def profile_compiled(model: torch.nn.Module, example_inputs: Union[torch.Tensor,
 def plan_compiled(model, example_inputs, budget, kwargs, optimizer, compile, autocast, loss_fn, targets,
                   workdir=None):
     """``plan(..., compile=...)``: the fastest saved values of the compiled step under ``budget``."""
-    _budget_bytes(budget)
+    budget_bytes(budget)
     profile = CompiledProfile(model, example_inputs, kwargs, optimizer, compile, autocast, loss_fn, targets)
     return profile.plan(budget, workdir=workdir)
